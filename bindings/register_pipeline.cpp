@@ -1,0 +1,69 @@
+// Bindings for pipeline schedules (cpp/pipeline.hpp).
+#include "pybind11.hpp"
+
+#include "pipeline.hpp"
+
+using perseus::Index;
+using perseus::Instruction;
+using perseus::Pipeline;
+
+namespace {
+
+template <typename T, typename Field>
+py::array_t<T> column(const Pipeline& p, Field field) {
+  std::vector<T> out;
+  out.reserve(static_cast<std::size_t>(p.size()));
+  for (const auto& c : p.computations()) out.push_back(static_cast<T>(field(c)));
+  return to_numpy(std::move(out));
+}
+
+}  // namespace
+
+void register_pipeline(py::module_& m) {
+  py::class_<Pipeline>(m, "Pipeline",
+                       "The computations of one training iteration and each GPU's order.")
+      .def(py::init([](const std::string& schedule, Index num_gpus, Index virtual_stages,
+                       Index microbatches) {
+             return Pipeline(perseus::parse_schedule(schedule), num_gpus, virtual_stages,
+                             microbatches);
+           }),
+           "schedule"_a, "num_gpus"_a, "virtual_stages"_a, "microbatches"_a)
+      .def_property_readonly("schedule",
+                             [](const Pipeline& p) { return perseus::schedule_name(p.kind()); })
+      .def_property_readonly("num_gpus", &Pipeline::num_gpus)
+      .def_property_readonly("virtual_stages", &Pipeline::virtual_stages)
+      .def_property_readonly("num_stages", &Pipeline::num_stages)
+      .def_property_readonly("microbatches", &Pipeline::num_microbatches)
+      .def("__len__", &Pipeline::size)
+      .def_property_readonly(
+          "stage", [](const Pipeline& p) { return column<std::int32_t>(p, [](auto& c) { return c.stage; }); })
+      .def_property_readonly(
+          "gpu", [](const Pipeline& p) { return column<std::int32_t>(p, [](auto& c) { return c.gpu; }); })
+      .def_property_readonly(
+          "chunk", [](const Pipeline& p) { return column<std::int32_t>(p, [](auto& c) { return c.chunk; }); })
+      .def_property_readonly("microbatch",
+                             [](const Pipeline& p) {
+                               return column<std::int32_t>(p, [](auto& c) { return c.microbatch; });
+                             })
+      .def_property_readonly("instruction",
+                             [](const Pipeline& p) {
+                               return column<std::uint8_t>(
+                                   p, [](auto& c) { return static_cast<int>(c.instruction); });
+                             })
+      .def(
+          "order",
+          [](const Pipeline& p, Index gpu) {
+            if (gpu < 0 || gpu >= p.num_gpus()) throw py::index_error("no GPU " + std::to_string(gpu));
+            return to_numpy(std::vector<Index>(p.order_begin(gpu), p.order_end(gpu)));
+          },
+          "gpu"_a, "Computation ids of one GPU, in execution order.")
+      .def(
+          "id_of",
+          [](const Pipeline& p, Index stage, Index microbatch, int instruction) {
+            if (stage < 0 || stage >= p.num_stages() || microbatch < 0 ||
+                microbatch >= p.num_microbatches() || instruction < 0 || instruction > 1)
+              throw py::index_error("no such computation");
+            return p.id_of(stage, microbatch, static_cast<Instruction>(instruction));
+          },
+          "stage"_a, "microbatch"_a, "instruction"_a);
+}

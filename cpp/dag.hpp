@@ -1,0 +1,41 @@
+// The dependency DAG of one training iteration, activity-on-node form.
+//
+// Nodes are the computations of a Pipeline (same ids). Edges are
+//   data:  F(k, m) -> F(k+1, m),  F(last, m) -> B(last, m),  B(k+1, m) -> B(k, m)
+//   order: consecutive computations in one GPU's execution order.
+// Duplicate edges are merged. Adjacency is stored as CSR in both directions,
+// together with one topological order; building fails on a cycle (a schedule
+// order that would deadlock).
+#pragma once
+
+#include <vector>
+
+#include "pipeline.hpp"
+
+namespace perseus {
+
+class Dag {
+ public:
+  // Throws std::invalid_argument if the schedule's order contradicts the data
+  // dependencies (the pipeline could never finish).
+  explicit Dag(const Pipeline& pipeline);
+
+  Index num_nodes() const { return num_nodes_; }
+  Index num_edges() const { return static_cast<Index>(succ_.size()); }
+
+  const Index* successors_begin(Index v) const { return succ_.data() + succ_offset_[v]; }
+  const Index* successors_end(Index v) const { return succ_.data() + succ_offset_[v + 1]; }
+  const Index* predecessors_begin(Index v) const { return pred_.data() + pred_offset_[v]; }
+  const Index* predecessors_end(Index v) const { return pred_.data() + pred_offset_[v + 1]; }
+
+  // Every edge goes from an earlier to a later position in this order.
+  const std::vector<Index>& topological_order() const { return topo_; }
+
+ private:
+  Index num_nodes_;
+  std::vector<Index> succ_offset_, succ_;
+  std::vector<Index> pred_offset_, pred_;
+  std::vector<Index> topo_;
+};
+
+}  // namespace perseus

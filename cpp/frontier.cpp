@@ -1,0 +1,359 @@
+#include "frontier.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "max_flow.hpp"
+
+namespace perseus {
+namespace {
+
+using Units = std::int64_t;
+
+// One Phillips-Dessouky run over quantised durations. Owns every working
+// array; step() allocates nothing.
+class PhillipsDessouky {
+ public:
+  PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
+                   const SolverOptions& options);
+  PhillipsDessouky(const PhillipsDessouky&) = delete;
+  PhillipsDessouky& operator=(const PhillipsDessouky&) = delete;
+
+  // Runs every step; records the duration changes of each step.
+  void run();
+
+  Index n() const { return n_; }
+  Units min_units() const { return min_units_; }
+  Units max_units() const { return max_units_; }
+  std::int64_t steps() const { return static_cast<std::int64_t>(step_end_.size()); }
+  // Replays step k's changes onto `durations` (step 0's start: all maximal).
+  void apply_step(std::int64_t k, std::vector<Units>& durations) const {
+    const std::size_t begin = k == 0 ? 0 : step_end_[static_cast<std::size_t>(k) - 1];
+    for (std::size_t c = begin; c < step_end_[static_cast<std::size_t>(k)]; ++c)
+      durations[static_cast<std::size_t>(log_[c].first)] = log_[c].second;
+  }
+  void initial_durations(std::vector<Units>& durations) const {
+    for (Index i = 0; i < n_; ++i) durations[static_cast<std::size_t>(i)] = quant(i).max_duration();
+  }
+  OptionIndex option_for(Index i, Units d) const { return quant(i).option_for(d); }
+
+ private:
+  const QuantisedGroup& quant(Index i) const {
+    return groups_[static_cast<std::size_t>(group_[static_cast<std::size_t>(i)])];
+  }
+  // Earliest starts and latest finishes for `deadline` (or the makespan if < 0);
+  // returns the makespan.
+  Units compute_times(Units deadline);
+  // One min-cut step; false when the minimum time is reached.
+  bool step();
+
+  const Dag& dag_;
+  Index n_;
+  std::vector<QuantisedGroup> groups_;
+  std::vector<Index> group_;
+  std::vector<Units> d_, earliest_start_, latest_finish_;
+  Units makespan_ = 0, min_units_ = 0, max_units_ = 0;
+  double tolerance_ = 0.0;
+  std::function<bool(std::int64_t, std::int64_t)> progress_;
+
+  // Flow network: s=0, t=1, a_i = 2+2i, b_i = 3+2i, super source/sink last.
+  FlowNetwork net_;
+  Index super_source_, super_sink_;
+  std::vector<Index> work_arc_, supply_arc_, demand_arc_;  // per computation
+  std::vector<Index> dep_arc_;                             // per DAG edge, successor CSR order
+  std::vector<Index> source_arc_, sink_arc_;               // per computation, -1 if none
+  Index return_arc_ = -1;
+  std::vector<double> lower_;  // lower bound per computation this step
+  std::vector<char> critical_;
+  std::vector<Index> lengthened_;  // scratch
+  std::vector<std::pair<Index, Units>> log_;
+  std::vector<std::size_t> step_end_;
+};
+
+Index aoa_start(Index i) { return 2 + 2 * i; }
+Index aoa_end(Index i) { return 3 + 2 * i; }
+
+PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag,
+                                   const OptionTable& table, const SolverOptions& options)
+    : dag_(dag),
+      n_(pipeline.size()),
+      net_(2 * pipeline.size() + 4),
+      super_source_(2 * pipeline.size() + 2),
+      super_sink_(2 * pipeline.size() + 3) {
+  const auto n = static_cast<std::size_t>(n_);
+  groups_.reserve(static_cast<std::size_t>(table.num_groups()));
+  bool any_range = false;
+  double scale = 0.0;
+  for (Index g = 0; g < table.num_groups(); ++g) {
+    groups_.emplace_back(table, g, options.unit_time_s, options.blocking_power_w);
+    const QuantisedGroup& q = groups_.back();
+    if (q.max_duration() > q.min_duration()) {
+      any_range = true;
+      scale = std::max(scale, q.cost(q.min_duration()) - q.cost(q.max_duration()));
+    }
+  }
+  if (!any_range)
+    throw std::invalid_argument(
+        "unit_time " + std::to_string(options.unit_time_s) +
+        " s is so coarse that every stage's options quantise to a single duration; "
+        "use a smaller unit_time");
+  // Costs are joules of order one per unit; the tolerance only absorbs rounding.
+  tolerance_ = 1e-10 * std::max(scale, 1e-300);
+  progress_ = options.progress;
+
+  group_.resize(n);
+  for (Index i = 0; i < n_; ++i) group_[static_cast<std::size_t>(i)] = group_of(pipeline.computation(i));
+  d_.resize(n);
+  earliest_start_.resize(n);
+  latest_finish_.resize(n);
+  lower_.assign(n, 0.0);
+  critical_.assign(n, 0);
+  lengthened_.reserve(n);
+
+  work_arc_.resize(n);
+  supply_arc_.resize(n);
+  demand_arc_.resize(n);
+  source_arc_.assign(n, -1);
+  sink_arc_.assign(n, -1);
+  for (Index i = 0; i < n_; ++i) {
+    const auto s = static_cast<std::size_t>(i);
+    work_arc_[s] = net_.add_arc(aoa_start(i), aoa_end(i));
+    supply_arc_[s] = net_.add_arc(super_source_, aoa_end(i));
+    demand_arc_[s] = net_.add_arc(aoa_start(i), super_sink_);
+    if (dag.predecessors_begin(i) == dag.predecessors_end(i)) source_arc_[s] = net_.add_arc(0, aoa_start(i));
+    if (dag.successors_begin(i) == dag.successors_end(i)) sink_arc_[s] = net_.add_arc(aoa_end(i), 1);
+    for (const Index* v = dag.successors_begin(i); v != dag.successors_end(i); ++v)
+      dep_arc_.push_back(net_.add_arc(aoa_end(i), aoa_start(*v)));
+  }
+  return_arc_ = net_.add_arc(1, 0);
+  net_.finalize();
+
+  for (Index i = 0; i < n_; ++i) d_[static_cast<std::size_t>(i)] = quant(i).min_duration();
+  min_units_ = compute_times(-1);
+  for (Index i = 0; i < n_; ++i) d_[static_cast<std::size_t>(i)] = quant(i).max_duration();
+  max_units_ = compute_times(-1);
+}
+
+Units PhillipsDessouky::compute_times(Units deadline) {
+  Units makespan = 0;
+  for (const Index v : dag_.topological_order()) {
+    Units start = 0;
+    for (const Index* p = dag_.predecessors_begin(v); p != dag_.predecessors_end(v); ++p)
+      start = std::max(start, earliest_start_[static_cast<std::size_t>(*p)] + d_[static_cast<std::size_t>(*p)]);
+    earliest_start_[static_cast<std::size_t>(v)] = start;
+    makespan = std::max(makespan, start + d_[static_cast<std::size_t>(v)]);
+  }
+  const Units horizon = deadline < 0 ? makespan : deadline;
+  const auto& order = dag_.topological_order();
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Index v = *it;
+    Units latest = horizon;
+    for (const Index* s = dag_.successors_begin(v); s != dag_.successors_end(v); ++s)
+      latest = std::min(latest, latest_finish_[static_cast<std::size_t>(*s)] - d_[static_cast<std::size_t>(*s)]);
+    latest_finish_[static_cast<std::size_t>(v)] = latest;
+  }
+  makespan_ = makespan;
+  return makespan;
+}
+
+bool PhillipsDessouky::step() {
+  const Units T = makespan_;  // earliest_start_ / latest_finish_ are current for d_
+  double total_lower = 0.0;
+  std::size_t edge = 0;
+  for (Index i = 0; i < n_; ++i) {
+    const auto s = static_cast<std::size_t>(i);
+    const Units d = d_[s], start = earliest_start_[s];
+    const bool critical = latest_finish_[s] - start - d == 0;
+    critical_[s] = critical;
+    lower_[s] = 0.0;
+    if (critical) {
+      const QuantisedGroup& q = quant(i);
+      const double upper = d > q.min_duration() ? q.cost(d - 1) - q.cost(d) : kInfinity;
+      const double lower = d < q.max_duration() ? q.cost(d) - q.cost(d + 1) : 0.0;
+      lower_[s] = lower;
+      total_lower += lower;
+      net_.set_capacity(work_arc_[s], upper == kInfinity ? kInfinity : std::max(upper - lower, 0.0));
+      net_.set_capacity(supply_arc_[s], lower);
+      net_.set_capacity(demand_arc_[s], lower);
+    } else {
+      net_.clear_arc(work_arc_[s]);
+      net_.clear_arc(supply_arc_[s]);
+      net_.clear_arc(demand_arc_[s]);
+    }
+    if (source_arc_[s] >= 0) net_.set_capacity(source_arc_[s], critical && start == 0 ? kInfinity : 0.0);
+    if (sink_arc_[s] >= 0) net_.set_capacity(sink_arc_[s], critical && start + d == T ? kInfinity : 0.0);
+    // A dependency arc b_i -> a_v is critical when v's latest start equals i's
+    // earliest finish (both ends are then critical too).
+    for (const Index* v = dag_.successors_begin(i); v != dag_.successors_end(i); ++v, ++edge) {
+      const auto vs = static_cast<std::size_t>(*v);
+      net_.set_capacity(dep_arc_[edge], latest_finish_[vs] - d_[vs] == start + d ? kInfinity : 0.0);
+    }
+  }
+
+  // Feasible flow honouring the lower bounds.
+  net_.set_capacity(return_arc_, kInfinity);
+  const double feasible = net_.max_flow(super_source_, super_sink_, tolerance_);
+  if (feasible < total_lower - 1e-9 * std::max(1.0, total_lower))
+    throw std::logic_error("Phillips-Dessouky: no feasible flow on the critical subgraph");
+  net_.clear_arc(return_arc_);
+  for (Index i = 0; i < n_; ++i) {
+    net_.clear_arc(supply_arc_[static_cast<std::size_t>(i)]);
+    net_.clear_arc(demand_arc_[static_cast<std::size_t>(i)]);
+  }
+  // An infinite cut means some critical path cannot shrink any further.
+  if (net_.has_infinite_path(0, 1)) return false;
+  net_.max_flow(0, 1, tolerance_);
+  const std::vector<char>& source_side = net_.reachable_from(0, tolerance_);
+
+  const std::size_t log_begin = log_.size();
+  lengthened_.clear();
+  for (Index i = 0; i < n_; ++i) {
+    const auto s = static_cast<std::size_t>(i);
+    if (!critical_[s]) continue;
+    const bool a_in = source_side[static_cast<std::size_t>(aoa_start(i))] != 0;
+    const bool b_in = source_side[static_cast<std::size_t>(aoa_end(i))] != 0;
+    if (a_in && !b_in) {
+      if (d_[s] <= quant(i).min_duration()) return false;  // cannot happen on a finite cut
+      --d_[s];
+      log_.emplace_back(i, d_[s]);
+    } else if (!a_in && b_in && d_[s] < quant(i).max_duration()) {
+      ++d_[s];
+      lengthened_.push_back(i);
+      log_.emplace_back(i, d_[s]);
+    }
+  }
+  if (log_.size() == log_begin) return false;
+
+  // Lengthening a backward arc can stretch a path that had exactly one unit of
+  // float; undo such lengthenings until the iteration is one unit shorter.
+  while (compute_times(T - 1) > T - 1) {
+    bool undone = false;
+    for (const Index i : lengthened_) {
+      const auto s = static_cast<std::size_t>(i);
+      if (latest_finish_[s] - earliest_start_[s] - d_[s] < 0 && d_[s] > quant(i).min_duration()) {
+        --d_[s];
+        log_.emplace_back(i, d_[s]);
+        undone = true;
+      }
+    }
+    if (!undone) return false;
+  }
+  compute_times(-1);
+  step_end_.push_back(log_.size());
+  return true;
+}
+
+void PhillipsDessouky::run() {
+  compute_times(-1);
+  const std::int64_t expected = max_units_ - min_units_;
+  const auto started = std::chrono::steady_clock::now();
+  auto last_report = started;
+  if (progress_ && !progress_(0, expected)) throw SolveCancelled();
+  while (step()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (progress_ && now - last_report > std::chrono::milliseconds(100)) {
+      last_report = now;
+      if (!progress_(steps(), expected)) throw SolveCancelled();
+    }
+  }
+  if (progress_ && !progress_(steps(), expected)) throw SolveCancelled();
+}
+
+struct Candidate {
+  double time_s, energy_j, energy_before_j;
+  std::int64_t step;  // min-cut steps behind the plan; -1: the all-fastest plan
+};
+
+}  // namespace
+
+FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
+                              const SolverOptions& options) {
+  if (!(options.unit_time_s > 0) || !std::isfinite(options.unit_time_s))
+    throw std::invalid_argument("unit_time must be a positive number of seconds");
+  if (!(options.blocking_power_w >= 0) || !std::isfinite(options.blocking_power_w))
+    throw std::invalid_argument("blocking_power must be a finite number of watts >= 0");
+  if (table.num_stages() != pipeline.num_stages())
+    throw std::invalid_argument("the profile has " + std::to_string(table.num_stages()) +
+                                " stages but the pipeline needs " +
+                                std::to_string(pipeline.num_stages()));
+
+  PhillipsDessouky solver(pipeline, dag, table, options);
+  solver.run();
+
+  const Index n = pipeline.size();
+  const auto nn = static_cast<std::size_t>(n);
+  Evaluator evaluator(pipeline, dag, table, options.blocking_power_w);
+  std::vector<OptionIndex> choice(nn);
+  std::vector<Units> durations(nn);
+
+  FrontierResult result;
+  result.num_computations = n;
+  result.steps = solver.steps();
+  result.min_time_units = solver.min_units();
+  result.max_time_units = solver.max_units();
+
+  // Candidate c = 0 is the all-fastest plan; c = k + 1 is the plan after k
+  // min-cut steps (c = 1: the starting point, everything cheapest). Both
+  // passes below walk the candidates in this order, replaying the step log.
+  const std::size_t num_candidates = static_cast<std::size_t>(solver.steps()) + 2;
+  auto materialise = [&](std::size_t c) {
+    if (c == 0) {
+      std::fill(choice.begin(), choice.end(), OptionIndex{0});
+      return;
+    }
+    if (c == 1) solver.initial_durations(durations);
+    else solver.apply_step(static_cast<std::int64_t>(c) - 2, durations);
+    for (Index i = 0; i < n; ++i)
+      choice[static_cast<std::size_t>(i)] = solver.option_for(i, durations[static_cast<std::size_t>(i)]);
+  };
+
+  std::vector<Candidate> candidates(num_candidates);
+  for (std::size_t c = 0; c < num_candidates; ++c) {
+    materialise(c);
+    const Evaluation before = evaluator.evaluate(choice.data());
+    if (c == 0) result.baseline = before;
+    const Evaluation after = evaluator.reclaim(choice.data());
+    candidates[c] = {after.iteration_time_s, after.energy_j, before.energy_j,
+                     static_cast<std::int64_t>(c) - 1};
+  }
+
+  // Keep the Pareto-optimal candidates, fastest first.
+  std::vector<std::size_t> order(num_candidates);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (candidates[a].time_s != candidates[b].time_s) return candidates[a].time_s < candidates[b].time_s;
+    return candidates[a].energy_j < candidates[b].energy_j;
+  });
+  std::vector<std::size_t> rank(num_candidates, SIZE_MAX);
+  double best_energy = kInfinity;
+  double last_time = -kInfinity;
+  std::size_t kept = 0;
+  for (const std::size_t c : order) {
+    if (candidates[c].energy_j < best_energy && candidates[c].time_s > last_time) {
+      rank[c] = kept++;
+      best_energy = candidates[c].energy_j;
+      last_time = candidates[c].time_s;
+      result.iteration_time_s.push_back(candidates[c].time_s);
+      result.energy_j.push_back(candidates[c].energy_j);
+      result.energy_before_reclaim_j.push_back(candidates[c].energy_before_j);
+      result.solver_step.push_back(candidates[c].step);
+    }
+  }
+
+  // Regenerate the kept plans (reclamation is deterministic) into their rows.
+  result.choices.resize(kept * nn);
+  for (std::size_t c = 0; c < num_candidates; ++c) {
+    materialise(c);
+    if (rank[c] == SIZE_MAX) continue;
+    evaluator.reclaim(choice.data());
+    std::copy(choice.begin(), choice.end(), result.choices.begin() + static_cast<std::ptrdiff_t>(rank[c] * nn));
+  }
+  return result;
+}
+
+}  // namespace perseus

@@ -1,0 +1,127 @@
+#include "pipeline.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+namespace perseus {
+
+ScheduleKind parse_schedule(const std::string& name) {
+  if (name == "1f1b") return ScheduleKind::OneFOneB;
+  if (name == "gpipe") return ScheduleKind::GPipe;
+  if (name == "interleaved-1f1b") return ScheduleKind::Interleaved1F1B;
+  throw std::invalid_argument("unknown schedule '" + name +
+                              "'; expected one of: 1f1b, gpipe, interleaved-1f1b");
+}
+
+const char* schedule_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::Interleaved1F1B: return "interleaved-1f1b";
+  }
+  return "?";
+}
+
+Pipeline::Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages,
+                   Index num_microbatches)
+    : kind_(kind),
+      num_gpus_(num_gpus),
+      virtual_stages_(virtual_stages),
+      num_microbatches_(num_microbatches) {
+  if (num_gpus < 1) throw std::invalid_argument("num_gpus must be >= 1");
+  if (num_microbatches < 1) throw std::invalid_argument("microbatches must be >= 1");
+  if (virtual_stages < 1) throw std::invalid_argument("virtual_stages must be >= 1");
+  if (kind == ScheduleKind::Interleaved1F1B) {
+    if (virtual_stages < 2)
+      throw std::invalid_argument(
+          "the interleaved-1f1b schedule needs virtual_stages >= 2");
+    if (num_microbatches < num_gpus)
+      throw std::invalid_argument(
+          "the interleaved-1f1b schedule needs microbatches >= pipeline GPUs (" +
+          std::to_string(num_gpus) + "), got " + std::to_string(num_microbatches));
+  } else if (virtual_stages != 1) {
+    throw std::invalid_argument(std::string("the ") + schedule_name(kind) +
+                                " schedule has no virtual stages; use interleaved-1f1b");
+  }
+  const long long total = 2LL * num_gpus * virtual_stages * num_microbatches;
+  if (total > 0x3fffffffLL) throw std::invalid_argument("pipeline too large");
+
+  computations_.resize(static_cast<std::size_t>(total));
+  for (Index stage = 0; stage < num_stages(); ++stage)
+    for (Index mb = 0; mb < num_microbatches; ++mb)
+      for (Instruction ins : {Instruction::Forward, Instruction::Backward})
+        computations_[static_cast<std::size_t>(id_of(stage, mb, ins))] =
+            Computation{stage, stage % num_gpus, stage / num_gpus, mb, ins};
+
+  order_.reserve(computations_.size());
+  order_offset_.reserve(static_cast<std::size_t>(num_gpus) + 1);
+  for (Index gpu = 0; gpu < num_gpus; ++gpu) {
+    order_offset_.push_back(static_cast<Index>(order_.size()));
+    switch (kind) {
+      case ScheduleKind::GPipe: build_gpipe(gpu); break;
+      case ScheduleKind::OneFOneB: build_1f1b(gpu); break;
+      case ScheduleKind::Interleaved1F1B: build_interleaved(gpu); break;
+    }
+  }
+  order_offset_.push_back(static_cast<Index>(order_.size()));
+}
+
+void Pipeline::append(Index gpu, Index chunk, Index microbatch, Instruction instruction) {
+  order_.push_back(id_of(chunk * num_gpus_ + gpu, microbatch, instruction));
+}
+
+void Pipeline::build_gpipe(Index gpu) {
+  for (Index mb = 0; mb < num_microbatches_; ++mb) append(gpu, 0, mb, Instruction::Forward);
+  for (Index mb = 0; mb < num_microbatches_; ++mb) append(gpu, 0, mb, Instruction::Backward);
+}
+
+void Pipeline::build_1f1b(Index gpu) {
+  const Index warmup = std::min(num_gpus_ - gpu - 1, num_microbatches_);
+  Index next_forward = 0;
+  Index next_backward = 0;
+  for (; next_forward < warmup; ++next_forward)
+    append(gpu, 0, next_forward, Instruction::Forward);
+  while (next_forward < num_microbatches_) {
+    append(gpu, 0, next_forward++, Instruction::Forward);
+    append(gpu, 0, next_backward++, Instruction::Backward);
+  }
+  while (next_backward < num_microbatches_)
+    append(gpu, 0, next_backward++, Instruction::Backward);
+}
+
+void Pipeline::build_interleaved(Index gpu) {
+  // Megatron's schedule table: microbatches in groups of `group` (its default
+  // microbatch_group_size_per_vp_stage is the pipeline size); within a group,
+  // every chunk runs the whole group before the next chunk starts. The last
+  // group takes all remaining microbatches.
+  const Index chunks = virtual_stages_;
+  const Index group = num_gpus_;
+  std::vector<std::pair<Index, Index>> table;  // (microbatch, chunk), forward order
+  table.reserve(static_cast<std::size_t>(num_microbatches_) * chunks);
+  for (Index first = 0; first < num_microbatches_; first += group) {
+    const Index last = (first + group >= num_microbatches_) ? num_microbatches_ : first + group;
+    for (Index chunk = 0; chunk < chunks; ++chunk)
+      for (Index mb = first; mb < last; ++mb) table.emplace_back(mb, chunk);
+    if (last == num_microbatches_) break;
+  }
+  const Index total = static_cast<Index>(table.size());
+  const Index warmup =
+      std::min(total, (num_gpus_ - gpu - 1) * 2 + (chunks - 1) * group);
+  auto forward = [&](Index k) {
+    append(gpu, table[static_cast<std::size_t>(k)].second, table[static_cast<std::size_t>(k)].first,
+           Instruction::Forward);
+  };
+  auto backward = [&](Index k) {
+    append(gpu, chunks - 1 - table[static_cast<std::size_t>(k)].second,
+           table[static_cast<std::size_t>(k)].first, Instruction::Backward);
+  };
+  for (Index k = 0; k < warmup; ++k) forward(k);
+  for (Index k = 0; k < total - warmup; ++k) {
+    forward(k + warmup);
+    backward(k);
+  }
+  for (Index k = total - warmup; k < total; ++k) backward(k);
+}
+
+}  // namespace perseus

@@ -1,0 +1,43 @@
+"""perseus: energy-optimal GPU frequency plans for pipeline-parallel training.
+
+Typical use::
+
+    import perseus
+    profile = perseus.Profile.from_csv("profile.csv", blocking_power=70.0)
+    frontier = perseus.optimize(profile, microbatches=32)
+    plan = frontier.plan_for(deadline=1.02 * frontier.iteration_times[0])
+    plan.to_zeus()
+"""
+
+from __future__ import annotations
+
+try:
+    from . import _core  # noqa: F401  (fail early, with a hint)
+except ImportError as error:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "perseus's compiled extension perseus._core could not be imported "
+        f"({error}). Was the extension built? Run `pip install .` in the "
+        "perseus source tree."
+    ) from error
+
+from .errors import ProfileError
+from .frontier import Evaluation, Frontier, Plan
+from .optimize import evaluate, optimize
+from .profile import INSTRUCTIONS, Profile, StageOptions
+from .schedule import SCHEDULES, pipeline_order
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "INSTRUCTIONS",
+    "SCHEDULES",
+    "Evaluation",
+    "Frontier",
+    "Plan",
+    "Profile",
+    "ProfileError",
+    "StageOptions",
+    "evaluate",
+    "optimize",
+    "pipeline_order",
+]

@@ -1,0 +1,93 @@
+"""The ``perseus`` command line.
+
+    perseus optimize PROFILE.csv --microbatches 32 --blocking-power 70 -o out/
+
+prints a summary and writes ``out/frontier.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import ProfileError
+from .optimize import optimize
+from .profile import Profile
+from .schedule import SCHEDULES
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perseus", description="Energy-optimal GPU frequency plans for pipeline training."
+    )
+    parser.add_argument("--version", action="version", version=f"perseus {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    opt = commands.add_parser(
+        "optimize", help="compute the iteration time-energy frontier of a profile"
+    )
+    opt.add_argument("profile", help="profile CSV (stage,instruction,frequency,time,energy)")
+    opt.add_argument("--microbatches", type=int, required=True, help="microbatches per iteration")
+    opt.add_argument(
+        "--blocking-power", type=float, required=True, metavar="WATTS",
+        help="power a GPU draws while it waits on a pipeline neighbour (W)",
+    )
+    opt.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
+    opt.add_argument("--virtual-stages", type=int, default=1, help="model chunks per GPU (interleaved)")
+    opt.add_argument(
+        "--unit-time", type=float, default=1e-3, metavar="SECONDS",
+        help="solver time quantum (default 0.001 s)",
+    )
+    opt.add_argument("-o", "--output", default=".", metavar="DIR", help="directory for frontier.json")
+    opt.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    profile = Profile.from_csv(args.profile, blocking_power=args.blocking_power)
+    frontier = optimize(
+        profile,
+        microbatches=args.microbatches,
+        schedule=args.schedule,
+        virtual_stages=args.virtual_stages,
+        unit_time=args.unit_time,
+        progress=not args.quiet,
+    )
+    os.makedirs(args.output, exist_ok=True)
+    path = os.path.join(args.output, "frontier.json")
+    frontier.save(path)
+    s = frontier.summary()
+    gpus = frontier.spec.num_gpus
+    print(f"profile        {args.profile}: {profile.num_stages} stages on {gpus} GPUs, "
+          f"{args.microbatches} microbatches, {args.schedule}")
+    print(f"baseline       {s['baseline_time_s']:.4f} s  {s['baseline_energy_j']:.1f} J  (all maximum frequency)")
+    print(f"fastest plan   {s['fastest_time_s']:.4f} s  {s['fastest_energy_j']:.1f} J  "
+          f"({s['saving_percent']:.2f}% less energy)")
+    print(f"slowest plan   {frontier.iteration_times[-1]:.4f} s  {frontier.energies[-1]:.1f} J")
+    print(f"plans          {len(frontier)}  ({frontier.steps} solver steps, {s['solve_time_s']:.2f} s)")
+    print(f"written        {path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "optimize":
+            return _optimize(args)
+    except (ProfileError, OSError) as error:
+        print(f"perseus: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("perseus: interrupted", file=sys.stderr)
+        return 130
+    return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

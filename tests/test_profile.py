@@ -1,0 +1,556 @@
+"""Tests for perseus.profile: parsing, validation, Pareto filtering, CSV output."""
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perseus.errors import ProfileError
+from perseus.profile import INSTRUCTIONS, Profile, StageOptions
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+HEADER = "stage,instruction,frequency,time,energy"
+
+# Two stages, two frequencies each, nothing dominated. Data rows are lines 2..9.
+VALID_ROWS = [
+    "0,forward,1410,0.010,5.0",
+    "0,forward,1200,0.012,4.0",
+    "0,backward,1410,0.020,10.0",
+    "0,backward,1200,0.024,8.0",
+    "1,forward,1410,0.011,5.5",
+    "1,forward,1200,0.013,4.5",
+    "1,backward,1410,0.021,11.0",
+    "1,backward,1200,0.025,9.0",
+]
+
+
+def write(tmp_path, lines, name="prof.csv"):
+    path = tmp_path / name
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def load(path, blocking_power=50.0):
+    return Profile.from_csv(path, blocking_power=blocking_power)
+
+
+def csv_error(tmp_path, lines):
+    """Write ``lines``, expect from_csv to fail, return (path, message)."""
+    path = write(tmp_path, lines)
+    with pytest.raises(ProfileError) as info:
+        load(path)
+    return str(path), str(info.value)
+
+
+def records_error(records, blocking_power=50.0):
+    with pytest.raises(ProfileError) as info:
+        Profile.from_records(records, blocking_power=blocking_power)
+    return str(info.value)
+
+
+def with_row(index, row):
+    """VALID_ROWS with data row ``index`` (0-based; file line index + 2) replaced."""
+    rows = list(VALID_ROWS)
+    rows[index] = row
+    return [HEADER, *rows]
+
+
+def test_profile_error_is_value_error():
+    assert issubclass(ProfileError, ValueError)
+
+
+# --- reading valid files -------------------------------------------------------
+
+
+def test_valid_file_loads(tmp_path):
+    profile = load(write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power=62.5)
+    assert profile.num_stages == 2
+    assert profile.blocking_power == 62.5
+    assert profile.source == str(tmp_path / "prof.csv")
+    assert profile.num_dropped == 0
+    assert profile.frequencies() == [1200, 1410]
+    opts = profile.options(1, "backward")
+    assert opts.frequency_mhz.tolist() == [1410, 1200]
+    assert opts.time_s.tolist() == [0.021, 0.025]
+    assert opts.energy_j.tolist() == [11.0, 9.0]
+    assert opts.frequency_mhz.dtype == np.int64
+    assert opts.time_s.dtype == np.float64
+    assert len(opts) == 2
+
+
+def test_columns_in_any_order_and_blank_lines(tmp_path):
+    lines = ["energy,time,frequency,instruction,stage", ""]
+    for row in VALID_ROWS:
+        stage, instr, freq, time, energy = row.split(",")
+        lines += [f"{energy}, {time} ,{freq},{instr},{stage}", "  "]
+    expected = load(write(tmp_path, [HEADER, *VALID_ROWS], "b.csv"))
+    assert_same_options(load(write(tmp_path, lines)), expected)
+
+
+def test_integral_float_stage_and_frequency_accepted(tmp_path):
+    profile = load(write(tmp_path, with_row(0, "0.0,forward,1410.0,0.010,5.0")))
+    assert profile.options(0, "forward").frequency_mhz.tolist() == [1410, 1200]
+
+
+def test_repr_summarises(tmp_path):
+    text = repr(load(write(tmp_path, [HEADER, *VALID_ROWS])))
+    assert "num_stages=2" in text
+    assert "1200..1410 MHz" in text
+    assert "options=8" in text
+    assert "50 W" in text
+    assert "prof.csv" in text
+
+
+def test_arrays_are_read_only(tmp_path):
+    opts = load(write(tmp_path, [HEADER, *VALID_ROWS])).options(0, "forward")
+    for array in (opts.frequency_mhz, opts.time_s, opts.energy_j):
+        with pytest.raises(ValueError):
+            array[0] = 1
+
+
+# --- Pareto filtering ----------------------------------------------------------
+
+
+def test_pareto_drops_dominated_rows_and_sorts_fastest_first(tmp_path):
+    rows = [
+        "0,forward,900,0.030,6.0",  # slower and costlier than 1200: dropped
+        "0,forward,1410,0.010,5.0",
+        "0,forward,1200,0.012,4.0",
+        "0,forward,1300,0.012,4.5",  # same time as 1200, costlier: dropped
+        "0,forward,1000,0.020,3.0",
+        "0,backward,1410,0.020,10.0",
+        "0,backward,1350,0.021,10.0",  # slower, same energy: dropped
+    ]
+    profile = load(write(tmp_path, [HEADER, *rows]))
+    fwd = profile.options(0, "forward")
+    assert fwd.frequency_mhz.tolist() == [1410, 1200, 1000]
+    assert fwd.time_s.tolist() == [0.010, 0.012, 0.020]
+    assert fwd.energy_j.tolist() == [5.0, 4.0, 3.0]
+    assert profile.options(0, "backward").frequency_mhz.tolist() == [1410]
+    assert profile.num_dropped == 3
+    assert profile.frequencies() == [1000, 1200, 1410]
+
+
+def test_pareto_exact_tie_keeps_higher_frequency(tmp_path):
+    rows = [
+        "0,forward,1200,0.010,5.0",
+        "0,forward,1395,0.010,5.0",
+        "0,forward,1300,0.010,5.0",
+        "0,backward,1410,0.020,10.0",
+    ]
+    profile = load(write(tmp_path, [HEADER, *rows]))
+    assert profile.options(0, "forward").frequency_mhz.tolist() == [1395]
+    assert profile.num_dropped == 2
+
+
+def test_pareto_is_per_stage_and_instruction(tmp_path):
+    # Stage 1's 1200 MHz row would be dominated by stage 0's numbers; it must stay.
+    rows = list(VALID_ROWS)
+    rows[5] = "1,forward,1200,0.013,6.0"
+    rows[4] = "1,forward,1410,0.011,6.5"
+    profile = load(write(tmp_path, [HEADER, *rows]))
+    assert profile.options(1, "forward").frequency_mhz.tolist() == [1410, 1200]
+    assert profile.num_dropped == 0
+
+
+def test_stage_options_rejects_non_pareto_input():
+    with pytest.raises(ValueError, match="Pareto"):
+        StageOptions(frequency_mhz=[1410, 1200], time_s=[0.01, 0.02], energy_j=[5.0, 6.0])
+    with pytest.raises(ValueError, match="same, non-zero length"):
+        StageOptions(frequency_mhz=[1410], time_s=[0.01, 0.02], energy_j=[5.0, 4.0])
+    with pytest.raises(ValueError, match="integers"):
+        StageOptions(frequency_mhz=[1410.5], time_s=[0.01], energy_j=[5.0])
+
+
+def test_stage_options_copies_input():
+    freq = np.array([1410, 1200])
+    opts = StageOptions(frequency_mhz=freq, time_s=[0.01, 0.02], energy_j=[5.0, 4.0])
+    freq[0] = 1
+    assert opts.frequency_mhz.tolist() == [1410, 1200]
+    assert freq.flags.writeable
+
+
+# --- bad files -----------------------------------------------------------------
+
+
+def test_empty_file(tmp_path):
+    path, msg = csv_error(tmp_path, [])
+    assert path in msg and "empty" in msg
+
+
+def test_whitespace_only_file_is_empty(tmp_path):
+    path, msg = csv_error(tmp_path, ["", "   ", ""])
+    assert path in msg and "empty" in msg
+
+
+def test_header_missing_column(tmp_path):
+    header = "stage,instruction,frequency,time"
+    path, msg = csv_error(tmp_path, [header, *(row.rsplit(",", 1)[0] for row in VALID_ROWS)])
+    assert path in msg and "line 1" in msg
+    assert "missing column(s) 'energy'" in msg
+
+
+def test_header_extra_column(tmp_path):
+    path, msg = csv_error(tmp_path, [HEADER + ",power", *(row + ",300" for row in VALID_ROWS)])
+    assert path in msg and "line 1" in msg
+    assert "unexpected column(s) 'power'" in msg
+
+
+def test_header_wrong_case_reports_both_sides(tmp_path):
+    _, msg = csv_error(tmp_path, ["stage,instruction,frequency,Time,energy", *VALID_ROWS])
+    assert "missing column(s) 'time'" in msg
+    assert "unexpected column(s) 'Time'" in msg
+
+
+def test_header_repeated_column(tmp_path):
+    path, msg = csv_error(tmp_path, [HEADER + ",time", *(row + ",1" for row in VALID_ROWS)])
+    assert path in msg and "repeated column(s) 'time'" in msg
+
+
+def test_row_with_wrong_number_of_fields(tmp_path):
+    path, msg = csv_error(tmp_path, with_row(1, "0,forward,1200,0.012"))
+    assert f"{path}, line 3" in msg
+    assert "expected 5 fields, got 4" in msg
+
+
+def test_line_numbers_count_blank_lines(tmp_path):
+    path, msg = csv_error(tmp_path, [HEADER, "", VALID_ROWS[0], "", "0,forward,abc,0.012,4.0"])
+    assert f"{path}, line 5, field 'frequency'" in msg
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "value"),
+    [
+        ("x,forward,1200,0.012,4.0", "stage", "'x'"),
+        ("0,forward,fast,0.012,4.0", "frequency", "'fast'"),
+        ("0,forward,1200,12ms,4.0", "time", "'12ms'"),
+        ("0,forward,1200,0.012,4J", "energy", "'4J'"),
+    ],
+)
+def test_non_numeric_value(tmp_path, row, field, value):
+    path, msg = csv_error(tmp_path, with_row(1, row))
+    assert f"{path}, line 3, field '{field}'" in msg
+    assert f"{value} is not a number" in msg
+
+
+def test_empty_value(tmp_path):
+    path, msg = csv_error(tmp_path, with_row(1, "0,forward,1200,,4.0"))
+    assert f"{path}, line 3, field 'time'" in msg and "empty" in msg
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "NaN"])
+@pytest.mark.parametrize("field", ["stage", "frequency", "time", "energy"])
+def test_non_finite_value(tmp_path, field, bad):
+    values = dict(stage="0", instruction="forward", frequency="1200", time="0.012", energy="4.0")
+    values[field] = bad
+    path, msg = csv_error(tmp_path, with_row(1, ",".join(values.values())))
+    assert f"{path}, line 3, field '{field}'" in msg
+    assert "not finite" in msg
+
+
+@pytest.mark.parametrize("field", ["time", "energy"])
+@pytest.mark.parametrize("bad", ["0", "0.0", "-0.012"])
+def test_non_positive_time_or_energy(tmp_path, field, bad):
+    values = dict(stage="0", instruction="forward", frequency="1200", time="0.012", energy="4.0")
+    values[field] = bad
+    path, msg = csv_error(tmp_path, with_row(1, ",".join(values.values())))
+    assert f"{path}, line 3, field '{field}': must be > 0" in msg
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [("0", "must be > 0 MHz"), ("-1200", "must be > 0 MHz"), ("1200.5", "expected an integer")],
+)
+def test_bad_frequency(tmp_path, bad, expected):
+    path, msg = csv_error(tmp_path, with_row(1, f"0,forward,{bad},0.012,4.0"))
+    assert f"{path}, line 3, field 'frequency'" in msg
+    assert expected in msg
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"), [("-1", "must be >= 0"), ("0.5", "expected an integer")]
+)
+def test_bad_stage(tmp_path, bad, expected):
+    path, msg = csv_error(tmp_path, with_row(1, f"{bad},forward,1200,0.012,4.0"))
+    assert f"{path}, line 3, field 'stage'" in msg
+    assert expected in msg
+
+
+def test_unknown_instruction(tmp_path):
+    path, msg = csv_error(tmp_path, with_row(1, "0,fwd,1200,0.012,4.0"))
+    assert f"{path}, line 3, field 'instruction'" in msg
+    assert "'fwd'" in msg and "'forward'" in msg and "'backward'" in msg
+
+
+def test_duplicate_row_names_both_lines(tmp_path):
+    path, msg = csv_error(tmp_path, [HEADER, *VALID_ROWS, "0,backward,1200,0.030,9.0"])
+    assert f"{path}, line 10" in msg
+    assert "first given at line 5" in msg
+    assert "stage 0" in msg and "'backward'" in msg and "1200 MHz" in msg
+
+
+@pytest.mark.parametrize(
+    ("stage", "instruction"), [(0, "forward"), (0, "backward"), (1, "backward")]
+)
+def test_stage_missing_an_instruction(tmp_path, stage, instruction):
+    rows = [row for row in VALID_ROWS if not row.startswith(f"{stage},{instruction},")]
+    path, msg = csv_error(tmp_path, [HEADER, *rows])
+    assert path in msg
+    assert f"stage {stage} has no '{instruction}' rows" in msg
+
+
+def test_stage_ids_not_contiguous(tmp_path):
+    rows = [row.replace("1,", "4,", 1) if row.startswith("1,") else row for row in VALID_ROWS]
+    path, msg = csv_error(tmp_path, [HEADER, *rows])
+    assert path in msg
+    assert "missing 1, 2, 3" in msg
+
+
+def test_stage_ids_not_starting_at_zero(tmp_path):
+    rows = [row.replace("0,", "2,", 1) if row.startswith("0,") else row for row in VALID_ROWS]
+    _, msg = csv_error(tmp_path, [HEADER, *rows])
+    assert "missing 0" in msg and "missing 0, 1" not in msg
+
+
+def test_huge_stage_gap_lists_a_few_ids(tmp_path):
+    rows = [row.replace("1,", "1000000,", 1) if row.startswith("1,") else row for row in VALID_ROWS]
+    _, msg = csv_error(tmp_path, [HEADER, *rows])
+    assert "missing 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ... (999999 in all)" in msg
+
+
+def test_header_only(tmp_path):
+    path, msg = csv_error(tmp_path, [HEADER])
+    assert path in msg and "no data rows" in msg
+
+
+def test_not_utf8(tmp_path):
+    path = tmp_path / "bin.csv"
+    path.write_bytes(HEADER.encode() + b"\n0,forward,1410,0.01,\xff\xfe\n")
+    with pytest.raises(ProfileError, match="UTF-8") as info:
+        load(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, "60", None, True])
+def test_bad_blocking_power(tmp_path, bad):
+    path = write(tmp_path, [HEADER, *VALID_ROWS])
+    with pytest.raises(ProfileError, match="blocking_power"):
+        load(path, blocking_power=bad)
+    assert "blocking_power" in records_error([row.split(",") for row in VALID_ROWS], bad)
+
+
+def test_zero_blocking_power_allowed(tmp_path):
+    assert load(write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power=0).blocking_power == 0.0
+
+
+# --- records -----------------------------------------------------------------
+
+
+def valid_records():
+    return [
+        (int(s), i, int(f), float(t), float(e))
+        for s, i, f, t, e in (row.split(",") for row in VALID_ROWS)
+    ]
+
+
+def test_from_records_tuples_mappings_and_numpy_match_csv(tmp_path):
+    expected = load(write(tmp_path, [HEADER, *VALID_ROWS]))
+    tuples = valid_records()
+    mappings = [dict(zip(HEADER.split(","), r)) for r in tuples]
+    numpy_values = [
+        (np.int64(s), i, np.int32(f), np.float64(t), np.float32(e)) for s, i, f, t, e in tuples
+    ]
+    strings = [row.split(",") for row in VALID_ROWS]
+    for records in (tuples, mappings, iter(strings)):
+        profile = Profile.from_records(records, blocking_power=50.0)
+        assert profile.source is None
+        assert_same_options(profile, expected)
+    from_numpy = Profile.from_records(numpy_values, blocking_power=50.0)
+    assert from_numpy.options(1, "backward").energy_j.tolist() == [11.0, 9.0]
+
+
+def test_from_records_filters_pareto():
+    records = [*valid_records(), (0, "forward", 1000, 0.02, 4.5)]
+    profile = Profile.from_records(records, blocking_power=50.0)
+    assert profile.num_dropped == 1
+    assert 1000 not in profile.options(0, "forward").frequency_mhz
+
+
+@pytest.mark.parametrize(
+    ("bad", "fragments"),
+    [
+        ((0, "forward", 1200, "x", 4.0), ["records[1], field 'time'", "not a number"]),
+        ((0, "forward", 1200, math.nan, 4.0), ["records[1], field 'time'", "not finite"]),
+        ((0, "forward", 1200, 0.012, 0.0), ["records[1], field 'energy'", "must be > 0"]),
+        ((0, "forward", 1200.5, 0.012, 4.0), ["records[1], field 'frequency'", "integer"]),
+        ((0, "forward", 0, 0.012, 4.0), ["records[1], field 'frequency'", "> 0 MHz"]),
+        ((-1, "forward", 1200, 0.012, 4.0), ["records[1], field 'stage'", ">= 0"]),
+        ((True, "forward", 1200, 0.012, 4.0), ["records[1], field 'stage'", "not a number"]),
+        ((0, "Forward", 1200, 0.012, 4.0), ["records[1], field 'instruction'", "'forward'"]),
+        ((0, "forward", 1200, 0.012), ["records[1]", "expected 5 fields", "got 4"]),
+        (42, ["records[1]", "mapping or a 5-tuple", "int"]),
+        ("0,forward,1200,0.012,4.0", ["records[1]", "mapping or a 5-tuple", "str"]),
+        ({"stage": 0, "instruction": "forward", "frequency": 1200, "time": 0.012},
+         ["records[1]", "missing field(s) 'energy'"]),
+        (
+            {"stage": 0, "instruction": "forward", "frequency": 1200, "time": 0.012, "energy": 4.0,
+             "power": 1},
+            ["records[1]", "unexpected field(s) 'power'"],
+        ),
+        (
+            (0, "forward", 1410, 0.011, 4.9),
+            ["records[1]", "duplicate", "first given at records[0]"],
+        ),
+    ],
+)
+def test_from_records_bad_record(bad, fragments):
+    records = valid_records()
+    records[1] = bad
+    msg = records_error(records)
+    for fragment in fragments:
+        assert fragment in msg
+
+
+def test_from_records_whole_profile_checks():
+    assert "records: no data rows" in records_error([])
+    no_backward = [r for r in valid_records() if not (r[0] == 1 and r[1] == "backward")]
+    assert "stage 1 has no 'backward' rows" in records_error(no_backward)
+    gap = [(3 if r[0] == 1 else 0, *r[1:]) for r in valid_records()]
+    assert "missing 1, 2" in records_error(gap)
+
+
+# --- options() -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", [-1, 2, 1.0, "0", True])
+def test_options_bad_stage(tmp_path, stage):
+    profile = load(write(tmp_path, [HEADER, *VALID_ROWS]))
+    expected = f"stage {stage!r} is not in this profile; stages are 0..1"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        profile.options(stage, "forward")
+
+
+def test_options_bad_instruction(tmp_path):
+    profile = load(write(tmp_path, [HEADER, *VALID_ROWS]))
+    with pytest.raises(ValueError, match="unknown instruction 'fwd'"):
+        profile.options(0, "fwd")
+
+
+def test_options_accepts_numpy_stage(tmp_path):
+    profile = load(write(tmp_path, [HEADER, *VALID_ROWS]))
+    assert profile.options(np.int64(1), "forward") == profile.options(1, "forward")
+
+
+# --- to_csv --------------------------------------------------------------------
+
+
+def assert_same_options(a, b):
+    assert a.num_stages == b.num_stages
+    for stage in range(a.num_stages):
+        for instruction in INSTRUCTIONS:
+            x, y = a.options(stage, instruction), b.options(stage, instruction)
+            np.testing.assert_array_equal(x.frequency_mhz, y.frequency_mhz)
+            np.testing.assert_array_equal(x.time_s, y.time_s)  # exact, not approximate
+            np.testing.assert_array_equal(x.energy_j, y.energy_j)
+
+
+def test_round_trip_is_exact(tmp_path):
+    rng = np.random.default_rng(7)
+    records = []
+    for stage in range(3):
+        for instruction in INSTRUCTIONS:
+            times = np.sort(rng.uniform(0.01, 0.05, size=6))
+            energies = np.sort(rng.uniform(1.0, 9.0, size=6))[::-1]
+            for k in range(6):
+                records.append((stage, instruction, 1410 - 30 * k, times[k], energies[k]))
+    records.append((0, "forward", 100, 1.0, 100.0))  # dominated, must not be written
+    original = Profile.from_records(records, blocking_power=75.0)
+    out = tmp_path / "out.csv"
+    original.to_csv(out)
+    again = load(out, blocking_power=75.0)
+    assert_same_options(original, again)
+    assert again.num_dropped == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == HEADER
+    assert len(lines) == 1 + 3 * 2 * 6
+    assert lines[1].startswith("0,forward,1410,")
+    assert sorted(os.listdir(tmp_path)) == ["out.csv"]
+
+
+def test_to_csv_replaces_existing_file(tmp_path):
+    out = tmp_path / "out.csv"
+    out.write_text("old contents that are longer than the new file " * 100)
+    profile = load(write(tmp_path, [HEADER, *VALID_ROWS]))
+    profile.to_csv(str(out))
+    ordered = sorted(valid_records(), key=lambda r: (r[0], INSTRUCTIONS.index(r[1])))
+    expected = [f"{s},{i},{f},{t!r},{e!r}" for s, i, f, t, e in ordered]
+    assert out.read_text().splitlines() == [HEADER, *expected]
+
+
+def test_to_csv_failure_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
+    out = tmp_path / "out.csv"
+    out.write_text("previous\n")
+    profile = load(write(tmp_path, [HEADER, *VALID_ROWS]))
+
+    def fail(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        profile.to_csv(out)
+    assert out.read_text() == "previous\n"
+    assert sorted(os.listdir(tmp_path)) == ["out.csv", "prof.csv"]
+
+
+# --- example profiles ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "stages", "frequencies"), [
+    ("gpt3-a100-8stage.csv", 8, (810, 1410, 41)),
+    ("small-4stage.csv", 4, (1110, 1410, 11)),
+])
+def test_example_profiles_load(name, stages, frequencies):
+    profile = load(EXAMPLES / name)
+    assert profile.num_stages == stages
+    raw_freqs = {int(line.split(",")[2]) for line in (EXAMPLES / name).read_text().splitlines()[1:]}
+    low, high, count = frequencies
+    assert (min(raw_freqs), max(raw_freqs), len(raw_freqs)) == (low, high, count)
+    forward = [profile.options(s, "forward").time_s[0] for s in range(stages)]
+    backward = [profile.options(s, "backward").time_s[0] for s in range(stages)]
+    assert all(0.015 <= t <= 0.040 for t in forward)
+    assert all(1.6 <= b / f <= 2.4 for f, b in zip(forward, backward))
+    # First and last stages are the heaviest.
+    middle = max(forward[1:-1])
+    assert forward[0] > middle and forward[-1] > middle
+
+
+def test_large_example_has_dominated_low_frequencies():
+    profile = load(EXAMPLES / "gpt3-a100-8stage.csv")
+    assert profile.num_dropped > 0
+    assert 810 not in profile.frequencies()  # the lowest clock wastes energy everywhere
+
+
+@pytest.mark.parametrize(
+    ("args", "name"), [([], "gpt3-a100-8stage.csv"), (["--small"], "small-4stage.csv")]
+)
+def test_example_generator_reproduces_examples(tmp_path, args, name):
+    out = tmp_path / name
+    subprocess.run(
+        [sys.executable, str(EXAMPLES / "make_synthetic_profile.py"), *args, "--output", str(out)],
+        check=True,
+    )
+    new, stored = (path.read_text().splitlines() for path in (out, EXAMPLES / name))
+    assert new[0] == stored[0] == HEADER
+    assert len(new) == len(stored)
+    for new_row, stored_row in zip(new[1:], stored[1:]):
+        new_fields, stored_fields = new_row.split(","), stored_row.split(",")
+        assert new_fields[:3] == stored_fields[:3]
+        # Allow a last-digit difference from another platform's libm.
+        np.testing.assert_allclose(
+            [float(x) for x in new_fields[3:]], [float(x) for x in stored_fields[3:]], rtol=1e-5
+        )
