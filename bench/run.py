@@ -194,6 +194,8 @@ class CaseResult:
     too_fast_for_perseus: int | None = None
     perseus_fastest_ok: bool | None = None
     notes: list[str] = field(default_factory=list)
+    # Per plan on lowtime's replayed frontier: lowtime (s, J), perseus's match (s, J), dE%.
+    points: list[dict[str, Any]] = field(default_factory=list)
 
 
 def pareto_points(times: np.ndarray, energies: np.ndarray) -> np.ndarray:
@@ -213,16 +215,24 @@ def compare(
 ) -> dict[str, Any]:
     """For each lowtime point, perseus's cheapest plan at least as fast."""
     cheapest_so_far = np.minimum.accumulate(p_energies)
-    diffs = []
+    diffs: list[float] = []
+    points: list[dict[str, Any]] = []
     too_fast = 0
     for t, e in zip(lt_times, lt_energies):
         idx = int(np.searchsorted(p_times, t * (1 + TIME_RTOL), side="right")) - 1
         if idx < 0:
             too_fast += 1
+            points.append({"lowtime_s": float(t), "lowtime_j": float(e), "perseus_s": None, "perseus_j": None,
+                           "diff_pct": None})
             continue
-        diffs.append((cheapest_so_far[idx] - e) / e * 100.0)
+        j = idx - int(np.argmin(p_energies[idx::-1]))  # the cheapest plan among the first idx+1
+        diff = (cheapest_so_far[idx] - e) / e * 100.0
+        diffs.append(diff)
+        points.append({"lowtime_s": float(t), "lowtime_j": float(e), "perseus_s": float(p_times[j]),
+                       "perseus_j": float(p_energies[j]), "diff_pct": float(diff)})
     d = np.asarray(diffs)
     return {
+        "points": points,
         "energy_diff_worst_pct": float(d.max()) if d.size else None,
         "energy_diff_mean_pct": float(d.mean()) if d.size else None,
         "energy_diff_best_pct": float(d.min()) if d.size else None,
@@ -285,11 +295,14 @@ def run_case(case: Case, args: argparse.Namespace, lowtime_limit: float) -> Case
                 f"evaluate ({ev.iteration_time:.6f} s, {ev.energy:.3f} J)"
             )
 
+    import lowtime_reference as ref
+
     if case.computations > lowtime_limit:
         log("  lowtime: skipped")
+        res.same_dag = ref.stage_orders(case.stages, m) == perseus_order(case.stages, m)
+        if not res.same_dag:
+            res.notes.append("lowtime's and perseus's 1F1B execution orders differ")
         return res
-
-    import lowtime_reference as ref
 
     lt_walls = []
     lt = None
