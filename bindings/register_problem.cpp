@@ -33,6 +33,19 @@ class Problem {
 
   const Pipeline& pipeline() const { return pipeline_; }
 
+  // The DAG's edges as (predecessor ids, successor ids).
+  py::tuple edges() const {
+    std::vector<Index> from, to;
+    from.reserve(static_cast<std::size_t>(dag_.num_edges()));
+    to.reserve(static_cast<std::size_t>(dag_.num_edges()));
+    for (Index u = 0; u < dag_.num_nodes(); ++u)
+      for (const Index* v = dag_.successors_begin(u); v != dag_.successors_end(u); ++v) {
+        from.push_back(u);
+        to.push_back(*v);
+      }
+    return py::make_tuple(to_numpy(std::move(from)), to_numpy(std::move(to)));
+  }
+
   // Rows of `choices` are plans; returns (iteration times, energies).
   py::tuple evaluate(py::array_t<OptionIndex, py::array::c_style | py::array::forcecast> choices,
                      bool reclaim) {
@@ -130,6 +143,7 @@ void register_problem(py::module_& m) {
                     double>(),
            "pipeline"_a, "offsets"_a, "time_s"_a, "energy_j"_a, "blocking_power_w"_a)
       .def_property_readonly("pipeline", &Problem::pipeline, py::return_value_policy::reference_internal)
+      .def("edges", &Problem::edges, "The iteration DAG's edges: (from ids, to ids).")
       .def("evaluate", &Problem::evaluate, "choices"_a, "reclaim"_a = false,
            "Replay plans (rows of option indices); returns (times s, energies J, choices).")
       .def("solve", &Problem::solve, "unit_time_s"_a, "progress"_a = py::none(),

@@ -1,6 +1,7 @@
 #include "evaluate.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace perseus {
 
@@ -11,10 +12,13 @@ Evaluator::Evaluator(const Pipeline& pipeline, const Dag& dag, const OptionTable
       blocking_power_w_(blocking_power_w),
       num_gpus_(pipeline.num_gpus()),
       group_(static_cast<std::size_t>(pipeline.size())),
+      start_(static_cast<std::size_t>(pipeline.size())),
       finish_(static_cast<std::size_t>(pipeline.size())),
       latest_finish_(static_cast<std::size_t>(pipeline.size())) {
   for (Index i = 0; i < pipeline.size(); ++i)
     group_[static_cast<std::size_t>(i)] = group_of(pipeline.computation(i));
+  stack_.reserve(static_cast<std::size_t>(pipeline.size()));
+  heap_.reserve(static_cast<std::size_t>(pipeline.size()));
 }
 
 double Evaluator::forward_pass(const OptionIndex* choice) {
@@ -23,11 +27,21 @@ double Evaluator::forward_pass(const OptionIndex* choice) {
     double start = 0.0;
     for (const Index* p = dag_.predecessors_begin(v); p != dag_.predecessors_end(v); ++p)
       start = std::max(start, finish_[static_cast<std::size_t>(*p)]);
-    const double end = start + time(v, choice);
-    finish_[static_cast<std::size_t>(v)] = end;
-    makespan = std::max(makespan, end);
+    start_[static_cast<std::size_t>(v)] = start;
+    finish_[static_cast<std::size_t>(v)] = start + time(v, choice);
+    makespan = std::max(makespan, finish_[static_cast<std::size_t>(v)]);
   }
   return makespan;
+}
+
+void Evaluator::backward_pass(const OptionIndex* choice, double deadline_s) {
+  const auto& order = dag_.topological_order();
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    double latest = deadline_s;
+    for (const Index* s = dag_.successors_begin(*it); s != dag_.successors_end(*it); ++s)
+      latest = std::min(latest, latest_finish_[static_cast<std::size_t>(*s)] - time(*s, choice));
+    latest_finish_[static_cast<std::size_t>(*it)] = latest;
+  }
 }
 
 Evaluation Evaluator::evaluate(const OptionIndex* choice) {
@@ -41,32 +55,130 @@ Evaluation Evaluator::evaluate(const OptionIndex* choice) {
   return {makespan, energy};
 }
 
-Evaluation Evaluator::reclaim(OptionIndex* choice) {
-  const double makespan = forward_pass(choice);
-  const auto& order = dag_.topological_order();
-  // Latest finish times under the current choices, deadline = makespan.
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const Index v = *it;
-    double latest = makespan;
-    for (const Index* s = dag_.successors_begin(v); s != dag_.successors_end(v); ++s)
-      latest = std::min(latest, latest_finish_[static_cast<std::size_t>(*s)] - time(*s, choice));
-    latest_finish_[static_cast<std::size_t>(v)] = latest;
+double Evaluator::best_move(Index i, const OptionIndex* choice, double makespan,
+                            double deadline_s, Index& option) const {
+  const auto s = static_cast<std::size_t>(i);
+  const Index g = group_[s];
+  const Index current = choice[i];
+  const double now = table_.time_s(g, current);
+  // Path through i without i's own time: start + (deadline - latest finish).
+  const double around = start_[s] + (deadline_s - latest_finish_[s]);
+  const double room = latest_finish_[s] - start_[s];  // longest time i may take
+  double best = 0.0;
+  option = current;
+  for (Index k = table_.num_options(g) - 1; k > current; --k) {
+    const double t = table_.time_s(g, k);
+    if (t > room) continue;
+    // Energy saved at the new option, less the blocking energy of any growth of T.
+    const double growth = std::max(0.0, around + t - makespan);
+    const double saved = effective(i, current) - effective(i, k) -
+                         blocking_power_w_ * static_cast<double>(num_gpus_) * growth;
+    const double per_second = saved / (t - now);
+    if (saved > 0 && per_second > best) {
+      best = per_second;
+      option = k;
+    }
   }
-  // Forward in topological order: a computation that finishes by its latest
-  // finish time leaves every successor able to start by its latest start, so
-  // the successors keep at least their current options and T cannot grow.
-  for (const Index v : order) {
-    double start = 0.0;
-    for (const Index* p = dag_.predecessors_begin(v); p != dag_.predecessors_end(v); ++p)
-      start = std::max(start, finish_[static_cast<std::size_t>(*p)]);
-    const Index g = group_[static_cast<std::size_t>(v)];
-    const double budget = latest_finish_[static_cast<std::size_t>(v)] - start;
-    Index k = table_.num_options(g) - 1;
-    while (k > choice[v] && table_.time_s(g, k) > budget) --k;
-    choice[v] = static_cast<OptionIndex>(k);
-    finish_[static_cast<std::size_t>(v)] = start + table_.time_s(g, k);
+  return best;
+}
+
+void Evaluator::raise_starts(Index from, const OptionIndex* choice) {
+  // Durations only grow during reclaim, so starts only rise: relax forward.
+  stack_.clear();
+  stack_.push_back(from);
+  while (!stack_.empty()) {
+    const Index u = stack_.back();
+    stack_.pop_back();
+    const double done = finish_[static_cast<std::size_t>(u)];
+    for (const Index* v = dag_.successors_begin(u); v != dag_.successors_end(u); ++v) {
+      const auto vs = static_cast<std::size_t>(*v);
+      if (done > start_[vs]) {
+        start_[vs] = done;
+        finish_[vs] = done + time(*v, choice);
+        stack_.push_back(*v);
+      }
+    }
+  }
+}
+
+void Evaluator::lower_latest(Index from, const OptionIndex* choice) {
+  // ... and latest finish times only fall: relax backward.
+  stack_.clear();
+  stack_.push_back(from);
+  while (!stack_.empty()) {
+    const Index v = stack_.back();
+    stack_.pop_back();
+    const double latest_start = latest_finish_[static_cast<std::size_t>(v)] - time(v, choice);
+    for (const Index* u = dag_.predecessors_begin(v); u != dag_.predecessors_end(v); ++u) {
+      const auto us = static_cast<std::size_t>(*u);
+      if (latest_start < latest_finish_[us]) {
+        latest_finish_[us] = latest_start;
+        stack_.push_back(*u);
+      }
+    }
+  }
+}
+
+Evaluation Evaluator::reclaim(OptionIndex* choice, double deadline_s) {
+  double makespan = forward_pass(choice);
+  const double deadline = std::max(deadline_s, makespan);
+  backward_pass(choice, deadline);
+
+  // Lazy greedy: scores only shrink as slack is used up, so a popped move
+  // whose fresh score still beats the next best is the current best.
+  heap_.clear();
+  for (Index i = 0; i < dag_.num_nodes(); ++i) {
+    Index option;
+    const double score = best_move(i, choice, makespan, deadline, option);
+    if (score > 0) heap_.push_back({score, i});
+  }
+  std::make_heap(heap_.begin(), heap_.end());
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end());
+    const Index i = heap_.back().computation;
+    heap_.pop_back();
+    Index option;
+    const double score = best_move(i, choice, makespan, deadline, option);
+    if (score <= 0) continue;
+    if (!heap_.empty() && score < heap_.front().score) {
+      heap_.push_back({score, i});
+      std::push_heap(heap_.begin(), heap_.end());
+      continue;
+    }
+    const auto s = static_cast<std::size_t>(i);
+    choice[i] = static_cast<OptionIndex>(option);
+    finish_[s] = start_[s] + time(i, choice);
+    makespan = std::max(makespan, finish_[s] + (deadline - latest_finish_[s]));
+    raise_starts(i, choice);
+    lower_latest(i, choice);
   }
   return evaluate(choice);
+}
+
+bool Evaluator::tighten(OptionIndex* choice, double deadline_s) {
+  while (true) {
+    const double makespan = forward_pass(choice);
+    if (makespan <= deadline_s) return true;
+    backward_pass(choice, deadline_s);
+    // Among computations on too-long paths (negative float), speed up the one
+    // that adds the least effective energy per second it saves.
+    Index best = -1, best_option = 0;
+    double best_cost = std::numeric_limits<double>::infinity();
+    for (Index i = 0; i < dag_.num_nodes(); ++i) {
+      const auto s = static_cast<std::size_t>(i);
+      if (choice[i] == 0 || finish_[s] <= latest_finish_[s]) continue;
+      const Index k = choice[i] - 1;
+      const double saved = time(i, choice) - table_.time_s(group_[s], k);
+      const double cost = (effective(i, k) - effective(i, choice[i])) / saved;
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = i;
+        best_option = k;
+      }
+    }
+    if (best < 0) return false;
+    choice[best] = static_cast<OptionIndex>(best_option);
+  }
 }
 
 }  // namespace perseus

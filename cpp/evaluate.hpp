@@ -1,16 +1,25 @@
-// Replaying a plan on the measured options: iteration time and energy.
+// Replaying a plan on the measured options, and improving it in place.
 //
 // A plan chooses one option per computation (an index into its group's
-// options). Replay runs every computation as soon as its predecessors in the
-// DAG are done, at its measured time; the iteration time T is the longest path.
-// While not computing, each of the G GPUs draws the blocking power, so
-//     E = sum_i e_i + P_block * (G * T - sum_i t_i)          (joules).
+// options, fastest first). Replay runs every computation as soon as its DAG
+// predecessors are done, at its measured time; the iteration time T is the
+// longest path. While not computing, each of the G GPUs draws the blocking
+// power, so
+//     E = sum_i e_i + P_block * (G * T - sum_i t_i)                (joules)
+//       = sum_i e'_i + G * P_block * T,   e'_i = e_i - P_block * t_i.
 //
-// Slack reclamation moves computations that finish before they must to slower
-// (cheaper) options without lengthening T. Every call is O(nodes + edges) and
-// works in scratch arrays owned by the Evaluator (no allocation per call).
+// Two local improvements work on measured times (not the solver's quantised
+// model):
+//   reclaim  moves computations with slack to slower, cheaper options without
+//            letting T exceed a deadline. Moves are taken greedily, most
+//            energy saved per second of slack used first; after each move the
+//            earliest/latest times are repaired incrementally.
+//   tighten  speeds up computations on paths longer than a deadline, cheapest
+//            extra energy per second saved first, until T meets the deadline.
+// Every call works in scratch arrays owned by the Evaluator.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "dag.hpp"
@@ -32,13 +41,18 @@ class Evaluator {
   Evaluator(const Evaluator&) = delete;
   Evaluator& operator=(const Evaluator&) = delete;
 
-  // Precondition: choice[i] < number of options of computation i's group.
+  // Precondition everywhere: choice[i] < options of computation i's group.
   Evaluation evaluate(const OptionIndex* choice);
 
-  // Moves computations to slower options inside their slack, in topological
-  // order, each to the slowest option that still finishes by its latest finish
-  // time. Never lengthens the iteration and never raises the energy.
-  Evaluation reclaim(OptionIndex* choice);
+  // Slows computations down while T stays <= max(deadline_s, current T) and
+  // each move lowers the energy. Never lengthens T beyond that bound and never
+  // raises the energy.
+  Evaluation reclaim(OptionIndex* choice, double deadline_s);
+  Evaluation reclaim(OptionIndex* choice) { return reclaim(choice, 0.0); }
+
+  // Speeds computations up until T <= deadline_s; false if even the fastest
+  // options on some path cannot meet it (the plan is then as fast as it gets).
+  bool tighten(OptionIndex* choice, double deadline_s);
 
   Index group(Index computation) const { return group_[static_cast<std::size_t>(computation)]; }
 
@@ -46,15 +60,31 @@ class Evaluator {
   double time(Index i, const OptionIndex* choice) const {
     return table_.time_s(group_[static_cast<std::size_t>(i)], choice[i]);
   }
-  double forward_pass(const OptionIndex* choice);  // fills finish_, returns T
+  double effective(Index i, Index option) const {
+    const Index g = group_[static_cast<std::size_t>(i)];
+    return table_.energy_j(g, option) - blocking_power_w_ * table_.time_s(g, option);
+  }
+  double forward_pass(const OptionIndex* choice);             // start_, finish_; returns T
+  void backward_pass(const OptionIndex* choice, double deadline_s);  // latest_finish_
+  // Best slower option for i within its slack; returns saving per second (<= 0: none).
+  double best_move(Index i, const OptionIndex* choice, double makespan, double deadline_s,
+                   Index& option) const;
+  void raise_starts(Index from, const OptionIndex* choice);    // after i got longer
+  void lower_latest(Index from, const OptionIndex* choice);    // after i got longer
 
   const Dag& dag_;
   const OptionTable& table_;
   double blocking_power_w_;
   Index num_gpus_;
   std::vector<Index> group_;
-  std::vector<double> finish_;         // earliest finish time per computation
-  std::vector<double> latest_finish_;  // latest finish time per computation
+  std::vector<double> start_, finish_, latest_finish_;
+  std::vector<Index> stack_;
+  struct Move {
+    double score;
+    Index computation;
+    bool operator<(const Move& other) const { return score < other.score; }
+  };
+  std::vector<Move> heap_;
 };
 
 }  // namespace perseus

@@ -41,6 +41,10 @@ class PhillipsDessouky {
     for (Index i = 0; i < n_; ++i) durations[static_cast<std::size_t>(i)] = quant(i).max_duration();
   }
   OptionIndex option_for(Index i, Units d) const { return quant(i).option_for(d); }
+  // Model iteration time after step k; k = -1: the starting point.
+  Units units_after(std::int64_t k) const {
+    return k < 0 ? max_units_ : step_units_[static_cast<std::size_t>(k)];
+  }
 
  private:
   const QuantisedGroup& quant(Index i) const {
@@ -73,6 +77,7 @@ class PhillipsDessouky {
   std::vector<Index> lengthened_;  // scratch
   std::vector<std::pair<Index, Units>> log_;
   std::vector<std::size_t> step_end_;
+  std::vector<Units> step_units_;  // model iteration time after each step
 };
 
 Index aoa_start(Index i) { return 2 + 2 * i; }
@@ -243,7 +248,7 @@ bool PhillipsDessouky::step() {
     }
     if (!undone) return false;
   }
-  compute_times(-1);
+  step_units_.push_back(compute_times(-1));
   step_end_.push_back(log_.size());
   return true;
 }
@@ -266,7 +271,79 @@ void PhillipsDessouky::run() {
 
 struct Candidate {
   double time_s, energy_j, energy_before_j;
-  std::int64_t step;  // min-cut steps behind the plan; -1: the all-fastest plan
+  std::int64_t step;  // min-cut steps behind the plan; -1: not from a step
+};
+
+// Walks the candidate plans in a fixed order, rebuilding each from the step
+// log, so that a second walk can regenerate the plans the first one kept
+// without storing every plan:
+//   c = 0              every computation at its fastest option;
+//   c = 1 .. steps+1   the plan after c-1 min-cut steps (c = 1: all cheapest),
+//                      with its model time as deadline;
+//   then               the last step's plan tightened towards the fastest
+//                      measured time, one unit at a time.
+// Every candidate is improved by slack reclamation up to its deadline.
+class CandidateWalk {
+ public:
+  CandidateWalk(const PhillipsDessouky& solver, Evaluator& evaluator, double unit_time_s,
+                double fastest_time_s)
+      : solver_(solver),
+        evaluator_(evaluator),
+        unit_(unit_time_s),
+        fastest_(fastest_time_s),
+        n_(static_cast<std::size_t>(solver.n())),
+        durations_(n_),
+        chain_(n_),
+        choice_(n_) {
+    // Deadlines for the tightening chain: below the last model time, down to
+    // the fastest measured time.
+    const double last = static_cast<double>(solver.units_after(solver.steps() - 1)) * unit_;
+    for (double d = last - unit_; d > fastest_; d -= unit_) chain_deadlines_.push_back(d);
+    chain_deadlines_.push_back(fastest_);
+  }
+
+  std::size_t size() const {
+    return static_cast<std::size_t>(solver_.steps()) + 2 + chain_deadlines_.size();
+  }
+
+  // Rebuilds candidate c into choice() (c must grow by one from 0 each walk)
+  // and returns its deadline; `before` gets its replay before reclamation.
+  double build(std::size_t c, Evaluation& before) {
+    const std::size_t steps = static_cast<std::size_t>(solver_.steps());
+    double deadline;
+    if (c == 0) {
+      std::fill(choice_.begin(), choice_.end(), OptionIndex{0});
+      deadline = fastest_;
+    } else if (c <= steps + 1) {
+      if (c == 1) solver_.initial_durations(durations_);
+      else solver_.apply_step(static_cast<std::int64_t>(c) - 2, durations_);
+      for (std::size_t i = 0; i < n_; ++i)
+        choice_[i] = solver_.option_for(static_cast<Index>(i), durations_[i]);
+      if (c == steps + 1) chain_ = choice_;
+      deadline = static_cast<double>(solver_.units_after(static_cast<std::int64_t>(c) - 2)) * unit_;
+    } else {
+      deadline = chain_deadlines_[c - steps - 2];
+      evaluator_.tighten(chain_.data(), deadline);
+      choice_ = chain_;
+    }
+    before = evaluator_.evaluate(choice_.data());
+    return deadline;
+  }
+  std::int64_t step_of(std::size_t c) const {
+    const std::size_t steps = static_cast<std::size_t>(solver_.steps());
+    if (c == 0) return -1;
+    return c <= steps + 1 ? static_cast<std::int64_t>(c) - 1 : static_cast<std::int64_t>(steps);
+  }
+  OptionIndex* choice() { return choice_.data(); }
+
+ private:
+  const PhillipsDessouky& solver_;
+  Evaluator& evaluator_;
+  double unit_, fastest_;
+  std::size_t n_;
+  std::vector<Units> durations_;
+  std::vector<OptionIndex> chain_, choice_;
+  std::vector<double> chain_deadlines_;
 };
 
 }  // namespace
@@ -285,41 +362,26 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   PhillipsDessouky solver(pipeline, dag, table, options);
   solver.run();
 
-  const Index n = pipeline.size();
-  const auto nn = static_cast<std::size_t>(n);
+  const auto nn = static_cast<std::size_t>(pipeline.size());
   Evaluator evaluator(pipeline, dag, table, options.blocking_power_w);
-  std::vector<OptionIndex> choice(nn);
-  std::vector<Units> durations(nn);
-
   FrontierResult result;
-  result.num_computations = n;
+  result.num_computations = pipeline.size();
   result.steps = solver.steps();
   result.min_time_units = solver.min_units();
   result.max_time_units = solver.max_units();
+  {
+    std::vector<OptionIndex> fastest(nn, OptionIndex{0});
+    result.baseline = evaluator.evaluate(fastest.data());
+  }
 
-  // Candidate c = 0 is the all-fastest plan; c = k + 1 is the plan after k
-  // min-cut steps (c = 1: the starting point, everything cheapest). Both
-  // passes below walk the candidates in this order, replaying the step log.
-  const std::size_t num_candidates = static_cast<std::size_t>(solver.steps()) + 2;
-  auto materialise = [&](std::size_t c) {
-    if (c == 0) {
-      std::fill(choice.begin(), choice.end(), OptionIndex{0});
-      return;
-    }
-    if (c == 1) solver.initial_durations(durations);
-    else solver.apply_step(static_cast<std::int64_t>(c) - 2, durations);
-    for (Index i = 0; i < n; ++i)
-      choice[static_cast<std::size_t>(i)] = solver.option_for(i, durations[static_cast<std::size_t>(i)]);
-  };
-
+  CandidateWalk walk(solver, evaluator, options.unit_time_s, result.baseline.iteration_time_s);
+  const std::size_t num_candidates = walk.size();
   std::vector<Candidate> candidates(num_candidates);
   for (std::size_t c = 0; c < num_candidates; ++c) {
-    materialise(c);
-    const Evaluation before = evaluator.evaluate(choice.data());
-    if (c == 0) result.baseline = before;
-    const Evaluation after = evaluator.reclaim(choice.data());
-    candidates[c] = {after.iteration_time_s, after.energy_j, before.energy_j,
-                     static_cast<std::int64_t>(c) - 1};
+    Evaluation before{};
+    const double deadline = walk.build(c, before);
+    const Evaluation after = evaluator.reclaim(walk.choice(), deadline);
+    candidates[c] = {after.iteration_time_s, after.energy_j, before.energy_j, walk.step_of(c)};
   }
 
   // Keep the Pareto-optimal candidates, fastest first.
@@ -345,13 +407,15 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     }
   }
 
-  // Regenerate the kept plans (reclamation is deterministic) into their rows.
+  // Regenerate the kept plans (every step is deterministic) into their rows.
   result.choices.resize(kept * nn);
   for (std::size_t c = 0; c < num_candidates; ++c) {
-    materialise(c);
+    Evaluation before{};
+    const double deadline = walk.build(c, before);
     if (rank[c] == SIZE_MAX) continue;
-    evaluator.reclaim(choice.data());
-    std::copy(choice.begin(), choice.end(), result.choices.begin() + static_cast<std::ptrdiff_t>(rank[c] * nn));
+    evaluator.reclaim(walk.choice(), deadline);
+    std::copy(walk.choice(), walk.choice() + nn,
+              result.choices.begin() + static_cast<std::ptrdiff_t>(rank[c] * nn));
   }
   return result;
 }

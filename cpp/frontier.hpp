@@ -50,7 +50,7 @@ struct FrontierResult {
   std::vector<double> iteration_time_s;         // replayed on measured times
   std::vector<double> energy_j;                 // replayed, after reclamation
   std::vector<double> energy_before_reclaim_j;  // replayed, before reclamation
-  std::vector<std::int64_t> solver_step;        // step that produced it; -1: reclaimed baseline
+  std::vector<std::int64_t> solver_step;        // min-cut steps behind it; -1: the all-fastest plan
   Evaluation baseline{};                        // every computation at its fastest option
   std::int64_t steps = 0;                       // min-cut steps run
   std::int64_t max_time_units = 0;              // quantised time of the cheapest plan

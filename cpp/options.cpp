@@ -41,9 +41,11 @@ QuantisedGroup::QuantisedGroup(const OptionTable& table, Index group, double uni
   const Index n = table.num_options(group);
   quantised_.resize(static_cast<std::size_t>(n));
   for (Index k = 0; k < n; ++k)
-    // The tiny relative nudge keeps e.g. 0.03 / 0.001 from flooring to 29.
+    // Rounded up, so a duration of d units always covers the measured time
+    // and a plan never runs longer than the solver's model says. The tiny
+    // nudge keeps e.g. 0.03 / 0.001 from rounding up to 31.
     quantised_[static_cast<std::size_t>(k)] = static_cast<std::int64_t>(
-        std::floor(table.time_s(group, k) / unit_time_s * (1.0 + 1e-12)));
+        std::ceil(table.time_s(group, k) / unit_time_s * (1.0 - 1e-12)));
 
   // One point per distinct duration: its slowest (cheapest) option.
   std::vector<std::pair<std::int64_t, double>> points;

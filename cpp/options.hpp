@@ -40,7 +40,7 @@ class OptionTable {
 };
 
 // Quantised, convex view of one group's options for the Phillips-Dessouky
-// solver. Durations are integers d = floor(t / unit_time). The cost of a
+// solver. Durations are integers d = ceil(t / unit_time). The cost of a
 // duration is the effective energy e - P_block * t (joules); the model is the
 // lower convex hull of the (duration, cost) points, linear in between.
 class QuantisedGroup {

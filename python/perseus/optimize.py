@@ -74,7 +74,7 @@ def _check_unit_time(unit_time: float, table: _OptionTable) -> float:
     if not math.isfinite(unit_time) or unit_time <= 0:
         raise ProfileError(f"unit_time must be a positive number of seconds, got {unit_time!r}")
     if all(
-        len(np.unique(np.floor(g.time_s / unit_time * (1 + 1e-12)))) == 1 for g in table.groups
+        len(np.unique(np.ceil(g.time_s / unit_time * (1 - 1e-12)))) == 1 for g in table.groups
     ):
         shortest = min(float(np.min(np.diff(g.time_s))) for g in table.groups if len(g) > 1) if any(
             len(g) > 1 for g in table.groups
@@ -215,7 +215,9 @@ def evaluate(
         frequencies = frequencies.frequencies()
     if microbatches is None:
         raise ProfileError("evaluate() needs microbatches")
-    problem, spec, table, _ = _setup(profile, microbatches, schedule or "1f1b", virtual_stages or 1)
+    schedule = "1f1b" if schedule is None else schedule
+    virtual_stages = 1 if virtual_stages is None else virtual_stages
+    problem, spec, table, _ = _setup(profile, microbatches, schedule, virtual_stages)
     choices = np.empty(spec.num_computations, dtype=np.uint16)
     lookup = [
         {int(f): k for k, f in enumerate(g.frequency_mhz)} for g in table.groups

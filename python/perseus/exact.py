@@ -1,0 +1,184 @@
+"""Exact minimum-energy plans for small pipelines (a test oracle and benchmark reference).
+
+Choosing one measured frequency per computation is NP-hard; `perseus.optimize`
+solves a convex relaxation. This module states the discrete problem exactly as
+a mixed-integer program and solves it with HiGHS (``pip install "perseus[exact]"``):
+
+- a binary ``x[i,k]`` per computation ``i`` and measured option ``k``, with
+  ``sum_k x[i,k] = 1``;
+- a start time ``s[i] >= 0`` per computation, and for every DAG edge
+  ``u -> v``: ``s[v] >= s[u] + sum_k t[u,k] x[u,k]``;
+- the iteration time ``T`` bounds every finish time and the deadline;
+- minimise ``sum e[i,k] x[i,k] + P_block * (GPUs * T - sum t[i,k] x[i,k])``.
+
+Size: ``2 * stages * microbatches`` computations times the options each.
+Pipelines of up to about 4 stages x 6 microbatches with 8 options (48
+computations, ~400 binaries) solve to a 1e-7 gap in well under a second to
+a few seconds; the model grows linearly, but branch and bound does not, so
+much larger pipelines (e.g. 8 x 32) are out of reach. It is not the
+production path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._optional import optional_module
+from .errors import ProfileError
+from .optimize import _setup
+from .profile import INSTRUCTIONS, Profile
+
+__all__ = ["ExactPlan", "optimal_energy", "optimal_plan"]
+
+
+@dataclass(frozen=True)
+class ExactPlan:
+    """The MIP's answer for one deadline.
+
+    Attributes
+    ----------
+    energy : float
+        Minimum iteration energy in joules among plans meeting the deadline.
+    iteration_time : float
+        That plan's iteration time in seconds.
+    frequencies : dict
+        MHz per (profile stage, instruction, microbatch).
+    optimal : bool
+        True when HiGHS proved optimality within `relative_gap`.
+    """
+
+    energy: float
+    iteration_time: float
+    frequencies: dict[tuple[int, str, int], int]
+    optimal: bool
+
+
+def optimal_plan(
+    profile: Profile,
+    *,
+    microbatches: int,
+    deadline: float,
+    schedule: str = "1f1b",
+    virtual_stages: int = 1,
+    relative_gap: float = 1e-7,
+    time_limit: float = 60.0,
+) -> ExactPlan:
+    """Minimum-energy plan with iteration time at most `deadline` seconds.
+
+    Raises
+    ------
+    ProfileError
+        For bad pipeline arguments, or when no plan meets the deadline.
+    ImportError
+        When highspy is not installed (``pip install "perseus[exact]"``).
+    """
+    highspy = optional_module("highspy", "exact")
+    problem, spec, table, group = _setup(profile, microbatches, schedule, virtual_stages)
+    n = spec.num_computations
+    first = table.offsets[group]  # first option of each computation in the flat table
+    count = table.offsets[group + 1] - first
+    x_start = np.concatenate([[0], np.cumsum(count)])  # x columns of computation i
+    num_x = int(x_start[-1])
+    option = np.concatenate([np.arange(c) + f for f, c in zip(first, count)])  # flat option per x
+    t, e = table.time_s[option], table.energy_j[option]
+    s_col = num_x + np.arange(n)
+    t_col = num_x + n
+    power = profile.blocking_power
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("mip_rel_gap", float(relative_gap))
+    h.setOptionValue("time_limit", float(time_limit))
+    inf = highspy.kHighsInf
+    num_cols = num_x + n + 1
+    lower = np.zeros(num_cols)
+    upper = np.concatenate([np.ones(num_x), np.full(n, inf), [float(deadline)]])
+    h.addVars(num_cols, lower, upper)
+    cost = np.concatenate([e - power * t, np.zeros(n), [power * spec.num_gpus]])
+    h.changeColsCost(num_cols, np.arange(num_cols, dtype=np.int32), cost)
+    h.changeColsIntegrality(
+        num_x,
+        np.arange(num_x, dtype=np.int32),
+        np.full(num_x, highspy.HighsVarType.kInteger),
+    )
+
+    rows: list[tuple[float, float, np.ndarray, np.ndarray]] = []
+    for i in range(n):  # exactly one option per computation
+        cols = np.arange(x_start[i], x_start[i + 1])
+        rows.append((1.0, 1.0, cols, np.ones(len(cols))))
+    src, dst = problem.edges()
+    has_successor = np.zeros(n, dtype=bool)
+    has_successor[src] = True
+    for u, v in zip(src, dst):  # s[v] - s[u] - duration(u) >= 0
+        cols = np.arange(x_start[u], x_start[u + 1])
+        rows.append(
+            (0.0, inf, np.concatenate([[s_col[v], s_col[u]], cols]),
+             np.concatenate([[1.0, -1.0], -t[cols]]))
+        )
+    for i in np.flatnonzero(~has_successor):  # T - s[i] - duration(i) >= 0
+        cols = np.arange(x_start[i], x_start[i + 1])
+        rows.append(
+            (0.0, inf, np.concatenate([[t_col, s_col[i]], cols]),
+             np.concatenate([[1.0, -1.0], -t[cols]]))
+        )
+    starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)
+    index = np.concatenate([r[2] for r in rows]).astype(np.int32)
+    value = np.concatenate([r[3] for r in rows]).astype(np.float64)
+    h.addRows(
+        len(rows),
+        np.array([r[0] for r in rows]),
+        np.array([r[1] for r in rows]),
+        len(index),
+        starts,
+        index,
+        value,
+    )
+    h.run()
+    status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kInfeasible:
+        raise ProfileError(f"no plan meets a deadline of {deadline:.6g} s")
+    solution = np.asarray(h.getSolution().col_value)
+    if solution.size != num_cols:
+        raise RuntimeError(f"HiGHS found no solution ({h.modelStatusToString(status)})")
+    chosen = np.array(
+        [int(np.argmax(solution[x_start[i]: x_start[i + 1]])) for i in range(n)], dtype=np.uint16
+    )
+    # Report the chosen plan replayed by perseus's own evaluator.
+    times, energies, _ = problem.evaluate(chosen[np.newaxis, :])
+    frequencies = {}
+    for stage in range(spec.num_stages):
+        for kind, instruction in enumerate(INSTRUCTIONS):
+            options = table.groups[2 * stage + kind].frequency_mhz
+            for mb in range(spec.microbatches):
+                i = spec.computation_id(stage, instruction, mb)
+                frequencies[(stage, instruction, mb)] = int(options[chosen[i]])
+    return ExactPlan(
+        energy=float(energies[0]),
+        iteration_time=float(times[0]),
+        frequencies=frequencies,
+        optimal=status == highspy.HighsModelStatus.kOptimal,
+    )
+
+
+def optimal_energy(
+    profile: Profile,
+    *,
+    microbatches: int,
+    deadline: float,
+    schedule: str = "1f1b",
+    virtual_stages: int = 1,
+    relative_gap: float = 1e-7,
+    time_limit: float = 60.0,
+) -> float:
+    """Minimum iteration energy (J) of any plan meeting `deadline` (s); see `optimal_plan`."""
+    return optimal_plan(
+        profile,
+        microbatches=microbatches,
+        deadline=deadline,
+        schedule=schedule,
+        virtual_stages=virtual_stages,
+        relative_gap=relative_gap,
+        time_limit=time_limit,
+    ).energy
