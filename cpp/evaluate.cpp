@@ -1,6 +1,7 @@
 #include "evaluate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace perseus {
@@ -18,6 +19,8 @@ Evaluator::Evaluator(const Pipeline& pipeline, const Dag& dag, const OptionTable
   for (Index i = 0; i < pipeline.size(); ++i)
     group_[static_cast<std::size_t>(i)] = group_of(pipeline.computation(i));
   stack_.reserve(static_cast<std::size_t>(pipeline.size()));
+  trial_.resize(static_cast<std::size_t>(pipeline.size()));
+  critical_.reserve(static_cast<std::size_t>(pipeline.size()));
   heap_.reserve(static_cast<std::size_t>(pipeline.size()));
 }
 
@@ -153,6 +156,39 @@ Evaluation Evaluator::reclaim(OptionIndex* choice, double deadline_s) {
     lower_latest(i, choice);
   }
   return evaluate(choice);
+}
+
+Evaluation Evaluator::improve(OptionIndex* choice, double deadline_s, std::int64_t max_trials,
+                              std::int64_t& trials) {
+  trials = 0;
+  Evaluation best = reclaim(choice, deadline_s);
+  const double deadline = std::max(deadline_s, best.iteration_time_s);
+  const std::size_t n = static_cast<std::size_t>(dag_.num_nodes());
+  bool improved = true;
+  while (improved && trials < max_trials) {
+    improved = false;
+    forward_pass(choice);
+    backward_pass(choice, deadline);
+    critical_.clear();
+    const double slack_tolerance = 1e-9 * deadline;
+    for (Index i = 0; i < dag_.num_nodes(); ++i) {
+      const auto s = static_cast<std::size_t>(i);
+      if (choice[i] > 0 && latest_finish_[s] - finish_[s] <= slack_tolerance) critical_.push_back(i);
+    }
+    for (const Index j : critical_) {
+      if (trials++ >= max_trials) break;
+      std::copy(choice, choice + n, trial_.begin());
+      trial_[static_cast<std::size_t>(j)] = static_cast<OptionIndex>(choice[j] - 1);
+      const Evaluation e = reclaim(trial_.data(), deadline);
+      if (e.energy_j < best.energy_j - 1e-12 * std::abs(best.energy_j) && e.iteration_time_s <= deadline) {
+        std::copy(trial_.begin(), trial_.end(), choice);
+        best = e;
+        improved = true;
+        break;
+      }
+    }
+  }
+  return best;
 }
 
 bool Evaluator::tighten(OptionIndex* choice, double deadline_s) {

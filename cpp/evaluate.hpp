@@ -50,6 +50,14 @@ class Evaluator {
   Evaluation reclaim(OptionIndex* choice, double deadline_s);
   Evaluation reclaim(OptionIndex* choice) { return reclaim(choice, 0.0); }
 
+  // Local search: speeds up one computation on a longest path by one option
+  // and reclaims the slack this opens elsewhere, keeping the change when the
+  // energy falls; repeats until no such exchange helps or `max_trials`
+  // exchanges were tried (each costs one reclaim). T stays <=
+  // max(deadline_s, current T). `trials` returns the exchanges tried.
+  Evaluation improve(OptionIndex* choice, double deadline_s, std::int64_t max_trials,
+                     std::int64_t& trials);
+
   // Speeds computations up until T <= deadline_s; false if even the fastest
   // options on some path cannot meet it (the plan is then as fast as it gets).
   bool tighten(OptionIndex* choice, double deadline_s);
@@ -79,6 +87,8 @@ class Evaluator {
   std::vector<Index> group_;
   std::vector<double> start_, finish_, latest_finish_;
   std::vector<Index> stack_;
+  std::vector<OptionIndex> trial_;
+  std::vector<Index> critical_;
   struct Move {
     double score;
     Index computation;

@@ -346,6 +346,103 @@ class CandidateWalk {
   std::vector<double> chain_deadlines_;
 };
 
+// The min-cut steps give plans at the model's times only. Densify adds a
+// plan for every deadline on a grid over the frontier's time range (one unit
+// apart, at most kMaxGrid deadlines), found by local search from several
+// frontier plans near the deadline. The local search gets a
+// fixed budget of work (exchange trials times DAG size), so large pipelines
+// stay fast and results do not depend on the machine.
+constexpr std::size_t kMaxGrid = 512;
+constexpr std::size_t kStarts = 8;
+constexpr double kSearchWork = 3e8;  // node and edge visits, all deadlines together
+
+void densify(FrontierResult& r, Evaluator& evaluator, const Dag& dag, double unit_time_s) {
+  const std::size_t n = static_cast<std::size_t>(r.num_computations);
+  const std::size_t plans = r.iteration_time_s.size();
+  const double first = r.iteration_time_s.front(), last = r.iteration_time_s.back();
+  std::vector<double> deadlines(r.iteration_time_s);
+  const double spacing = std::max(unit_time_s, (last - first) / static_cast<double>(kMaxGrid));
+  for (double d = first + spacing; d < last; d += spacing) deadlines.push_back(d);
+  std::sort(deadlines.begin(), deadlines.end());
+
+  const double visits_per_trial = static_cast<double>(dag.num_nodes() + dag.num_edges());
+  std::int64_t budget = static_cast<std::int64_t>(kSearchWork / visits_per_trial);
+  std::vector<OptionIndex> a(n), b(n);
+  std::vector<OptionIndex> rows;
+  std::vector<Evaluation> found;
+  std::vector<double> found_before;
+  for (std::size_t g = 0; g < deadlines.size(); ++g) {
+    const double deadline = deadlines[g];
+    const std::int64_t share = budget / static_cast<std::int64_t>(2 * (deadlines.size() - g));
+    // Frontier plan k is the slowest one meeting the deadline.
+    const std::size_t k = static_cast<std::size_t>(
+        std::upper_bound(r.iteration_time_s.begin(), r.iteration_time_s.begin() + static_cast<std::ptrdiff_t>(plans), deadline) -
+        r.iteration_time_s.begin()) - 1;
+    // Starts: the kStarts frontier plans just faster than the deadline and the
+    // fastest one, reclaimed up to the deadline, and the plan just slower,
+    // tightened to it. The best start then gets the local search.
+    Evaluation best{kInfinity, kInfinity};
+    auto consider = [&](std::size_t from, bool tighten) {
+      std::copy_n(r.choices.begin() + static_cast<std::ptrdiff_t>(from * n), n, b.begin());
+      if (tighten && !evaluator.tighten(b.data(), deadline)) return;
+      const Evaluation e = evaluator.reclaim(b.data(), deadline);
+      budget -= 1;
+      if (e.iteration_time_s <= deadline && e.energy_j < best.energy_j) {
+        best = e;
+        a.swap(b);
+      }
+    };
+    for (std::size_t back = 0; back < kStarts && back <= k; ++back) consider(k - back, false);
+    if (k >= kStarts) consider(0, false);
+    if (k + 1 < plans) consider(k + 1, true);
+    std::int64_t used = 0;
+    best = evaluator.improve(a.data(), deadline, share, used);
+    budget -= used;
+    rows.insert(rows.end(), a.begin(), a.end());
+    found.push_back(best);
+    found_before.push_back(r.energy_before_reclaim_j[k]);
+  }
+  for (std::size_t f = 0; f < found.size(); ++f) {
+    r.iteration_time_s.push_back(found[f].iteration_time_s);
+    r.energy_j.push_back(found[f].energy_j);
+    r.energy_before_reclaim_j.push_back(found_before[f]);
+    r.solver_step.push_back(-2);
+  }
+  r.choices.insert(r.choices.end(), rows.begin(), rows.end());
+}
+
+// Improvement can reorder times or make a plan dominated: keep the Pareto
+// rows, fastest first.
+void drop_dominated(FrontierResult& r) {
+  const std::size_t n = static_cast<std::size_t>(r.num_computations);
+  const std::size_t plans = r.iteration_time_s.size();
+  std::vector<std::size_t> order(plans);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (r.iteration_time_s[a] != r.iteration_time_s[b]) return r.iteration_time_s[a] < r.iteration_time_s[b];
+    return r.energy_j[a] < r.energy_j[b];
+  });
+  FrontierResult kept;
+  kept.num_computations = r.num_computations;
+  double best_energy = kInfinity, last_time = -kInfinity;
+  for (const std::size_t k : order) {
+    if (!(r.energy_j[k] < best_energy && r.iteration_time_s[k] > last_time)) continue;
+    best_energy = r.energy_j[k];
+    last_time = r.iteration_time_s[k];
+    kept.iteration_time_s.push_back(r.iteration_time_s[k]);
+    kept.energy_j.push_back(r.energy_j[k]);
+    kept.energy_before_reclaim_j.push_back(r.energy_before_reclaim_j[k]);
+    kept.solver_step.push_back(r.solver_step[k]);
+    kept.choices.insert(kept.choices.end(), r.choices.begin() + static_cast<std::ptrdiff_t>(k * n),
+                        r.choices.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+  }
+  r.choices.swap(kept.choices);
+  r.iteration_time_s.swap(kept.iteration_time_s);
+  r.energy_j.swap(kept.energy_j);
+  r.energy_before_reclaim_j.swap(kept.energy_before_reclaim_j);
+  r.solver_step.swap(kept.solver_step);
+}
+
 }  // namespace
 
 FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
@@ -417,6 +514,8 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     std::copy(walk.choice(), walk.choice() + nn,
               result.choices.begin() + static_cast<std::ptrdiff_t>(rank[c] * nn));
   }
+  densify(result, evaluator, dag, options.unit_time_s);
+  drop_dominated(result);
   return result;
 }
 

@@ -1,0 +1,419 @@
+"""API and bad-input tests for optimize, evaluate, Plan and Frontier."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import perseus
+from perseus import Frontier, Plan, Profile, ProfileError, pipeline_order
+
+F, B = "forward", "backward"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def make_profile(stages=4, blocking_power=50.0):
+    """Three options per (stage, instruction), a few ms apart; stage 1 is slow."""
+    records = []
+    for s in range(stages):
+        for instruction in (F, B):
+            t = (0.012 if instruction == F else 0.025) * (1.5 if s == 1 else 1.0) + 0.001 * s
+            records += [
+                (s, instruction, 1410, t, 300 * t),
+                (s, instruction, 1200, t + 0.003, 270 * t),
+                (s, instruction, 1000, t + 0.008, 250 * t),
+            ]
+    return Profile.from_records(records, blocking_power=blocking_power)
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return make_profile()
+
+
+@pytest.fixture(scope="module")
+def frontier(profile):
+    return perseus.optimize(profile, microbatches=4)
+
+
+@pytest.fixture(scope="module")
+def interleaved(profile):
+    return perseus.optimize(profile, microbatches=4, schedule="interleaved-1f1b", virtual_stages=2)
+
+
+# --- argument errors ---------------------------------------------------------------
+
+
+def call_optimize(profile, **kwargs):
+    kwargs.setdefault("microbatches", 4)
+    return perseus.optimize(profile, **kwargs)
+
+
+def call_evaluate(profile, **kwargs):
+    kwargs.setdefault("microbatches", 4)
+    kwargs.pop("unit_time", None)
+    return perseus.evaluate(profile, {}, **kwargs)
+
+
+PIPELINE_ERRORS = [
+    (dict(microbatches=0), r"microbatches must be an integer >= 1, got 0"),
+    (dict(microbatches=-2), r"microbatches must be an integer >= 1, got -2"),
+    (dict(microbatches=2.5), r"microbatches must be an integer >= 1, got 2\.5"),
+    (dict(microbatches="4"), r"microbatches must be an integer >= 1, got '4'"),
+    (dict(microbatches=True), r"microbatches must be an integer >= 1, got True"),
+    (dict(schedule="zb-h1"), r"schedule 'zb-h1' is not known; choose one of: 1f1b, gpipe"),
+    (dict(schedule=""), r"schedule '' is not known"),
+    (dict(virtual_stages=3, schedule="interleaved-1f1b"), r"virtual_stages=3 does not divide .* 4 stages"),
+    (dict(virtual_stages=0), r"virtual_stages must be an integer >= 1, got 0"),
+    (dict(virtual_stages=2), r"1f1b schedule has one chunk per GPU; virtual_stages=2"),
+    (dict(schedule="interleaved-1f1b"), r"interleaved-1f1b schedule needs virtual_stages >= 2"),
+    (
+        dict(schedule="interleaved-1f1b", virtual_stages=2, microbatches=1),
+        r"cannot run 1 microbatches on 2 GPUs",
+    ),
+]
+
+
+@pytest.mark.parametrize("call", [call_optimize, call_evaluate], ids=["optimize", "evaluate"])
+@pytest.mark.parametrize(("kwargs", "pattern"), PIPELINE_ERRORS)
+def test_pipeline_argument_errors(profile, call, kwargs, pattern):
+    with pytest.raises(ProfileError, match=pattern):
+        call(profile, **kwargs)
+
+
+def test_interleaved_deadlock_is_a_profile_error():
+    # 4 GPUs x 3 chunks with 5 microbatches: the ragged last group deadlocks.
+    profile = make_profile(stages=12)
+    with pytest.raises(ProfileError, match=r"4 GPUs, 3 virtual stages and 5 microbatches deadlocks"):
+        perseus.optimize(profile, microbatches=5, schedule="interleaved-1f1b", virtual_stages=3)
+
+
+@pytest.mark.parametrize("unit_time", [0, -1e-3, math.nan, math.inf, -math.inf])
+def test_unit_time_must_be_positive_and_finite(profile, unit_time):
+    with pytest.raises(ProfileError, match=r"unit_time must be a positive number of seconds"):
+        perseus.optimize(profile, microbatches=2, unit_time=unit_time)
+
+
+@pytest.mark.parametrize("unit_time", ["1ms", None, True])
+def test_unit_time_must_be_a_number(profile, unit_time):
+    with pytest.raises(ProfileError, match=r"unit_time must be a number of seconds"):
+        perseus.optimize(profile, microbatches=2, unit_time=unit_time)
+
+
+def test_unit_time_so_coarse_every_option_collapses(profile):
+    # Options differ by 3-8 ms: a 1 s unit puts them all at one duration.
+    with pytest.raises(ProfileError, match=r"unit_time=1 s is so coarse .* differ by 0\.003 s"):
+        perseus.optimize(profile, microbatches=2, unit_time=1.0)
+
+
+def test_single_option_profile_cannot_be_optimised():
+    records = [(s, i, 1410, 0.01, 3.0) for s in range(2) for i in (F, B)]
+    profile = Profile.from_records(records, blocking_power=10.0)
+    with pytest.raises(ProfileError, match=r"every stage has a single option"):
+        perseus.optimize(profile, microbatches=2)
+    # It can still be replayed.
+    plan = {(s, i, m): 1410 for s in range(2) for i in (F, B) for m in range(2)}
+    assert perseus.evaluate(profile, plan, microbatches=2).iteration_time == pytest.approx(0.06)
+
+
+@pytest.mark.parametrize("power", [-1.0, math.nan, math.inf, "70"])
+def test_negative_or_bad_blocking_power(power):
+    records = [(0, F, 1410, 0.01, 3.0), (0, B, 1410, 0.02, 6.0)]
+    with pytest.raises(ProfileError, match=r"blocking_power must be a finite number >= 0 \(W\)"):
+        Profile.from_records(records, blocking_power=power)
+
+
+def test_profile_argument_must_be_a_profile():
+    with pytest.raises(TypeError, match=r"expected a perseus.Profile, got dict"):
+        perseus.optimize({}, microbatches=2)
+
+
+def test_progress_argument_must_be_callable_or_bool(profile):
+    with pytest.raises(TypeError, match=r"progress must be None, a bool, or a callable"):
+        perseus.optimize(profile, microbatches=2, progress="yes")
+
+
+# --- evaluate -------------------------------------------------------------------------
+
+
+def full_plan(profile, microbatches, mhz=1410):
+    return {
+        (s, i, m): mhz for s in range(profile.num_stages) for i in (F, B) for m in range(microbatches)
+    }
+
+
+def test_evaluate_needs_microbatches(profile):
+    with pytest.raises(ProfileError, match=r"evaluate\(\) needs microbatches"):
+        perseus.evaluate(profile, full_plan(profile, 2))
+
+
+def test_evaluate_missing_key(profile):
+    plan = full_plan(profile, 2)
+    del plan[(2, B, 1)]
+    with pytest.raises(ProfileError, match=r"no frequency for \(2, 'backward', 1\)"):
+        perseus.evaluate(profile, plan, microbatches=2)
+
+
+def test_evaluate_frequency_not_an_option(profile):
+    plan = full_plan(profile, 2)
+    plan[(3, F, 0)] = 1300
+    with pytest.raises(
+        ProfileError, match=r"\(3, 'forward', 0\): 1300 MHz is not .* option .*\[1410, 1200, 1000\]"
+    ):
+        perseus.evaluate(profile, plan, microbatches=2)
+
+
+def test_evaluate_rejects_dominated_frequency():
+    records = [
+        (0, F, 1410, 0.010, 3.0),
+        (0, F, 1300, 0.012, 3.5),  # slower and costlier than 1410: dropped
+        (0, B, 1410, 0.020, 6.0),
+    ]
+    profile = Profile.from_records(records, blocking_power=0.0)
+    plan = {(0, F, 0): 1300, (0, B, 0): 1410}
+    with pytest.raises(ProfileError, match=r"1300 MHz is not a Pareto-optimal option"):
+        perseus.evaluate(profile, plan, microbatches=1)
+
+
+def test_evaluate_by_hand():
+    # One GPU, one microbatch: T = tF + tB, no blocking.
+    records = [(0, F, 1410, 0.010, 3.0), (0, F, 1000, 0.015, 2.0), (0, B, 1410, 0.020, 6.0)]
+    profile = Profile.from_records(records, blocking_power=40.0)
+    result = perseus.evaluate(profile, {(0, F, 0): 1000, (0, B, 0): 1410}, microbatches=1)
+    assert result.iteration_time == pytest.approx(0.035)
+    assert result.energy == pytest.approx(8.0)
+    # Two stages, one microbatch: each GPU blocks while the other computes.
+    records = [(s, i, 1410, t, 10 * t) for s in range(2) for i, t in ((F, 0.01), (B, 0.02))]
+    profile = Profile.from_records(records, blocking_power=40.0)
+    result = perseus.evaluate(profile, full_plan(profile, 1), microbatches=1)
+    assert result.iteration_time == pytest.approx(0.06)
+    assert result.energy == pytest.approx(10 * 0.06 + 40.0 * (2 * 0.06 - 0.06))
+
+
+def test_evaluate_plan_uses_its_pipeline(profile, interleaved):
+    plan = interleaved[len(interleaved) // 2]
+    result = perseus.evaluate(profile, plan)
+    assert result.iteration_time == pytest.approx(plan.iteration_time, rel=1e-12)
+    assert result.energy == pytest.approx(plan.energy, rel=1e-12)
+    # The same frequencies on another schedule give another replay.
+    other = perseus.evaluate(profile, plan.frequencies(), microbatches=4, schedule="gpipe")
+    assert other != result
+
+
+# --- Frontier save / load ----------------------------------------------------------------
+
+
+def test_save_load_round_trip(tmp_path, interleaved):
+    path = tmp_path / "frontier.json"
+    interleaved.save(path)
+    loaded = Frontier.load(path)
+    assert len(loaded) == len(interleaved)
+    assert loaded.spec == interleaved.spec
+    assert loaded.baseline == interleaved.baseline
+    assert loaded.unit_time == interleaved.unit_time
+    assert loaded.blocking_power == interleaved.blocking_power
+    assert loaded.steps == interleaved.steps
+    assert loaded.iteration_times.tolist() == interleaved.iteration_times.tolist()
+    assert loaded.energies.tolist() == interleaved.energies.tolist()
+    assert loaded.energies_before_reclaim.tolist() == interleaved.energies_before_reclaim.tolist()
+    for a, b in zip(loaded, interleaved):
+        assert np.array_equal(a.frequencies_mhz, b.frequencies_mhz)
+        assert a.frequencies() == b.frequencies()
+        assert a.to_zeus() == b.to_zeus()
+    assert [p.name for p in tmp_path.iterdir()] == ["frontier.json"]  # no temporary left
+
+
+def test_save_replaces_existing_file(tmp_path, frontier, interleaved):
+    path = tmp_path / "f.json"
+    interleaved.save(path)
+    frontier.save(str(path))
+    assert Frontier.load(str(path)).spec == frontier.spec
+
+
+def write_json(tmp_path, document, name="bad.json"):
+    path = tmp_path / name
+    path.write_text(document if isinstance(document, str) else json.dumps(document))
+    return path
+
+
+def saved_document(tmp_path, frontier):
+    frontier.save(tmp_path / "good.json")
+    return json.loads((tmp_path / "good.json").read_text())
+
+
+def test_load_not_json(tmp_path):
+    path = write_json(tmp_path, "{not json")
+    with pytest.raises(ValueError, match=rf"^{path}: not valid JSON"):
+        Frontier.load(path)
+
+
+@pytest.mark.parametrize("document", [[1, 2], {"format": "zeus-frontier", "version": 1}, {}])
+def test_load_wrong_format(tmp_path, document):
+    path = write_json(tmp_path, document)
+    with pytest.raises(ValueError, match=rf"^{path}: not a perseus frontier file"):
+        Frontier.load(path)
+
+
+@pytest.mark.parametrize("version", [2, "1", None])
+def test_load_unsupported_version(tmp_path, frontier, version):
+    document = saved_document(tmp_path, frontier)
+    document["version"] = version
+    path = write_json(tmp_path, document)
+    with pytest.raises(ValueError, match=rf"^{path}: frontier format version {version!r} is not supported"):
+        Frontier.load(path)
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda d: d.pop("plans"),
+        lambda d: d["plans"][0].pop("frequencies_mhz"),
+        lambda d: d["plans"][0].update(frequencies_mhz=[1410]),
+        lambda d: d["pipeline"].update(extra=1),
+        lambda d: d.update(plans=[]),
+        lambda d: d["plans"].reverse(),
+    ],
+    ids=["no-plans", "no-frequencies", "short-frequencies", "bad-pipeline", "empty", "unordered"],
+)
+def test_load_malformed(tmp_path, frontier, breakage):
+    document = saved_document(tmp_path, frontier)
+    breakage(document)
+    path = write_json(tmp_path, document)
+    with pytest.raises(ValueError, match=rf"^{path}: malformed frontier file"):
+        Frontier.load(path)
+
+
+def test_load_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        Frontier.load(tmp_path / "absent.json")
+
+
+# --- Plan accessors -----------------------------------------------------------------------
+
+
+def scrambled_plan(spec, seed=0):
+    """A plan whose frequencies differ per computation, so mix-ups show."""
+    rng = np.random.default_rng(seed)
+    mhz = rng.permutation(spec.num_computations) + 500
+    return Plan(spec, mhz, 1.0, 100.0)
+
+
+@pytest.mark.parametrize("which", ["1f1b", "interleaved"])
+def test_frequency_lookup_agrees_with_frequencies(frontier, interleaved, which):
+    spec = (frontier if which == "1f1b" else interleaved).spec
+    plan = scrambled_plan(spec)
+    table = plan.frequencies()
+    assert len(table) == spec.num_computations
+    assert len(set(table.values())) == spec.num_computations
+    for gpu in range(spec.num_gpus):
+        for chunk in range(spec.virtual_stages):
+            for instruction in (F, B):
+                for mb in range(spec.microbatches):
+                    stage = chunk * spec.num_gpus + gpu
+                    assert plan.frequency(gpu, instruction, mb, chunk) == table[(stage, instruction, mb)]
+
+
+@pytest.mark.parametrize("which", ["1f1b", "interleaved"])
+def test_to_zeus_follows_pipeline_order(frontier, interleaved, which):
+    spec = (frontier if which == "1f1b" else interleaved).spec
+    plan = scrambled_plan(spec, seed=1)
+    orders = pipeline_order(spec.schedule, spec.num_gpus, spec.microbatches, spec.virtual_stages)
+    zeus = plan.to_zeus()
+    assert len(zeus) == spec.num_gpus
+    for gpu, (order, schedule) in enumerate(zip(orders, zeus)):
+        assert schedule == [(i, plan.frequency(gpu, i, mb, chunk)) for i, chunk, mb in order]
+
+
+def test_real_plan_accessors(interleaved):
+    plan = interleaved.fastest
+    frequencies = plan.frequencies()
+    zeus = plan.to_zeus()
+    assert sum(len(z) for z in zeus) == len(frequencies)
+    assert sorted(mhz for z in zeus for _, mhz in z) == sorted(frequencies.values())
+
+
+def test_plan_frequency_errors(interleaved):
+    plan = interleaved.fastest  # 2 GPUs x 2 chunks x 4 microbatches
+    with pytest.raises(ValueError, match=r"stage 2 is out of range: this pipeline has 2 GPUs"):
+        plan.frequency(2, F, 0)
+    with pytest.raises(ValueError, match=r"chunk 2 is out of range: .* 2 virtual stage"):
+        plan.frequency(0, F, 0, chunk=2)
+    with pytest.raises(ValueError, match=r"microbatch 4 is out of range: this pipeline runs 4"):
+        plan.frequency(0, B, 4)
+    with pytest.raises(ValueError, match=r"instruction 'fwd' is not one of"):
+        plan.frequency(0, "fwd", 0)
+
+
+def test_plan_frequencies_are_read_only(frontier):
+    with pytest.raises(ValueError):
+        frontier.fastest.frequencies_mhz[0] = 1
+
+
+def test_plan_needs_one_frequency_per_computation(frontier):
+    with pytest.raises(ValueError, match=rf"needs {frontier.spec.num_computations} frequencies"):
+        Plan(frontier.spec, np.array([1410]), 1.0, 1.0)
+
+
+# --- progress ---------------------------------------------------------------------------
+
+
+def test_progress_receives_increasing_counts(profile):
+    calls = []
+    frontier = perseus.optimize(profile, microbatches=4, progress=lambda d, e: calls.append((d, e)))
+    assert len(calls) >= 2
+    done = [d for d, _ in calls]
+    assert done[0] == 0 and done[-1] == frontier.steps
+    assert done == sorted(done)
+    assert len({e for _, e in calls}) == 1
+    assert all(0 <= d <= e for d, e in calls)
+
+
+class Stop(Exception):
+    pass
+
+
+def test_progress_exception_propagates(profile):
+    def progress(done, expected):
+        raise Stop(f"stop at {done}/{expected}")
+
+    with pytest.raises(Stop, match=r"stop at 0/"):
+        perseus.optimize(profile, microbatches=4, progress=progress)
+
+
+def test_progress_exception_after_start_propagates(profile):
+    seen = []
+
+    def progress(done, expected):
+        seen.append(done)
+        if len(seen) == 2:
+            raise Stop("second call")
+
+    with pytest.raises(Stop, match="second call"):
+        perseus.optimize(profile, microbatches=4, progress=progress)
+
+
+# --- example profiles -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "microbatches"), [("gpt3-a100-8stage.csv", 8), ("small-4stage.csv", 8)]
+)
+def test_example_profiles(name, microbatches):
+    profile = Profile.from_csv(EXAMPLES / name, blocking_power=70.0)
+    calls = []
+    frontier = perseus.optimize(
+        profile, microbatches=microbatches, progress=lambda d, e: calls.append((d, e))
+    )
+    assert len(frontier) > 1
+    assert frontier.fastest.iteration_time == pytest.approx(frontier.baseline.iteration_time, rel=1e-12)
+    assert frontier.fastest.energy < frontier.baseline.energy
+    summary = frontier.summary()
+    assert summary["saving_percent"] > 0
+    assert summary["plans"] == len(frontier)
+    # One unit per step from the cheapest plan's time down to the fastest.
+    done, expected = calls[-1]
+    assert done == expected == frontier.steps > 0
