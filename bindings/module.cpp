@@ -3,9 +3,11 @@
 
 void register_pipeline(py::module_& m);
 void register_problem(py::module_& m);
+void register_switcher(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "perseus compiled core: schedules, plan replay and the frontier solver";
+  m.doc() = "perseus compiled core: schedules, plan replay, the frontier solver and the frequency switcher";
   register_pipeline(m);
   register_problem(m);
+  register_switcher(m);
 }

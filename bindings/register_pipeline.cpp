@@ -1,6 +1,7 @@
 // Bindings for pipeline schedules (cpp/pipeline.hpp).
 #include "pybind11.hpp"
 
+#include "dag.hpp"
 #include "pipeline.hpp"
 
 using perseus::Index;
@@ -24,8 +25,10 @@ void register_pipeline(py::module_& m) {
                        "The computations of one training iteration and each GPU's order.")
       .def(py::init([](const std::string& schedule, Index num_gpus, Index virtual_stages,
                        Index microbatches) {
-             return Pipeline(perseus::parse_schedule(schedule), num_gpus, virtual_stages,
-                             microbatches);
+             Pipeline pipeline(perseus::parse_schedule(schedule), num_gpus, virtual_stages,
+                               microbatches);
+             perseus::Dag check(pipeline);  // throws if the order would deadlock
+             return pipeline;
            }),
            "schedule"_a, "num_gpus"_a, "virtual_stages"_a, "microbatches"_a)
       .def_property_readonly("schedule",

@@ -71,6 +71,7 @@ def _compile(source: Path, target: Path) -> None:
         [compiler, "-shared", "-fPIC", "-O1", "-o", str(target), str(source), "-lpthread"],
         check=True,
         capture_output=True,
+        timeout=300,
     )
 
 

@@ -543,6 +543,7 @@ def test_example_generator_reproduces_examples(tmp_path, args, name):
     subprocess.run(
         [sys.executable, str(EXAMPLES / "make_synthetic_profile.py"), *args, "--output", str(out)],
         check=True,
+        timeout=300,
     )
     new, stored = (path.read_text().splitlines() for path in (out, EXAMPLES / name))
     assert new[0] == stored[0] == HEADER

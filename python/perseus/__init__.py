@@ -25,6 +25,7 @@ from .frontier import Evaluation, Frontier, Plan
 from .optimize import evaluate, optimize
 from .profile import INSTRUCTIONS, Profile, StageOptions
 from .schedule import SCHEDULES, pipeline_order
+from .switcher import FrequencySwitcher
 
 __version__ = "0.1.0"
 
@@ -32,6 +33,7 @@ __all__ = [
     "INSTRUCTIONS",
     "SCHEDULES",
     "Evaluation",
+    "FrequencySwitcher",
     "Frontier",
     "Plan",
     "Profile",

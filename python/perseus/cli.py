@@ -3,6 +3,10 @@
     perseus optimize PROFILE.csv --microbatches 32 --blocking-power 70 -o out/
 
 prints a summary and writes ``out/frontier.json``.
+
+    perseus reset-clocks [--device N]
+
+gives locked GPU clocks back to the driver.
 """
 
 from __future__ import annotations
@@ -45,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     opt.add_argument("-o", "--output", default=".", metavar="DIR", help="directory for frontier.json")
     opt.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    reset = commands.add_parser(
+        "reset-clocks", help="give locked GPU clocks back to the driver (e.g. after kill -9)"
+    )
+    reset.add_argument(
+        "--device", type=int, default=None, metavar="N",
+        help="CUDA device index (honours CUDA_VISIBLE_DEVICES); default: every visible GPU",
+    )
     return parser
 
 
@@ -74,12 +86,27 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reset_clocks(args: argparse.Namespace) -> int:
+    from .switcher import NvmlError, reset_clocks
+
+    try:
+        results = reset_clocks(args.device)
+    except (NvmlError, IndexError) as error:
+        print(f"perseus: error: {error}", file=sys.stderr)
+        return 1
+    for r in results:
+        print(f"GPU {r.device} (NVML {r.nvml_index}, {r.name}): SM clocks {r.gpu}, memory clocks {r.memory}")
+    return 0 if all(r.ok for r in results) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
         if args.command == "optimize":
             return _optimize(args)
+        if args.command == "reset-clocks":
+            return _reset_clocks(args)
     except (ProfileError, OSError) as error:
         print(f"perseus: error: {error}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ from .errors import ProfileError
 from .frontier import Evaluation, Frontier, PipelineSpec, Plan
 from .profile import INSTRUCTIONS, Profile
 from .progress import ProgressBar
-from .schedule import build_pipeline
+from .schedule import build_pipeline, count_argument
 
 __all__ = ["evaluate", "optimize"]
 
@@ -48,13 +48,15 @@ def _setup(
     profile: Profile, microbatches: int, schedule: str, virtual_stages: int
 ) -> tuple[_core.Problem, PipelineSpec, _OptionTable, np.ndarray]:
     _check_profile(profile)
-    if isinstance(virtual_stages, int) and virtual_stages >= 1 and profile.num_stages % virtual_stages:
+    virtual_stages = count_argument("virtual_stages", virtual_stages)
+    if profile.num_stages % virtual_stages:
         raise ProfileError(
             f"virtual_stages={virtual_stages} does not divide the profile's "
             f"{profile.num_stages} stages"
         )
-    num_gpus = profile.num_stages // virtual_stages if isinstance(virtual_stages, int) and virtual_stages >= 1 else 1
+    num_gpus = profile.num_stages // virtual_stages
     pipeline = build_pipeline(schedule, num_gpus, microbatches, virtual_stages)
+    microbatches = int(microbatches)
     table = _OptionTable(profile)
     try:
         problem = _core.Problem(

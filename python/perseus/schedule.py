@@ -6,6 +6,8 @@ Megatron-LM's schedules; this module checks arguments and presents them.
 
 from __future__ import annotations
 
+import numbers
+
 from . import _core
 from .errors import ProfileError
 from .profile import INSTRUCTIONS
@@ -16,19 +18,27 @@ SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b")
 """Schedule names perseus knows."""
 
 
+def count_argument(name: str, value: object) -> int:
+    """`value` as an int >= 1 (numpy integers welcome), or `ProfileError` naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise ProfileError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
 def check_pipeline_args(
     schedule: str, num_gpus: int, microbatches: int, virtual_stages: int
-) -> None:
-    """Raise `ProfileError` naming the argument when the pipeline cannot run."""
+) -> tuple[int, int, int]:
+    """Check the pipeline's arguments; returns (num_gpus, microbatches, virtual_stages) as ints.
+
+    Raises `ProfileError` naming the argument when the pipeline cannot run.
+    """
     if schedule not in SCHEDULES:
         raise ProfileError(
             f"schedule {schedule!r} is not known; choose one of: {', '.join(SCHEDULES)}"
         )
-    for name, value in (("microbatches", microbatches), ("virtual_stages", virtual_stages)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ProfileError(f"{name} must be an integer >= 1, got {value!r}")
-    if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 1:
-        raise ProfileError(f"the number of pipeline GPUs must be an integer >= 1, got {num_gpus!r}")
+    microbatches = count_argument("microbatches", microbatches)
+    virtual_stages = count_argument("virtual_stages", virtual_stages)
+    num_gpus = count_argument("the number of pipeline GPUs", num_gpus)
     if schedule == "interleaved-1f1b":
         if virtual_stages < 2:
             raise ProfileError(
@@ -45,14 +55,25 @@ def check_pipeline_args(
             f"the {schedule} schedule has one chunk per GPU; virtual_stages={virtual_stages} "
             "needs schedule='interleaved-1f1b'"
         )
+    return num_gpus, microbatches, virtual_stages
 
 
 def build_pipeline(
     schedule: str, num_gpus: int, microbatches: int, virtual_stages: int = 1
 ) -> _core.Pipeline:
-    """Check the arguments and build the core's `Pipeline`."""
-    check_pipeline_args(schedule, num_gpus, microbatches, virtual_stages)
-    return _core.Pipeline(schedule, num_gpus, virtual_stages, microbatches)
+    """Check the arguments and build the core's `Pipeline`.
+
+    Raises `ProfileError` for bad arguments and for an order that would
+    deadlock (some interleaved sizes whose microbatches are not a multiple of
+    the GPUs).
+    """
+    num_gpus, microbatches, virtual_stages = check_pipeline_args(
+        schedule, num_gpus, microbatches, virtual_stages
+    )
+    try:
+        return _core.Pipeline(schedule, num_gpus, virtual_stages, microbatches)
+    except ValueError as error:
+        raise ProfileError(str(error)) from None
 
 
 def pipeline_order(

@@ -1,0 +1,458 @@
+"""GPU check of the frequency switcher, for a machine with an NVIDIA GPU (an H200).
+
+    python bench/gpu_check_switcher.py [--device 0] [--json out.json]
+
+Reports, for one GPU:
+
+1. whether its SM clock can be locked here (root / CAP_SYS_ADMIN, no MIG),
+   and the supported memory and SM clocks;
+2. the wall time of one ``nvmlDeviceSetGpuLockedClocks`` call;
+3. how long until the new clock shows in ``nvmlDeviceGetClockInfo`` (with the
+   GPU busy, when torch or CuPy can keep it busy);
+4. ``set()`` latency seen by the caller on the real driver;
+5. that stream-ordered switching (``set_on_stream``) hands its target over
+   between two kernels, in order: after kernel A ends and before kernel B
+   ends, although the CPU queued it long before (torch CUDA streams, or CuPy).
+   This part runs even when locking is refused: the handover time is in the
+   switcher's records either way.
+
+It always gives the clocks back (``finally``, and the switcher's own exit
+and signal hooks) and exits 0 when the check ran, whatever the GPU allowed;
+1 if something unexpected failed; 3 on its own timeout. The JSON goes to
+``--json``, or to ``$OUT/gpu_check_switcher.json`` when ``$OUT`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import statistics
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import perseus
+from perseus import _core
+from perseus.switcher import FrequencySwitcher, NvmlDevice, NvmlError
+
+report: dict[str, Any] = {}
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+# ---- something to keep the GPU busy: torch, else CuPy ----------------------
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, device: int) -> None:
+        import torch
+
+        self.torch = torch
+        torch.cuda.set_device(device)
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")  # creates the context on this thread
+        self.cycles_per_s = self._calibrate()
+
+    def stream(self) -> Any:
+        return self.torch.cuda.Stream()
+
+    def handle(self, stream: Any) -> int:
+        return stream.cuda_stream
+
+    def spin(self, stream: Any, seconds: float) -> None:
+        with self.torch.cuda.stream(stream):
+            self.torch.cuda._sleep(int(seconds * self.cycles_per_s))
+
+    def event(self, stream: Any) -> Any:
+        e = self.torch.cuda.Event()
+        e.record(stream)
+        return e
+
+    @staticmethod
+    def done(event: Any) -> bool:
+        return event.query()
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize()
+
+    def _calibrate(self) -> float:
+        cycles = 20_000_000
+        self.torch.cuda._sleep(cycles)  # warm-up
+        self.torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        self.torch.cuda._sleep(cycles)
+        self.torch.cuda.synchronize()
+        return cycles / (time.perf_counter() - t0)
+
+
+class CupyBackend:
+    name = "cupy"
+
+    def __init__(self, device: int) -> None:
+        import cupy
+
+        self.cp = cupy
+        cupy.cuda.Device(device).use()
+        self.kernel = cupy.RawKernel(
+            r"""extern "C" __global__ void spin(long long cycles) {
+                  long long start = clock64();
+                  while (clock64() - start < cycles) {}
+               }""",
+            "spin",
+        )
+        self.cycles_per_s = self._calibrate()
+
+    def stream(self) -> Any:
+        return self.cp.cuda.Stream(non_blocking=True)
+
+    def handle(self, stream: Any) -> int:
+        return stream.ptr
+
+    def spin(self, stream: Any, seconds: float) -> None:
+        with stream:
+            self.kernel((1,), (1,), (self.cp.int64(int(seconds * self.cycles_per_s)),))
+
+    def event(self, stream: Any) -> Any:
+        e = self.cp.cuda.Event()
+        e.record(stream)
+        return e
+
+    @staticmethod
+    def done(event: Any) -> bool:
+        return event.done
+
+    def synchronize(self) -> None:
+        self.cp.cuda.Device().synchronize()
+
+    def _calibrate(self) -> float:
+        cycles = 20_000_000
+        s = self.cp.cuda.Stream.null
+        self.kernel((1,), (1,), (self.cp.int64(cycles),))
+        s.synchronize()
+        t0 = time.perf_counter()
+        self.kernel((1,), (1,), (self.cp.int64(cycles),))
+        s.synchronize()
+        return cycles / (time.perf_counter() - t0)
+
+
+def make_backend(device: int) -> Any:
+    errors = []
+    for backend in (TorchBackend, CupyBackend):
+        try:
+            return backend(device)
+        except Exception as error:  # noqa: BLE001 - try the next one
+            errors.append(f"{backend.name}: {type(error).__name__}: {error}")
+    report["backend_errors"] = errors
+    return None
+
+
+# ---- the checks --------------------------------------------------------------
+
+
+def check_environment(gpu: NvmlDevice) -> tuple[list[int], list[int]]:
+    mem = [int(x) for x in gpu.supported_memory_clocks()]
+    sm = [int(x) for x in gpu.supported_graphics_clocks()]
+    report.update(
+        perseus_version=perseus.__version__,
+        driver=_core.nvml_driver_version(),
+        gpu=gpu.name,
+        uuid=gpu.uuid,
+        nvml_index=gpu.nvml_index,
+        supported_memory_mhz=mem,
+        supported_sm_mhz=sm,
+        sm_clock_now_mhz=gpu.clock_mhz("sm"),
+    )
+    say(f"GPU            {gpu.name} (CUDA {gpu.index}, NVML {gpu.nvml_index}), driver {report['driver']}")
+    say(f"memory clocks  {mem} MHz")
+    if sm:
+        say(f"SM clocks      {len(sm)} between {sm[0]} and {sm[-1]} MHz: {sm[:4]} ... {sm[-4:]}")
+    else:
+        say("SM clocks      none listed (the driver does not report supported clocks)")
+    return mem, sm
+
+
+def check_can_lock(gpu: NvmlDevice, probe: int) -> bool:
+    try:
+        gpu.set_locked_clocks(probe, probe)
+    except NvmlError as error:
+        report["can_lock"] = False
+        report["lock_error"] = {"code": error.code, "message": str(error)}
+        say(f"lock clocks    REFUSED: {error}")
+        return False
+    report["can_lock"] = True
+    say(f"lock clocks    yes (locked at {probe} MHz)")
+    return True
+
+
+def check_set_latency(gpu: NvmlDevice, high: int, low: int, repeats: int = 10) -> None:
+    set_ms, reset_ms = [], []
+    for i in range(repeats):
+        target = low if i % 2 == 0 else high
+        t0 = time.perf_counter()
+        gpu.set_locked_clocks(target, target)
+        set_ms.append((time.perf_counter() - t0) * 1e3)
+    for _ in range(3):
+        t0 = time.perf_counter()
+        gpu.reset_locked_clocks()
+        reset_ms.append((time.perf_counter() - t0) * 1e3)
+    report["set_locked_clocks_ms"] = set_ms
+    report["reset_locked_clocks_ms"] = reset_ms
+    say(
+        f"SetGpuLocked   median {statistics.median(set_ms):.3f} ms, min {min(set_ms):.3f}, "
+        f"max {max(set_ms):.3f} ({repeats} calls, {low}<->{high} MHz)"
+    )
+    say(f"ResetGpuLocked median {statistics.median(reset_ms):.3f} ms")
+
+
+def check_clock_visible(gpu: NvmlDevice, backend: Any, high: int, low: int) -> None:
+    """Time from the start of a set call until GetClockInfo shows the target."""
+    busy = backend is not None
+    if busy:
+        side = backend.stream()
+        backend.spin(side, 3.0)  # keeps an SM busy while we measure
+    results = []
+    try:
+        for target in (low, high, low, high):
+            t0 = time.perf_counter()
+            gpu.set_locked_clocks(target, target)
+            t_ret = time.perf_counter()
+            seen, last, polls = None, None, 0
+            while time.perf_counter() - t0 < 2.0:
+                last = gpu.clock_mhz("sm")
+                polls += 1
+                if abs(last - target) <= 15:
+                    seen = time.perf_counter()
+                    break
+            results.append(
+                {
+                    "target_mhz": target,
+                    "call_ms": (t_ret - t0) * 1e3,
+                    "visible_after_start_ms": None if seen is None else (seen - t0) * 1e3,
+                    "visible_after_return_ms": None if seen is None else (seen - t_ret) * 1e3,
+                    "last_read_mhz": last,
+                    "polls": polls,
+                }
+            )
+    finally:
+        if busy:
+            backend.synchronize()
+    report["clock_visible"] = {"gpu_busy": busy, "transitions": results}
+    for r in results:
+        shown = (
+            f"{r['visible_after_start_ms']:.3f} ms after the call began "
+            f"({r['visible_after_return_ms']:.3f} ms after it returned)"
+            if r["visible_after_start_ms"] is not None
+            else f"NOT seen within 2 s (last read {r['last_read_mhz']} MHz)"
+        )
+        say(f"clock visible  -> {r['target_mhz']} MHz: {shown}{'' if busy else ' [GPU idle]'}")
+
+
+def check_switcher_latency(device: int, high: int, low: int) -> None:
+    with FrequencySwitcher(device) as sw:
+        ns = []
+        for i in range(400):
+            t0 = time.perf_counter_ns()
+            sw.set(low if i % 2 == 0 else high)
+            ns.append(time.perf_counter_ns() - t0)
+            if i % 50 == 0:
+                time.sleep(0.01)
+        sw.wait(timeout=10)
+        log = sw.records()
+    ns.sort()
+    worker_ms = [x / 1e6 for x in log.latency_ns]
+    report["switcher_set_ns"] = {"median": ns[len(ns) // 2], "p99": ns[int(len(ns) * 0.99)], "max": ns[-1]}
+    report["switcher_worker_nvml_ms"] = worker_ms
+    say(
+        f"set() caller   median {ns[len(ns) // 2]} ns, p99 {ns[int(len(ns) * 0.99)]} ns "
+        f"({len(ns)} calls, {len(log)} NVML calls made by the worker, median "
+        f"{statistics.median(worker_ms) if worker_ms else float('nan'):.3f} ms each)"
+    )
+
+
+def check_stream_order(device: int, backend: Any, high: int, low: int, can_lock: bool) -> None:
+    if backend is None:
+        report["stream_order"] = {"skipped": "neither torch nor cupy usable",
+                                  "errors": report.get("backend_errors")}
+        say("stream order   SKIPPED: neither torch nor CuPy could drive the GPU")
+        return
+    sw = FrequencySwitcher(device)
+    try:
+        if can_lock:
+            sw.set(high)
+            sw.wait(timeout=10)
+        stream = backend.stream()
+        handle = backend.handle(stream)
+        backend.synchronize()
+        kernel_s = 0.3
+        t_enqueue = time.monotonic_ns()
+        backend.spin(stream, kernel_s)  # kernel A
+        ev_a = backend.event(stream)
+        sw.set_on_stream(handle, low)  # should land between A and B
+        backend.spin(stream, kernel_s)  # kernel B
+        ev_b = backend.event(stream)
+        sw.set_on_stream(handle, high)
+        t_queued = time.monotonic_ns()
+
+        gpu = NvmlDevice(device)
+        a_pending_last = b_pending_last = None
+        a_done = b_done = None
+        samples = []
+        deadline = time.monotonic() + 10 * kernel_s + 5
+        while time.monotonic() < deadline:
+            now = time.monotonic_ns()
+            if a_done is None:
+                if backend.done(ev_a):
+                    a_done = now
+                else:
+                    a_pending_last = now
+            if b_done is None:
+                if backend.done(ev_b):
+                    b_done = now
+                else:
+                    b_pending_last = now
+            samples.append((now, gpu.clock_mhz("sm")))
+            if b_done is not None:
+                break
+        backend.synchronize()
+        try:
+            sw.wait(timeout=10)
+        except NvmlError:
+            pass  # locking refused: the records still show when the handover happened
+        log = sw.records()
+    finally:
+        try:
+            sw.close()
+        except NvmlError:
+            pass
+
+    stream_records = [r for r in log if r.source == "stream"]
+    result: dict[str, Any] = {
+        "backend": backend.name,
+        "kernel_s": kernel_s,
+        "enqueue_ms": (t_queued - t_enqueue) / 1e6,
+        "a_pending_last_ns": a_pending_last,
+        "a_done_seen_ns": a_done,
+        "b_pending_last_ns": b_pending_last,
+        "b_done_seen_ns": b_done,
+        "records": [dataclasses.asdict(r) for r in log],
+    }
+    ok = False
+    if stream_records and a_done is not None and b_done is not None:
+        first = stream_records[0]
+        after_queue = first.requested_ns > t_queued
+        after_a = a_pending_last is None or first.requested_ns >= a_pending_last
+        before_b_end = first.requested_ns <= b_done
+        ok = first.applied_mhz == low and after_queue and after_a and before_b_end
+        order = [r.applied_mhz for r in stream_records]
+        result.update(
+            first_handover_after_enqueue_ms=(first.requested_ns - t_queued) / 1e6,
+            handover_minus_a_end_ms=(first.requested_ns - (a_pending_last or a_done)) / 1e6,
+            b_end_minus_handover_ms=(b_done - first.requested_ns) / 1e6,
+            applied_order=order,
+            statuses=[r.status for r in stream_records],
+        )
+        if can_lock and first.status == 0:
+            applied_at = first.time_ns
+            b_running = b_pending_last or b_done
+            during_b = [mhz for t, mhz in samples if applied_at <= t <= b_running]
+            during_a = [mhz for t, mhz in samples if t <= (a_pending_last or 0)]
+            result["sm_mhz_during_a"] = sorted(set(during_a))
+            result["sm_mhz_during_b_after_switch"] = sorted(set(during_b))
+            ok = ok and order[:2] == [low, high] and all(abs(m - low) <= 15 for m in during_b)
+    result["ok"] = ok
+    report["stream_order"] = result
+    say(
+        f"stream order   {'OK' if ok else 'FAILED'} ({backend.name}): queued in "
+        f"{result['enqueue_ms']:.3f} ms; handover "
+        f"{result.get('handover_minus_a_end_ms', float('nan')):.3f} ms after kernel A was last "
+        f"seen running, {result.get('b_end_minus_handover_ms', float('nan')):.1f} ms before "
+        f"kernel B ended; applied order {result.get('applied_order')}"
+    )
+    if "sm_mhz_during_b_after_switch" in result:
+        say(
+            f"               SM clock during A {result['sm_mhz_during_a']} MHz, "
+            f"during B after the switch {result['sm_mhz_during_b_after_switch']} MHz"
+        )
+
+
+# ---- main ----------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", type=int, default=0, help="CUDA device index")
+    parser.add_argument("--json", metavar="PATH", help="write the report here")
+    parser.add_argument("--timeout", type=float, default=240.0, help="give up after this many seconds")
+    args = parser.parse_args()
+    out_dir = os.environ.get("OUT")
+    json_path = args.json or (str(Path(out_dir) / "gpu_check_switcher.json") if out_dir else None)
+
+    def on_timeout(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"gpu_check_switcher: gave up after {args.timeout:.0f} s")
+
+    signal.signal(signal.SIGALRM, on_timeout)
+    signal.alarm(int(args.timeout))
+    status = 0
+    gpu = None
+    try:
+        gpu = NvmlDevice(args.device)
+        _, sm = check_environment(gpu)
+        if not sm:
+            sm = [gpu.clock_mhz("sm")]
+        high = sm[-1]
+        low = sm[len(sm) // 2]  # a mid clock: far enough to be visible, safe for any kernel
+        report.update(high_mhz=high, low_mhz=low)
+        backend = make_backend(args.device)
+        report["backend"] = None if backend is None else backend.name
+        can_lock = check_can_lock(gpu, low)
+        if can_lock:
+            check_set_latency(gpu, high, low)
+            check_clock_visible(gpu, backend, high, low)
+            check_switcher_latency(args.device, high, low)
+        check_stream_order(args.device, backend, high, low, can_lock)
+    except TimeoutError as error:
+        report["error"] = str(error)
+        say(str(error))
+        status = 3
+    except Exception as error:  # noqa: BLE001 - report, reset, exit non-zero
+        report["error"] = f"{type(error).__name__}: {error}"
+        report["traceback"] = traceback.format_exc()
+        say(report["traceback"])
+        status = 1
+    finally:
+        signal.alarm(0)
+        if gpu is not None and report.get("can_lock") is False:
+            report["reset_at_end"] = "not needed: nothing could be locked"
+        elif gpu is not None:
+            try:
+                gpu.reset_locked_clocks()
+                report["reset_at_end"] = "ok"
+            except NvmlError as error:
+                report["reset_at_end"] = str(error)
+            try:
+                report["sm_clock_at_end_mhz"] = gpu.clock_mhz("sm")
+            except NvmlError:
+                pass
+        say(f"reset at end   {report.get('reset_at_end', 'no device')}")
+        if json_path:
+            Path(json_path).write_text(json.dumps(report, indent=2, default=str))
+            say(f"report         {json_path}")
+    # Leave no worker thread behind for the interpreter's exit.
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.daemon:
+            t.join(timeout=5)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+#include "cuda_loader.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace perseus::cuda {
+
+namespace {
+
+constexpr const char* kDefaultLibrary = "libcuda.so.1";
+constexpr const char* kLibraryVariable = "PERSEUS_CUDA_LIBRARY";
+
+template <typename Fn>
+void bind(void* handle, const char* symbol, Fn& out, const std::string& path) {
+  dlerror();
+  void* p = dlsym(handle, symbol);
+  if (p == nullptr)
+    throw LibraryError("the CUDA driver library '" + path + "' has no symbol " + symbol +
+                       " (driver older than CUDA 10?); set " + kLibraryVariable +
+                       " to a newer libcuda.so.1");
+  out = reinterpret_cast<Fn>(p);
+}
+
+std::unique_ptr<Api> load(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    throw LibraryError("could not load the CUDA driver library '" + path + "' (" +
+                       (why != nullptr ? why : "unknown dlopen error") +
+                       "). Stream-ordered switching needs the NVIDIA driver; install it, "
+                       "or set " + kLibraryVariable + " to the path of libcuda.so.1.");
+  }
+  auto a = std::make_unique<Api>();
+  a->path = path;
+  bind(handle, "cuInit", a->init, path);
+  bind(handle, "cuGetErrorName", a->error_name, path);
+  bind(handle, "cuGetErrorString", a->error_string, path);
+  bind(handle, "cuLaunchHostFunc", a->launch_host_func, path);
+  const Result rc = a->init(0);
+  if (rc != kSuccess) throw Error(*a, rc, "cuInit");
+  return a;  // never dlclose()d: host functions may still be queued
+}
+
+const char* hint(Result code) {
+  switch (code) {
+    case kErrorInvalidContext:
+      return "No CUDA context is current on the calling thread: call set_on_stream from a "
+             "thread where your framework has already used the GPU (e.g. after "
+             "torch.cuda.set_device and a first CUDA operation).";
+    case kErrorInvalidHandle:
+      return "The stream handle is not a live CUDA stream of the current context (pass "
+             "torch.cuda.current_stream().cuda_stream or a CuPy stream's .ptr).";
+    case kErrorNoDevice:
+      return "The driver sees no GPU; check CUDA_VISIBLE_DEVICES and nvidia-smi.";
+    case kErrorStreamCaptureUnsupported:
+      return "The stream is being captured into a CUDA graph; host functions cannot be "
+             "enqueued on it while capturing.";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+Error::Error(const Api& a, Result code, const std::string& function)
+    : std::runtime_error([&] {
+        const char* name = nullptr;
+        const char* text = nullptr;
+        if (a.error_name == nullptr || a.error_name(code, &name) != kSuccess) name = nullptr;
+        if (a.error_string == nullptr || a.error_string(code, &text) != kSuccess) text = nullptr;
+        std::string m = function + ": " + (name != nullptr ? name : "CUDA error") + " (" +
+                        std::to_string(code) + ")";
+        if (text != nullptr) m += ": " + std::string(text);
+        const char* h = hint(code);
+        if (*h != '\0') m += ". " + std::string(h);
+        return m;
+      }()),
+      code_(code) {}
+
+const Api& api() {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<Api>> loaded;  // never freed
+  const char* env = std::getenv(kLibraryVariable);
+  const std::string path = (env != nullptr && *env != '\0') ? env : kDefaultLibrary;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = loaded.find(path);
+  if (it == loaded.end()) it = loaded.emplace(path, load(path)).first;
+  return *it->second;
+}
+
+void launch_host_func(const Api& a, std::uintptr_t stream, HostFn fn, void* data) {
+  const Result rc = a.launch_host_func(reinterpret_cast<Stream>(stream), fn, data);
+  if (rc != kSuccess) throw Error(a, rc, "cuLaunchHostFunc");
+}
+
+}  // namespace perseus::cuda

@@ -1,0 +1,450 @@
+#include "switcher.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+namespace perseus {
+
+namespace {
+
+// What a host function needs: made by set_on_stream(), owned by Shared, never
+// moved (std::map nodes are stable), so the host function only reads it.
+struct StreamTarget {
+  FrequencySwitcher::Shared* shared;
+  unsigned mhz;        // snapped
+  unsigned requested;  // as asked
+};
+
+}  // namespace
+
+struct FrequencySwitcher::Shared {
+  std::mutex mutex;
+  std::condition_variable wake;  // the worker waits here for a target or stop
+  std::condition_variable idle;  // wait_idle() waits here
+
+  // The latest target (guarded by mutex). desired_seq counts changes of it;
+  // done_seq is the last change the worker has finished with.
+  unsigned desired = 0;  // 0: default clocks
+  unsigned requested = 0;
+  std::int64_t requested_ns = 0;
+  SwitchSource source = SwitchSource::kSet;
+  std::uint64_t desired_seq = 0;
+  std::uint64_t done_seq = 0;
+  bool busy = false;      // the worker is inside NVML
+  bool stopping = false;  // close() has begun: targets are ignored
+  bool failed = false;    // the worker hit an error and stopped switching
+
+  std::exception_ptr error;  // the worker's first error
+  bool error_delivered = false;
+  std::exception_ptr close_error;  // failure of the final reset
+
+  // Records have their own mutex, so that a reader copying many of them
+  // never delays set() or a host function.
+  std::mutex records_mutex;
+  std::vector<SwitchRecord> ring;  // a ring buffer
+  std::size_t ring_next = 0;
+  std::size_t ring_count = 0;
+  std::uint64_t dropped = 0;
+
+  std::map<unsigned, StreamTarget> targets;  // by requested MHz
+  std::atomic<int> inflight{0};              // host functions enqueued, not yet run
+
+  // Makes `target` the latest; false if nothing changed. Mutex held.
+  bool propose(unsigned target, unsigned requested_mhz, SwitchSource why) {
+    if (stopping || failed || target == desired) return false;
+    desired = target;
+    requested = requested_mhz;
+    requested_ns = nvml::now_ns();
+    source = why;
+    ++desired_seq;
+    return true;
+  }
+};
+
+namespace {
+
+// The host function. Runs on a CUDA driver thread: no CUDA calls, no
+// allocation, no waiting beyond a mutex that nobody holds for long.
+void on_stream_point(void* data) noexcept {
+  const auto* t = static_cast<const StreamTarget*>(data);
+  FrequencySwitcher::Shared* s = t->shared;
+  bool changed = false;
+  {
+    const std::lock_guard<std::mutex> lock(s->mutex);
+    changed = s->propose(t->mhz, t->requested, SwitchSource::kStream);
+  }
+  if (changed) s->wake.notify_one();
+  s->inflight.fetch_sub(1, std::memory_order_acq_rel);  // last touch of *s
+}
+
+std::int64_t elapsed_since(std::int64_t start) { return nvml::now_ns() - start; }
+
+}  // namespace
+
+const char* switch_source_name(SwitchSource source) {
+  switch (source) {
+    case SwitchSource::kSet: return "set";
+    case SwitchSource::kStream: return "stream";
+    case SwitchSource::kReset: return "reset";
+    case SwitchSource::kClose: return "close";
+    case SwitchSource::kRecovery: return "recovery";
+  }
+  return "unknown";
+}
+
+FrequencySwitcher::FrequencySwitcher(const SwitcherOptions& options)
+    : options_(options), shared_(nullptr), owner_pid_(static_cast<long>(getpid())) {
+  if (options.record_capacity == 0) throw std::invalid_argument("record_capacity must be >= 1");
+  session_ = std::make_unique<nvml::Session>();
+  const nvml::Api& api = session_->api();
+  device_ = nvml::open_device(*session_, options.device);
+  supported_memory_ = nvml::supported_memory_clocks(api, device_.handle);
+
+  unsigned graphics_for = supported_memory_.empty() ? 0 : supported_memory_.back();
+  if (options.memory_mhz != 0) {
+    if (api.set_memory_locked_clocks == nullptr || api.reset_memory_locked_clocks == nullptr)
+      throw std::invalid_argument("memory_mhz: this NVML ('" + api.path +
+                                  "') cannot lock memory clocks (driver too old)");
+    memory_mhz_ = options.memory_mhz;
+    if (!supported_memory_.empty()) {
+      // The nearest supported memory clock.
+      auto it = std::lower_bound(supported_memory_.begin(), supported_memory_.end(), memory_mhz_);
+      if (it == supported_memory_.end()) --it;
+      else if (it != supported_memory_.begin() && memory_mhz_ - *(it - 1) < *it - memory_mhz_) --it;
+      memory_mhz_ = *it;
+    }
+    graphics_for = memory_mhz_;
+  }
+  if (graphics_for != 0)
+    supported_ = nvml::supported_graphics_clocks(api, device_.handle, graphics_for);
+
+  shared_ = new Shared();
+  shared_->ring.resize(options.record_capacity);
+
+  // The worker takes no signals: they go to the threads that handle them
+  // (Python runs its handlers on the main thread). Block them all while the
+  // thread is created, so it starts with everything blocked.
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &previous);
+  try {
+    worker_ = std::make_unique<std::thread>([this] { run_worker(); });
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    delete shared_;
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
+FrequencySwitcher::~FrequencySwitcher() {
+  try {
+    close();
+  } catch (...) {  // already printed on stderr by the worker
+  }
+  // Host functions still queued on a stream point into *shared_; they see
+  // `stopping` and do nothing, but the memory must outlive them.
+  if (!abandoned_ && shared_->inflight.load(std::memory_order_acquire) == 0) delete shared_;
+}
+
+void FrequencySwitcher::abandon_after_fork() {
+  // The worker thread, and whoever held shared_->mutex at the fork, exist
+  // only in the parent: joining, locking or freeing here could hang or crash.
+  (void)worker_.release();
+  (void)session_.release();  // no nvmlShutdown on the parent's behalf
+  abandoned_ = true;
+  closed_ = true;
+}
+
+unsigned FrequencySwitcher::snap(unsigned mhz) const {
+  if (supported_.empty()) return mhz;
+  auto it = std::lower_bound(supported_.begin(), supported_.end(), mhz);
+  if (it == supported_.end()) return supported_.back();
+  if (*it == mhz || it == supported_.begin()) return *it;
+  const unsigned below = *(it - 1);
+  return (mhz - below < *it - mhz) ? below : *it;  // a tie goes to the faster clock
+}
+
+void FrequencySwitcher::throw_if_failed_locked() {
+  if (shared_->stopping) throw std::logic_error("the frequency switcher is closed");
+  if (shared_->failed) {
+    shared_->error_delivered = true;
+    std::rethrow_exception(shared_->error);
+  }
+}
+
+unsigned FrequencySwitcher::set(unsigned mhz) {
+  if (mhz == 0) throw std::invalid_argument("a clock must be > 0 MHz (use reset() for default clocks)");
+  const unsigned target = snap(mhz);
+  bool changed = false;
+  {
+    const std::lock_guard<std::mutex> lock(shared_->mutex);
+    throw_if_failed_locked();
+    changed = shared_->propose(target, mhz, SwitchSource::kSet);
+  }
+  if (changed) shared_->wake.notify_one();
+  return target;
+}
+
+unsigned FrequencySwitcher::set_on_stream(std::uintptr_t stream, unsigned mhz) {
+  if (mhz == 0) throw std::invalid_argument("a clock must be > 0 MHz");
+  const unsigned target = snap(mhz);
+  const cuda::Api* api = cuda_.load(std::memory_order_acquire);
+  if (api == nullptr) {
+    api = &cuda::api();  // loads the driver once (may throw); never under our mutex
+    cuda_.store(api, std::memory_order_release);
+  }
+  const StreamTarget* arg = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(shared_->mutex);
+    throw_if_failed_locked();
+    auto it = shared_->targets.find(mhz);
+    if (it == shared_->targets.end())
+      it = shared_->targets.emplace(mhz, StreamTarget{shared_, target, mhz}).first;
+    arg = &it->second;
+    shared_->inflight.fetch_add(1, std::memory_order_acq_rel);
+  }
+  try {
+    // May block while the stream's queue is full, so outside the mutex.
+    cuda::launch_host_func(*api, stream, &on_stream_point, const_cast<StreamTarget*>(arg));
+  } catch (...) {
+    shared_->inflight.fetch_sub(1, std::memory_order_acq_rel);
+    throw;
+  }
+  return target;
+}
+
+void FrequencySwitcher::reset() {
+  bool changed = false;
+  {
+    const std::lock_guard<std::mutex> lock(shared_->mutex);
+    throw_if_failed_locked();
+    changed = shared_->propose(0, 0, SwitchSource::kReset);
+  }
+  if (changed) shared_->wake.notify_one();
+}
+
+bool FrequencySwitcher::wait_idle(std::int64_t timeout_ns) {
+  std::unique_lock<std::mutex> lock(shared_->mutex);
+  Shared& s = *shared_;
+  const auto done = [&s] {
+    return s.stopping || s.failed || (s.done_seq == s.desired_seq && !s.busy);
+  };
+  bool ok = true;
+  if (timeout_ns < 0) s.idle.wait(lock, done);
+  else ok = s.idle.wait_for(lock, std::chrono::nanoseconds(timeout_ns), done);
+  if (s.failed) {
+    s.error_delivered = true;
+    std::rethrow_exception(s.error);
+  }
+  return ok;
+}
+
+void FrequencySwitcher::close() {
+  const std::lock_guard<std::mutex> guard(close_mutex_);
+  if (abandoned_) return;
+  if (static_cast<long>(getpid()) != owner_pid_) {
+    abandon_after_fork();
+    return;
+  }
+  if (!closed_) {
+    {
+      const std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->stopping = true;
+    }
+    shared_->wake.notify_all();
+    shared_->idle.notify_all();
+    if (worker_ && worker_->joinable()) worker_->join();  // it resets what it locked first
+    session_.reset();                        // nvmlShutdown
+    closed_ = true;
+  }
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  if (shared_->close_error) {
+    std::exception_ptr e = shared_->close_error;
+    shared_->close_error = nullptr;
+    std::rethrow_exception(e);
+  }
+  if (shared_->error && !shared_->error_delivered) {
+    shared_->error_delivered = true;
+    std::rethrow_exception(shared_->error);
+  }
+}
+
+bool FrequencySwitcher::closed() const {
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->stopping;
+}
+
+bool FrequencySwitcher::failed() const {
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->failed;
+}
+
+int FrequencySwitcher::pending_stream_callbacks() const {
+  return shared_->inflight.load(std::memory_order_acquire);
+}
+
+std::vector<SwitchRecord> FrequencySwitcher::records(std::uint64_t* dropped) const {
+  const std::lock_guard<std::mutex> lock(shared_->records_mutex);
+  const Shared& s = *shared_;
+  std::vector<SwitchRecord> out;
+  out.reserve(s.ring_count);
+  const std::size_t cap = s.ring.size();
+  const std::size_t first = (s.ring_next + cap - s.ring_count) % cap;
+  for (std::size_t k = 0; k < s.ring_count; ++k) out.push_back(s.ring[(first + k) % cap]);
+  if (dropped != nullptr) *dropped = s.dropped;
+  return out;
+}
+
+void FrequencySwitcher::record(const SwitchRecord& r) {
+  Shared& s = *shared_;
+  const std::lock_guard<std::mutex> lock(s.records_mutex);
+  s.ring[s.ring_next] = r;
+  s.ring_next = (s.ring_next + 1) % s.ring.size();
+  if (s.ring_count < s.ring.size()) ++s.ring_count;
+  else ++s.dropped;
+}
+
+std::string FrequencySwitcher::fail(nvml::Return code, const char* function, bool at_close) {
+  Shared& s = *shared_;
+  const nvml::Error error(session_->api(), code, function);
+  std::string message = "perseus: frequency switcher, GPU " + std::to_string(device_.cuda_index) +
+                        " (NVML " + std::to_string(device_.nvml_index) + ", " + device_.name +
+                        "): " + error.what() + "\nperseus: " +
+                        (at_close ? "the clocks may still be locked; run `perseus reset-clocks`"
+                                  : "switching stopped; the error is raised from the next set() "
+                                    "or close()") +
+                        "\n";
+  if (at_close) {
+    if (!s.close_error) s.close_error = std::make_exception_ptr(error);
+  } else {
+    if (!s.error) s.error = std::make_exception_ptr(error);
+    s.failed = true;
+  }
+  return message;
+}
+
+nvml::Return FrequencySwitcher::apply(unsigned target, const char** function) {
+  const nvml::Api& api = session_->api();
+  if (target == 0) return unlock_all(function);
+  if (memory_mhz_ != 0 && !memory_locked_) {
+    *function = "nvmlDeviceSetMemoryLockedClocks";
+    const nvml::Return rc = api.set_memory_locked_clocks(device_.handle, memory_mhz_, memory_mhz_);
+    if (rc != nvml::kSuccess) return rc;
+    memory_locked_ = true;
+  }
+  *function = "nvmlDeviceSetGpuLockedClocks";
+  const nvml::Return rc = api.set_gpu_locked_clocks(device_.handle, target, target);
+  if (rc == nvml::kSuccess) gpu_locked_ = true;
+  return rc;
+}
+
+nvml::Return FrequencySwitcher::unlock_all(const char** function) {
+  const nvml::Api& api = session_->api();
+  nvml::Return status = nvml::kSuccess;
+  if (gpu_locked_) {
+    const nvml::Return rc = api.reset_gpu_locked_clocks(device_.handle);
+    if (rc == nvml::kSuccess) gpu_locked_ = false;
+    else { status = rc; *function = "nvmlDeviceResetGpuLockedClocks"; }
+  }
+  if (memory_locked_) {
+    const nvml::Return rc = api.reset_memory_locked_clocks(device_.handle);
+    if (rc == nvml::kSuccess) memory_locked_ = false;
+    else if (status == nvml::kSuccess) { status = rc; *function = "nvmlDeviceResetMemoryLockedClocks"; }
+  }
+  return status;
+}
+
+namespace {
+
+// Errors are printed by the worker without holding the mutex (stderr may be
+// a slow pipe, and host functions must never wait long for the mutex).
+void print_unlocked(std::unique_lock<std::mutex>& lock, std::string& message) {
+  if (message.empty()) return;
+  lock.unlock();
+  std::fputs(message.c_str(), stderr);
+  std::fflush(stderr);
+  message.clear();
+  lock.lock();
+}
+
+}  // namespace
+
+void FrequencySwitcher::run_worker() {
+  Shared& s = *shared_;
+  std::string message;
+  // Makes one timed NVML change without holding the mutex, then records it.
+  const auto timed = [this](SwitchRecord r, auto&& call) {
+    const std::int64_t start = nvml::now_ns();
+    r.status = call();
+    r.latency_ns = elapsed_since(start);
+    r.time_ns = start + r.latency_ns;
+    if (r.requested_ns == 0) r.requested_ns = start;
+    record(r);
+    return r.status;
+  };
+
+  std::unique_lock<std::mutex> lock(s.mutex);
+  for (;;) {
+    s.wake.wait(lock, [&s] { return s.stopping || (!s.failed && s.desired_seq != s.done_seq); });
+    if (s.stopping) break;
+    const std::uint64_t seq = s.desired_seq;
+    const unsigned target = s.desired;
+    const SwitchRecord pending{0, s.requested_ns, 0, s.requested, target, 0, s.source};
+    if (target == applied_.load(std::memory_order_relaxed) && (target != 0 || !gpu_locked_)) {
+      s.done_seq = seq;  // e.g. a, b, a coalesced back to a: nothing to do
+      s.idle.notify_all();
+      continue;
+    }
+    s.busy = true;
+    lock.unlock();
+
+    const char* function = "";
+    const nvml::Return rc = timed(pending, [&] { return apply(target, &function); });
+    nvml::Return reset_rc = nvml::kSuccess;
+    const char* reset_function = "";
+    const bool recover = rc != nvml::kSuccess && (gpu_locked_ || memory_locked_);
+    if (recover)  // never leave a stale clock behind
+      reset_rc = timed(SwitchRecord{0, 0, 0, 0, 0, 0, SwitchSource::kRecovery},
+                       [&] { return unlock_all(&reset_function); });
+
+    lock.lock();
+    if (rc == nvml::kSuccess) {
+      applied_.store(target, std::memory_order_release);
+    } else {
+      message = fail(rc, function, false);
+      if (recover && reset_rc == nvml::kSuccess) applied_.store(0, std::memory_order_release);
+      if (recover && reset_rc != nvml::kSuccess) message += fail(reset_rc, reset_function, true);
+    }
+    s.busy = false;
+    s.done_seq = seq;
+    s.idle.notify_all();
+    print_unlocked(lock, message);
+  }
+
+  // Closing: give back whatever this switcher locked.
+  if (gpu_locked_ || memory_locked_) {
+    s.busy = true;
+    lock.unlock();
+    const char* function = "";
+    const nvml::Return rc = timed(SwitchRecord{0, 0, 0, 0, 0, 0, SwitchSource::kClose},
+                                  [&] { return unlock_all(&function); });
+    lock.lock();
+    if (rc == nvml::kSuccess) applied_.store(0, std::memory_order_release);
+    else message = fail(rc, function, true);
+    s.busy = false;
+  }
+  s.idle.notify_all();
+  print_unlocked(lock, message);
+}
+
+}  // namespace perseus

@@ -1,0 +1,172 @@
+// The frequency switcher: sets one GPU's SM clock per computation, off the
+// training thread, in stream order when asked, and always gives the clock back.
+//
+// Why a worker thread. nvmlDeviceSetGpuLockedClocks takes milliseconds (it
+// goes through the kernel driver and firmware), while a pipeline stage's
+// forward may take only a few. Calling it on the training thread would stall
+// the very work whose energy we try to save. So the caller only records a
+// *target* (the latest requested clock) and wakes a worker thread; the worker
+// owns every NVML call after construction. Targets coalesce: if several
+// arrive while the worker is busy, only the latest is applied, and a target
+// equal to the one already pending or applied costs nothing. set() therefore
+// takes a mutex for a few instructions and returns in about a microsecond.
+//
+// Why host functions. The CPU usually runs far ahead of the GPU, so a clock
+// set "before the forward" on the CPU would land while the GPU still runs
+// earlier work. set_on_stream() instead enqueues a CUDA host function on the
+// compute stream (cuda_loader.hpp); the driver runs it when the GPU reaches
+// that point of the stream. CUDA forbids CUDA calls in a host function and
+// anything slow there stalls the stream, so the host function only hands its
+// target to the worker exactly as set() does: lock, store, notify. It does
+// not allocate: its argument points at a StreamTarget made when the request
+// was enqueued. The worker then calls NVML, so the new clock takes effect
+// one NVML latency after the GPU reaches the point.
+//
+// Errors. An NVML failure in the worker is printed on stderr at once, the
+// switcher stops switching (resetting any clock it had locked), and the error
+// is raised from the next set(), set_on_stream(), wait_idle() or close().
+//
+// Restoring. The GPU is locked only when the first target arrives, and close()
+// (also run by the destructor) resets what this switcher locked before the
+// worker exits. Interpreter exit and signals are handled by the Python layer,
+// which calls close(). Nothing can run on SIGKILL; `perseus reset-clocks`
+// repairs a GPU afterwards.
+//
+// fork(). A child process has no worker thread and must not reset its
+// parent's clocks: close() and the destructor in another process than the
+// creator only forget the object (leaking its memory) and touch nothing.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda_loader.hpp"
+#include "nvml_loader.hpp"
+
+namespace perseus {
+
+// Why a clock change was made.
+enum class SwitchSource : std::uint8_t {
+  kSet = 0,       // set()
+  kStream = 1,    // a host function enqueued by set_on_stream()
+  kReset = 2,     // reset(): back to the driver's default clocks
+  kClose = 3,     // close() gave back what the switcher had locked
+  kRecovery = 4,  // reset after an NVML error
+};
+
+// One NVML clock call made by the worker. Times are CLOCK_MONOTONIC
+// nanoseconds (comparable with Python's time.monotonic_ns()).
+struct SwitchRecord {
+  std::int64_t time_ns;         // when the NVML call returned
+  std::int64_t requested_ns;    // when the target was requested (set() or host function)
+  std::int64_t latency_ns;      // how long the NVML call(s) took
+  std::uint32_t requested_mhz;  // as asked; 0 for a reset
+  std::uint32_t applied_mhz;    // after snapping to a supported clock; 0 for a reset
+  std::int32_t status;          // NVML return code, 0 on success
+  SwitchSource source;
+};
+
+struct SwitcherOptions {
+  int device = 0;                    // CUDA device index (honours CUDA_VISIBLE_DEVICES)
+  unsigned memory_mhz = 0;           // also lock memory clocks at this MHz; 0 leaves them alone
+  std::size_t record_capacity = 1u << 16;  // records kept (oldest dropped first); >= 1
+};
+
+class FrequencySwitcher {
+ public:
+  // Opens NVML and the device and reads its supported clocks; locks nothing.
+  // Throws nvml::LibraryError, nvml::Error, std::out_of_range (no such
+  // device) or std::invalid_argument (bad options).
+  explicit FrequencySwitcher(const SwitcherOptions& options);
+  ~FrequencySwitcher();  // close(), errors swallowed
+  FrequencySwitcher(const FrequencySwitcher&) = delete;
+  FrequencySwitcher& operator=(const FrequencySwitcher&) = delete;
+
+  // Requests SM clock `mhz` (> 0), snapped to the nearest supported clock,
+  // which is returned. Never waits for NVML. Thread-safe.
+  // Throws std::invalid_argument (mhz == 0), std::logic_error (closed), or
+  // the worker's NVML error once it has failed.
+  unsigned set(unsigned mhz);
+
+  // Like set(), but the target is handed over when the GPU reaches this
+  // point of `stream` (a CUstream handle). The calling thread needs the
+  // stream's CUDA context current. Loads the CUDA driver on first use.
+  // Throws cuda::LibraryError, cuda::Error, and what set() throws.
+  unsigned set_on_stream(std::uintptr_t stream, unsigned mhz);
+
+  // Requests the driver's default clocks (unlocks). Thread-safe, non-blocking.
+  void reset();
+
+  // Waits until the worker has applied the latest target, for at most
+  // timeout_ns (negative: forever). Returns false on timeout. Rethrows the
+  // worker's error if it has failed.
+  bool wait_idle(std::int64_t timeout_ns);
+
+  // Resets the clocks this switcher locked, stops the worker and closes
+  // NVML. Idempotent and thread-safe. Throws the worker's first error if no
+  // earlier call has raised it, or the error of the final reset.
+  void close();
+
+  unsigned snap(unsigned mhz) const;
+  // Supported SM clocks in MHz, ascending (empty if the GPU does not list them).
+  const std::vector<unsigned>& supported_mhz() const { return supported_; }
+  const std::vector<unsigned>& supported_memory_mhz() const { return supported_memory_; }
+  unsigned memory_mhz() const { return memory_mhz_; }  // 0 if memory clocks are left alone
+  const nvml::DeviceInfo& device() const { return device_; }
+  // The SM clock the worker last locked; 0 when the default clocks apply.
+  unsigned applied_mhz() const { return applied_.load(std::memory_order_acquire); }
+  bool closed() const;
+  bool failed() const;
+  // Host functions enqueued but not yet run.
+  int pending_stream_callbacks() const;
+
+  // The kept records, oldest first; *dropped gets how many were discarded.
+  std::vector<SwitchRecord> records(std::uint64_t* dropped) const;
+
+  struct Shared;  // what the worker, callers and host functions share
+
+ private:
+  void run_worker();
+  // In a process forked from the owner: forget everything without touching
+  // the worker (which does not exist here) or NVML. close_mutex_ held.
+  void abandon_after_fork();
+  // Calls NVML for `target` (0: reset). Returns the status and the name of
+  // the failing function. Worker thread only.
+  nvml::Return apply(unsigned target, const char** function);
+  nvml::Return unlock_all(const char** function);
+  void record(const SwitchRecord& r);  // takes the records mutex only
+  // Stores the error; returns the message to print. Mutex held.
+  std::string fail(nvml::Return code, const char* function, bool at_close);
+  void throw_if_failed_locked();                    // mutex held
+
+  SwitcherOptions options_;
+  std::unique_ptr<nvml::Session> session_;
+  nvml::DeviceInfo device_;
+  std::vector<unsigned> supported_;
+  std::vector<unsigned> supported_memory_;
+  unsigned memory_mhz_ = 0;
+  std::atomic<const cuda::Api*> cuda_{nullptr};  // loaded by the first set_on_stream()
+
+  Shared* shared_;  // owned; leaked if host functions are still queued at destruction
+                    // or if the object is destroyed in a forked child
+  std::atomic<unsigned> applied_{0};
+  bool gpu_locked_ = false;     // worker thread only
+  bool memory_locked_ = false;  // worker thread only
+
+  std::mutex close_mutex_;
+  bool closed_ = false;     // guarded by close_mutex_
+  bool abandoned_ = false;  // guarded by close_mutex_
+  long owner_pid_;          // the process that created the worker
+  std::unique_ptr<std::thread> worker_;
+};
+
+const char* switch_source_name(SwitchSource source);
+
+}  // namespace perseus

@@ -1,0 +1,467 @@
+"""Set a GPU's SM clock per computation, off the training thread.
+
+:class:`FrequencySwitcher` drives one GPU. ``set(mhz)`` records the target
+and returns within microseconds; a native worker thread makes the NVML call
+(milliseconds), applying only the latest target when several arrive while it
+is busy. ``set_on_stream(stream, mhz)`` does the same when the GPU reaches
+that point of a CUDA stream, through a host function, so the clock follows
+the GPU rather than the CPU, which may run far ahead.
+
+Clocks are locked at the first ``set`` and given back to the driver on
+``close()``, on leaving a ``with`` block (also after an exception), at
+interpreter exit, and on SIGTERM and SIGINT (the handlers that were installed
+before are called afterwards). A process killed with SIGKILL cannot reset
+anything: run ``perseus reset-clocks`` afterwards.
+
+Libraries are loaded at run time: NVML from ``$PERSEUS_NVML_LIBRARY`` or
+``libnvidia-ml.so.1``; the CUDA driver (only for ``set_on_stream``) from
+``$PERSEUS_CUDA_LIBRARY`` or ``libcuda.so.1``. Device numbers follow CUDA
+and honour ``CUDA_VISIBLE_DEVICES``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from . import _core
+from ._core import CudaError, LibraryLoadError, NvmlDevice, NvmlError
+
+__all__ = [
+    "ClockSnapWarning",
+    "CudaError",
+    "FrequencySwitcher",
+    "LibraryLoadError",
+    "NvmlDevice",
+    "NvmlError",
+    "ResetResult",
+    "SOURCES",
+    "SwitchLog",
+    "SwitchRecord",
+    "reset_clocks",
+]
+
+#: Why a clock change was made, indexed by ``SwitchLog.source``.
+SOURCES = ("set", "stream", "reset", "close", "recovery")
+
+_NVML_NOT_SUPPORTED = 3
+
+
+class ClockSnapWarning(UserWarning):
+    """A requested clock is not one the GPU supports; the nearest one is used.
+
+    Issued once per switcher and requested value.
+    """
+
+
+@dataclass(frozen=True)
+class SwitchRecord:
+    """One clock change made by the worker.
+
+    Times are ``CLOCK_MONOTONIC`` nanoseconds, the clock of
+    :func:`time.monotonic_ns`.
+    """
+
+    time_ns: int  #: when the NVML call returned
+    requested_ns: int  #: when the target was requested (``set`` or the host function)
+    latency_ns: int  #: duration of the NVML call (ns)
+    requested_mhz: int  #: as asked; 0 for a reset to default clocks
+    applied_mhz: int  #: after snapping to a supported clock; 0 for a reset
+    status: int  #: NVML return code, 0 on success
+    source: str  #: one of :data:`SOURCES`
+
+
+@dataclass(frozen=True)
+class SwitchLog:
+    """The applied-change log of a switcher, as columns (oldest first).
+
+    ``len(log)``, ``log[i]`` and iteration give :class:`SwitchRecord` rows;
+    the arrays are there for bulk analysis. ``dropped`` counts records that
+    fell out of the bounded buffer (``record_capacity``).
+    """
+
+    time_ns: np.ndarray
+    requested_ns: np.ndarray
+    latency_ns: np.ndarray
+    requested_mhz: np.ndarray
+    applied_mhz: np.ndarray
+    status: np.ndarray
+    source: np.ndarray  #: indices into :data:`SOURCES`
+    dropped: int = 0
+
+    def __len__(self) -> int:
+        return len(self.time_ns)
+
+    def __getitem__(self, i: int) -> SwitchRecord:
+        return SwitchRecord(
+            time_ns=int(self.time_ns[i]),
+            requested_ns=int(self.requested_ns[i]),
+            latency_ns=int(self.latency_ns[i]),
+            requested_mhz=int(self.requested_mhz[i]),
+            applied_mhz=int(self.applied_mhz[i]),
+            status=int(self.status[i]),
+            source=SOURCES[int(self.source[i])],
+        )
+
+    def __iter__(self) -> Iterator[SwitchRecord]:
+        return (self[i] for i in range(len(self)))
+
+
+def _stream_handle(stream: Any) -> int:
+    """A CUstream handle from an int, a torch stream or a CuPy stream."""
+    if isinstance(stream, (int, np.integer)):
+        return int(stream)
+    for attribute in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        handle = getattr(stream, attribute, None)
+        if isinstance(handle, (int, np.integer)):
+            return int(handle)
+    raise TypeError(
+        "stream must be a CUstream handle (int), e.g. torch.cuda.current_stream().cuda_stream "
+        f"or a CuPy stream's .ptr, not {type(stream).__name__}"
+    )
+
+
+class FrequencySwitcher:
+    """Sets one GPU's SM clock from a worker thread, optionally in stream order.
+
+    Parameters
+    ----------
+    device
+        CUDA device index (honours ``CUDA_VISIBLE_DEVICES``).
+    memory_mhz
+        Also lock the memory clock at this many MHz (snapped to a supported
+        memory clock) when the first SM clock is set. ``None`` leaves memory
+        clocks alone.
+    record_capacity
+        How many records :meth:`records` keeps (the oldest are dropped).
+
+    Raises
+    ------
+    LibraryLoadError
+        NVML could not be loaded (no NVIDIA driver, or a wrong
+        ``PERSEUS_NVML_LIBRARY``).
+    NvmlError
+        NVML failed to initialise or to describe the device.
+    IndexError
+        There is no such (visible) device.
+
+    Examples
+    --------
+    >>> with perseus.FrequencySwitcher(device=0) as switcher:   # doctest: +SKIP
+    ...     switcher.set(1410)                                   # returns at once
+    ...     stream = torch.cuda.current_stream().cuda_stream
+    ...     switcher.set_on_stream(stream, 1200)  # when the GPU gets here
+    """
+
+    def __init__(
+        self, device: int = 0, *, memory_mhz: Optional[int] = None, record_capacity: int = 65536
+    ) -> None:
+        self._native = _core.Switcher(
+            device=device, memory_mhz=memory_mhz or 0, record_capacity=record_capacity
+        )
+        self._snapped: set[int] = set()
+        _register(self)
+
+    # -- requests ---------------------------------------------------------
+
+    def set(self, mhz: int) -> int:
+        """Request SM clock ``mhz`` (MHz); returns the supported clock that will be applied.
+
+        Returns within microseconds: the worker thread applies it. Requests
+        coalesce (only the latest pending one is applied) and a request equal
+        to the pending or applied clock costs nothing. An unsupported value
+        is snapped to the nearest supported clock, with a
+        :class:`ClockSnapWarning` the first time.
+
+        Raises
+        ------
+        NvmlError
+            The worker failed earlier (the error was also printed on stderr
+            when it happened); the switcher no longer switches.
+        RuntimeError
+            The switcher is closed.
+        """
+        applied = self._native.set(mhz)
+        if applied != mhz:
+            self._warn_snapped(mhz, applied)
+        return applied
+
+    def set_on_stream(self, stream: Union[int, Any], mhz: int) -> int:
+        """Request SM clock ``mhz`` (MHz) when the GPU reaches this point of ``stream``.
+
+        ``stream`` is a ``CUstream`` handle: ``torch.cuda.current_stream().cuda_stream``,
+        a CuPy stream's ``.ptr`` (the stream objects themselves are accepted
+        too), or 0 for the default stream. The calling thread must have that
+        stream's CUDA context current (it has, after any CUDA work of the
+        framework on this device). The clock changes one NVML latency (a few
+        ms) after the GPU reaches the point; the stream never waits for it.
+
+        Raises
+        ------
+        LibraryLoadError
+            The CUDA driver could not be loaded (``PERSEUS_CUDA_LIBRARY``).
+        CudaError
+            ``cuLaunchHostFunc`` failed (no current context, bad stream ...).
+        """
+        applied = self._native.set_on_stream(_stream_handle(stream), mhz)
+        if applied != mhz:
+            self._warn_snapped(mhz, applied)
+        return applied
+
+    def reset(self) -> None:
+        """Request the driver's default clocks (unlock) without closing."""
+        self._native.reset()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until the latest request is applied; ``False`` after ``timeout`` seconds.
+
+        Raises the worker's :class:`NvmlError` if it failed. Host functions
+        still queued on a stream are not waited for.
+        """
+        return self._native.wait_idle(timeout)
+
+    def close(self) -> None:
+        """Give back the clocks this switcher locked and stop its worker. Idempotent.
+
+        Raises the worker's error if no earlier call has raised it, or the
+        error of the final reset (then run ``perseus reset-clocks``).
+        """
+        _open.discard(self)
+        self._native.close()
+
+    def __enter__(self) -> FrequencySwitcher:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - already on stderr; do not hide the original error
+            pass
+
+    # -- state ------------------------------------------------------------
+
+    def records(self) -> SwitchLog:
+        """The log of NVML clock calls the worker made, oldest first."""
+        r = self._native.records()
+        dropped = int(r.pop("dropped"))
+        return SwitchLog(dropped=dropped, **r)
+
+    def snap(self, mhz: int) -> int:
+        """The supported SM clock (MHz) that ``set(mhz)`` would apply."""
+        return self._native.snap(mhz)
+
+    @property
+    def device(self) -> int:
+        """CUDA device index."""
+        return self._native.device
+
+    @property
+    def nvml_index(self) -> int:
+        """NVML's index of the device (PCI order, as ``nvidia-smi -i``)."""
+        return self._native.nvml_index
+
+    @property
+    def name(self) -> str:
+        """The GPU's name, e.g. ``"NVIDIA H200"``."""
+        return self._native.name
+
+    @property
+    def supported_mhz(self) -> np.ndarray:
+        """Supported SM clocks in MHz, ascending (empty if the GPU does not list them)."""
+        return self._native.supported_mhz
+
+    @property
+    def memory_mhz(self) -> Optional[int]:
+        """The memory clock (MHz) this switcher locks, or ``None``."""
+        return self._native.memory_mhz or None
+
+    @property
+    def applied_mhz(self) -> Optional[int]:
+        """The SM clock (MHz) the worker last locked; ``None`` while default clocks apply."""
+        return self._native.applied_mhz or None
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    @property
+    def failed(self) -> bool:
+        """Whether the worker hit an NVML error and stopped switching."""
+        return self._native.failed
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"applied={self.applied_mhz} MHz"
+        return f"FrequencySwitcher(device={self.device}, {self.name!r}, {state})"
+
+    def _warn_snapped(self, mhz: int, applied: int) -> None:
+        if mhz in self._snapped:
+            return
+        self._snapped.add(mhz)
+        clocks = self.supported_mhz
+        span = f"{clocks[0]}..{clocks[-1]} MHz" if len(clocks) else "none listed"
+        warnings.warn(
+            f"{mhz} MHz is not a supported SM clock of GPU {self.device} ({self.name}); "
+            f"using {applied} MHz (supported: {span})",
+            ClockSnapWarning,
+            stacklevel=3,
+        )
+
+
+# -- restoring clocks at exit and on signals ----------------------------------
+
+_open: weakref.WeakSet[FrequencySwitcher] = weakref.WeakSet()
+_hooks_lock = threading.Lock()
+_atexit_installed = False
+_previous_handlers: dict[int, Any] = {}
+_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _close_all() -> None:
+    """Close every open switcher; errors are not raised (the worker printed them)."""
+    for _ in range(3):  # the set may change while we copy it
+        try:
+            switchers = list(_open)
+            break
+        except RuntimeError:
+            continue
+    else:  # pragma: no cover
+        switchers = []
+    for switcher in switchers:
+        try:
+            switcher.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    _close_all()
+    previous = _previous_handlers.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        # Die of the signal as we would have without perseus.
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+
+class _ForkedNative:
+    """Stands in for a switcher's native half in a forked child process.
+
+    The worker thread and the locked clocks belong to the parent; the child
+    must neither use nor reset them.
+    """
+
+    closed = True
+    failed = False
+    applied_mhz = 0
+    memory_mhz = 0
+
+    def __init__(self, native: Any) -> None:
+        self.device = native.device
+        self.nvml_index = native.nvml_index
+        self.name = native.name
+        self.supported_mhz = native.supported_mhz
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(
+            "this FrequencySwitcher belongs to the parent process; a forked child cannot use "
+            "it (create a new one in the child)"
+        )
+
+
+def _after_fork_in_child() -> None:
+    for switcher in list(_open):
+        native = switcher._native
+        switcher._native = _ForkedNative(native)
+        native.close()  # in a child: forgets the parent's worker without touching it
+    _open.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _register(switcher: FrequencySwitcher) -> None:
+    global _atexit_installed
+    _open.add(switcher)
+    with _hooks_lock:
+        if not _atexit_installed:
+            atexit.register(_close_all)
+            _atexit_installed = True
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be installed from the main thread
+        for signum in _HANDLED_SIGNALS:
+            if signum in _previous_handlers:
+                continue
+            previous = signal.getsignal(signum)
+            # Leave alone signals the program ignores, and handlers installed
+            # outside Python (getsignal gives None), which we could not chain.
+            if previous is None or previous == signal.SIG_IGN:
+                continue
+            _previous_handlers[signum] = previous
+            signal.signal(signum, _on_signal)
+
+
+# -- resetting from the shell -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    """What :func:`reset_clocks` did to one GPU."""
+
+    device: int  #: CUDA device index
+    nvml_index: int
+    name: str
+    gpu: str  #: "reset", "not supported", or the error
+    memory: str  #: "reset", "not supported", or the error
+    ok: bool
+
+
+def _reset_one(call: Any) -> tuple[str, bool]:
+    try:
+        call()
+    except NvmlError as error:
+        if getattr(error, "code", None) == _NVML_NOT_SUPPORTED:
+            return "not supported", True
+        return str(error), False
+    return "reset", True
+
+
+def reset_clocks(device: Optional[int] = None) -> list[ResetResult]:
+    """Give locked SM and memory clocks back to the driver.
+
+    Parameters
+    ----------
+    device
+        CUDA device index (honours ``CUDA_VISIBLE_DEVICES``); ``None`` resets
+        every visible GPU.
+
+    Returns one :class:`ResetResult` per GPU. A GPU that does not support
+    locked clocks counts as reset. This also undoes locks made by other
+    tools (``nvidia-smi -lgc``).
+    """
+    indices = range(_core.nvml_device_count()) if device is None else [device]
+    results = []
+    for index in indices:
+        gpu = NvmlDevice(index)
+        gpu_state, gpu_ok = _reset_one(gpu.reset_locked_clocks)
+        mem_state, mem_ok = _reset_one(gpu.reset_memory_locked_clocks)
+        results.append(
+            ResetResult(index, gpu.nvml_index, gpu.name, gpu_state, mem_state, gpu_ok and mem_ok)
+        )
+    return results

@@ -1,0 +1,846 @@
+"""Tests for the frequency switcher (cpp/switcher.*, perseus.switcher) without a GPU.
+
+NVML and the CUDA driver are the fakes in tests/fake_nvml and tests/fake_cuda,
+built by conftest.py and loaded through PERSEUS_NVML_LIBRARY and
+PERSEUS_CUDA_LIBRARY, as the real libraries would be. The fixture
+``fake_nvml`` starts each test with 2 GPUs, SM clocks 210..1980 MHz in steps
+of 15, and nothing locked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+import perseus
+from perseus import _core
+from perseus.cli import main as cli_main
+from perseus.switcher import (
+    SOURCES,
+    ClockSnapWarning,
+    CudaError,
+    FrequencySwitcher,
+    LibraryLoadError,
+    NvmlDevice,
+    NvmlError,
+    SwitchLog,
+    SwitchRecord,
+    reset_clocks,
+)
+
+STREAM = 0x5EED  # any integer is a stream to the fake driver
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.002)
+
+
+# ---- basic behaviour ---------------------------------------------------------
+
+
+def test_exported_from_package():
+    assert perseus.FrequencySwitcher is FrequencySwitcher
+    assert "FrequencySwitcher" in perseus.__all__
+
+
+def test_set_returns_at_once_and_worker_applies(fake_nvml):
+    fake_nvml.configure(sleep_ms=30)
+    with FrequencySwitcher(0) as sw:
+        assert sw.name == "Fake NVIDIA H200"
+        assert sw.supported_mhz[0] == 210 and sw.supported_mhz[-1] == 1980
+        assert sw.applied_mhz is None
+        t0 = time.perf_counter()
+        assert sw.set(1500) == 1500
+        elapsed = time.perf_counter() - t0
+        assert elapsed < 0.015, f"set() waited {elapsed * 1e3:.1f} ms for a 30 ms NVML call"
+        assert sw.wait(timeout=5)
+        assert sw.applied_mhz == 1500
+        assert fake_nvml.locked(0) == 1500
+        log = sw.records()
+        assert len(log) == 1
+        r = log[0]
+        assert (r.requested_mhz, r.applied_mhz, r.status, r.source) == (1500, 1500, 0, "set")
+        assert r.latency_ns >= 30e6
+        assert r.requested_ns <= r.time_ns - r.latency_ns
+    assert fake_nvml.locked(0) == 0
+    assert fake_nvml.init_count() == 0  # every nvmlInit has its nvmlShutdown
+
+
+def test_nothing_locked_before_first_set(fake_nvml):
+    sw = FrequencySwitcher(0)
+    assert fake_nvml.calls("nvmlDeviceSetGpuLockedClocks") == 0
+    sw.close()
+    # Nothing was locked, so nothing is reset either.
+    assert fake_nvml.clock_calls() == []
+    assert sw.closed
+
+
+def test_requests_coalesce_to_the_latest(fake_nvml):
+    fake_nvml.configure(sleep_ms=80)
+    with FrequencySwitcher(0) as sw:
+        sw.set(1500)
+        wait_until(lambda: fake_nvml.calls("nvmlDeviceSetGpuLockedClocks") == 1)  # worker busy
+        for mhz in (1410, 1305, 1200):
+            sw.set(mhz)
+        assert sw.wait(timeout=5)
+        applied = [args[1] for fn, args, _ in fake_nvml.clock_calls() if fn.startswith("nvmlDeviceSet")]
+        assert applied == ["1500", "1200"]
+        assert fake_nvml.locked(0) == 1200
+        assert list(sw.records().requested_mhz) == [1500, 1200]
+
+
+def test_request_equal_to_current_clock_is_free(fake_nvml):
+    with FrequencySwitcher(0) as sw:
+        sw.set(1500)
+        sw.wait()
+        for _ in range(200):
+            assert sw.set(1500) == 1500
+        sw.wait()
+        assert fake_nvml.calls("nvmlDeviceSetGpuLockedClocks") == 1
+        assert len(sw.records()) == 1
+
+
+def test_reset_gives_default_clocks_and_relocks_later(fake_nvml):
+    with FrequencySwitcher(0) as sw:
+        sw.set(1500)
+        sw.wait()
+        sw.reset()
+        sw.wait()
+        assert fake_nvml.locked(0) == 0 and sw.applied_mhz is None
+        sw.set(1200)
+        sw.wait()
+        assert fake_nvml.locked(0) == 1200
+        assert [r.source for r in sw.records()] == ["set", "reset", "set"]
+
+
+def test_unsupported_clock_snaps_with_one_warning(fake_nvml):
+    with FrequencySwitcher(0) as sw:
+        with pytest.warns(ClockSnapWarning, match=r"1234 MHz is not a supported.*using 1230 MHz"):
+            assert sw.set(1234) == 1230
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a second warning would fail here
+            assert sw.set(1234) == 1230
+            assert sw.snap(1238) == 1245
+        with pytest.warns(ClockSnapWarning, match="using 1980 MHz"):
+            assert sw.set(5000) == 1980
+        with pytest.warns(ClockSnapWarning, match="using 210 MHz"):
+            assert sw.set(100) == 210
+        sw.wait()
+        assert fake_nvml.locked(0) == 210
+        assert sw.records()[-1].requested_mhz == 100
+
+
+def test_snapping_tie_goes_to_the_faster_clock(fake_nvml):
+    fake_nvml.configure(clocks="1000,1010,1500")
+    with FrequencySwitcher(0) as sw:
+        assert list(sw.supported_mhz) == [1000, 1010, 1500]
+        assert sw.snap(1005) == 1010
+        assert sw.snap(1004) == 1000
+
+
+def test_invalid_arguments(fake_nvml):
+    with pytest.raises(IndexError, match="no GPU 7"):
+        FrequencySwitcher(7)
+    with pytest.raises(ValueError, match="record_capacity"):
+        FrequencySwitcher(0, record_capacity=0)
+    with FrequencySwitcher(0) as sw:
+        with pytest.raises(ValueError, match="positive number of MHz"):
+            sw.set(0)
+        with pytest.raises(ValueError, match="positive number of MHz"):
+            sw.set(-5)
+        with pytest.raises(TypeError):
+            sw.set(1500.0)
+        with pytest.raises(TypeError, match="CUstream handle"):
+            sw.set_on_stream("stream", 1500)
+        assert sw.set(np.int64(1500)) == 1500
+
+
+def test_garbage_collected_switcher_resets(fake_nvml):
+    sw = FrequencySwitcher(0)
+    sw.set(1500)
+    sw.wait()
+    assert fake_nvml.locked(0) == 1500
+    del sw
+    gc.collect()
+    assert fake_nvml.locked(0) == 0
+
+
+def test_closed_switcher_refuses_work(fake_nvml):
+    sw = FrequencySwitcher(0)
+    sw.close()
+    sw.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        sw.set(1500)
+    assert "closed" in repr(sw)
+
+
+def test_records_are_bounded(fake_nvml):
+    with FrequencySwitcher(0, record_capacity=2) as sw:
+        for mhz in (1500, 1410, 1305, 1200, 1095):
+            sw.set(mhz)
+            sw.wait()
+        log = sw.records()
+    assert isinstance(log, SwitchLog) and len(log) == 2 and log.dropped == 3
+    assert list(log.applied_mhz) == [1200, 1095]
+    rows = list(log)
+    assert all(isinstance(r, SwitchRecord) for r in rows)
+    with pytest.raises(AttributeError):
+        rows[0].applied_mhz = 1  # frozen
+    assert set(SOURCES) >= {r.source for r in rows}
+
+
+def test_memory_clock_is_locked_and_given_back(fake_nvml):
+    fake_nvml.configure(mem_clocks="2619,1593")
+    with FrequencySwitcher(0, memory_mhz=2600) as sw:
+        assert sw.memory_mhz == 2619
+        assert fake_nvml.locked_memory(0) == 0  # not before the first set
+        sw.set(1500)
+        sw.wait()
+        assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (1500, 2619)
+    assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (0, 0)
+
+
+def test_nvml_device_reads_clocks_and_energy(fake_nvml):
+    gpu = NvmlDevice(1)
+    assert (gpu.index, gpu.nvml_index, gpu.uuid) == (1, 1, "GPU-fa4e0001-0000-0000-0000-000000000001")
+    assert gpu.supported_graphics_clocks()[-1] == 1980
+    assert list(gpu.supported_memory_clocks()) == [2619]
+    e0 = gpu.total_energy_mj()
+    gpu.set_locked_clocks(1005, 1005)
+    assert gpu.clock_mhz("sm") == 1005 and gpu.clock_mhz("memory") == 2619
+    time.sleep(0.02)
+    assert gpu.total_energy_mj() > e0
+    gpu.reset_locked_clocks()
+    assert fake_nvml.locked(1) == 0
+    assert _core.nvml_device_count() == 2
+    assert _core.nvml_driver_version() == "999.99-fake"
+    with pytest.raises(ValueError, match="kind"):
+        gpu.clock_mhz("video")
+
+
+# ---- device numbering ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("visible", "device", "nvml_index"),
+    [
+        ("1", 0, 1),
+        ("1,0", 1, 0),
+        ("2,1", 1, 1),
+        ("GPU-fa4e0001-0000-0000-0000-000000000001", 0, 1),
+        ("0,GPU-fa4e0002", 1, 2),  # CUDA also takes a unique UUID prefix
+    ],
+)
+def test_cuda_visible_devices_maps_to_nvml_index(fake_nvml, monkeypatch, visible, device, nvml_index):
+    fake_nvml.configure(devices=3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert _core.nvml_device_count() == len(visible.split(","))
+    with FrequencySwitcher(device) as sw:
+        assert sw.nvml_index == nvml_index
+        sw.set(1500)
+        sw.wait()
+        assert fake_nvml.locked(nvml_index) == 1500
+    assert fake_nvml.locked(nvml_index) == 0
+
+
+@pytest.mark.parametrize(
+    ("visible", "device", "message"),
+    [
+        pytest.param("", 0, "makes 0 GPU", id="empty"),
+        pytest.param("0,-1,1", 1, "makes 1 GPU", id="cut-at-invalid-entry"),
+        pytest.param("5", 0, "is not a GPU", id="no-such-index"),
+        pytest.param("GPU-fa4e", 0, "matches 2 GPU UUIDs", id="ambiguous-uuid-prefix"),
+        pytest.param("GPU-ffff", 0, "matches 0 GPU UUIDs", id="unknown-uuid"),
+    ],
+)
+def test_cuda_visible_devices_errors(fake_nvml, monkeypatch, visible, device, message):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    with pytest.raises(IndexError, match=message):
+        FrequencySwitcher(device)
+    assert fake_nvml.init_count() == 0
+
+
+# ---- errors ----------------------------------------------------------------------
+
+
+def test_no_permission_is_raised_from_next_set(fake_nvml, capfd):
+    fake_nvml.configure(fail="nvmlDeviceSetGpuLockedClocks=4")
+    sw = FrequencySwitcher(0)
+    sw.set(1500)  # returns: the worker makes the call
+    wait_until(lambda: sw.failed)
+    err = capfd.readouterr().err
+    assert "Insufficient Permissions" in err and "raised from the next set()" in err
+    with pytest.raises(NvmlError, match="Insufficient Permissions") as info:
+        sw.set(1410)
+    error = info.value
+    assert error.code == 4 and error.function == "nvmlDeviceSetGpuLockedClocks"
+    assert "CAP_SYS_ADMIN" in str(error) and "root" in str(error)
+    with pytest.raises(NvmlError):  # it stays failed
+        sw.set(1305)
+    sw.close()  # already raised: close() does not raise it again
+    assert fake_nvml.locked(0) == 0
+    assert fake_nvml.calls("nvmlDeviceResetGpuLockedClocks") == 0  # nothing was locked
+    assert [r.status for r in sw.records()] == [4]
+
+
+def test_not_supported_is_raised_from_close(fake_nvml, capfd):
+    fake_nvml.configure(fail="nvmlDeviceSetGpuLockedClocks=3")
+    sw = FrequencySwitcher(0)
+    sw.set(1500)
+    wait_until(lambda: sw.failed)
+    with pytest.raises(NvmlError, match="Not Supported.*Volta") as info:
+        sw.close()
+    assert info.value.code == 3
+    assert "Not Supported" in capfd.readouterr().err
+    assert fake_nvml.locked(0) == 0
+    sw.close()  # raised once only
+
+
+def test_wait_raises_worker_error(fake_nvml):
+    fake_nvml.configure(fail="nvmlDeviceSetGpuLockedClocks=4")
+    with FrequencySwitcher(0) as sw:
+        sw.set(1500)
+        with pytest.raises(NvmlError, match="Insufficient Permissions"):
+            sw.wait(timeout=5)
+
+
+def test_error_after_a_lock_resets_at_once(fake_nvml):
+    fake_nvml.configure(fail="nvmlDeviceSetGpuLockedClocks=4@1")  # the second call fails
+    sw = FrequencySwitcher(0)
+    sw.set(1500)
+    sw.wait()
+    assert fake_nvml.locked(0) == 1500
+    sw.set(1410)
+    wait_until(lambda: sw.failed)
+    wait_until(lambda: len(sw.records()) == 3)
+    assert fake_nvml.locked(0) == 0  # no stale lock left behind
+    assert [r.source for r in sw.records()] == ["set", "set", "recovery"]
+    with pytest.raises(NvmlError):
+        sw.close()
+    assert fake_nvml.locked(0) == 0
+
+
+def test_failed_reset_at_close_is_raised(fake_nvml, capfd):
+    fake_nvml.configure(fail="nvmlDeviceResetGpuLockedClocks=15")
+    sw = FrequencySwitcher(0)
+    sw.set(1500)
+    sw.wait()
+    with pytest.raises(NvmlError, match="GPU is lost"):
+        sw.close()
+    assert "perseus reset-clocks" in capfd.readouterr().err
+
+
+def test_init_failure_has_a_hint(fake_nvml):
+    fake_nvml.configure(fail="nvmlInit_v2=9")
+    with pytest.raises(NvmlError, match="nvmlInit_v2: Driver Not Loaded.*nvidia-smi") as info:
+        FrequencySwitcher(0)
+    assert info.value.code == 9
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_missing_nvml_library_names_it_and_the_variable(fake_libraries, monkeypatch, tmp_path):
+    missing = tmp_path / "nowhere" / "libnvidia-ml.so.1"
+    monkeypatch.setenv("PERSEUS_NVML_LIBRARY", str(missing))
+    with pytest.raises(LibraryLoadError, match="PERSEUS_NVML_LIBRARY") as info:
+        FrequencySwitcher(0)
+    assert str(missing) in str(info.value) and isinstance(info.value, OSError)
+    with pytest.raises(LibraryLoadError, match="libnvidia-ml.so.1"):
+        reset_clocks()
+
+
+def test_missing_cuda_library_names_it_and_the_variable(fake_nvml, monkeypatch, tmp_path):
+    missing = tmp_path / "nowhere" / "libcuda.so.1"
+    monkeypatch.setenv("PERSEUS_CUDA_LIBRARY", str(missing))
+    with FrequencySwitcher(0) as sw:
+        with pytest.raises(LibraryLoadError, match="PERSEUS_CUDA_LIBRARY") as info:
+            sw.set_on_stream(STREAM, 1500)
+        assert "libcuda.so.1" in str(info.value)
+        sw.set(1500)  # the switcher itself still works
+        sw.wait()
+        assert fake_nvml.locked(0) == 1500
+
+
+def test_library_without_a_required_symbol(fake_libraries, monkeypatch, tmp_path):
+    # libm is a real shared library, but not NVML.
+    monkeypatch.setenv("PERSEUS_NVML_LIBRARY", "libm.so.6")
+    with pytest.raises(LibraryLoadError, match="no symbol nvmlInit_v2"):
+        FrequencySwitcher(0)
+
+
+# ---- many threads ---------------------------------------------------------------
+
+
+def test_many_threads_calling_set(fake_nvml):
+    fake_nvml.configure(sleep_ms=1)
+    clocks = [1005, 1200, 1410, 1500, 1755, 1980]
+    errors = []
+    with FrequencySwitcher(0) as sw:
+        start = threading.Barrier(9)
+
+        def hammer(seed):
+            rng = random.Random(seed)
+            try:
+                start.wait()
+                for _ in range(2000):
+                    sw.set(rng.choice(clocks))
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        def reader():
+            start.wait()
+            for _ in range(50):
+                sw.records()
+                time.sleep(0.001)
+
+        threads = [threading.Thread(target=hammer, args=(i,)) for i in range(8)]
+        threads.append(threading.Thread(target=reader))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        sw.set(1605)
+        assert sw.wait(timeout=5)
+        assert fake_nvml.locked(0) == 1605 and sw.applied_mhz == 1605
+        log = sw.records()
+        assert np.all(log.status == 0)
+        assert set(log.applied_mhz[:-1].tolist()) <= set(clocks)
+        assert len(log) == fake_nvml.calls("nvmlDeviceSetGpuLockedClocks")
+        assert len(log) < 8 * 2000 / 4  # coalescing: far fewer NVML calls than requests
+        assert np.all(np.diff(log.time_ns) > 0)
+    assert fake_nvml.locked(0) == 0
+
+
+# ---- stream-ordered switching ----------------------------------------------------
+
+
+def test_stream_switch_lands_between_kernels(fake_nvml, fake_libraries):
+    cuda = fake_libraries.cuda
+    with FrequencySwitcher(0) as sw:
+        cuda.fake_cuda_launch_kernel(STREAM, 100_000, 1)  # 100 ms
+        t0 = time.monotonic_ns()
+        assert sw.set_on_stream(STREAM, 1500) == 1500
+        t_returned = time.monotonic_ns()
+        cuda.fake_cuda_launch_kernel(STREAM, 100_000, 2)
+        sw.set_on_stream(STREAM, 1200)
+        cuda.fake_cuda_launch_kernel(STREAM, 1_000, 3)
+        assert fake_nvml.locked(0) == 0  # the GPU has not reached the first point yet
+        assert cuda.fake_cuda_synchronize(STREAM, 5000) == 0
+        assert sw.wait(timeout=5)
+        events = {(e, i): t for t, e, i in fake_nvml.cuda_log()}
+        log = sw.records()
+    assert t_returned - t0 < 20e6
+    assert t_returned < events["kernel_end", 1]
+    assert list(log.applied_mhz[:2]) == [1500, 1200]
+    assert [r.source for r in log][:2] == ["stream", "stream"]
+    # Each target was handed over after the kernel before it and before the one after it.
+    assert events["kernel_end", 1] <= log.requested_ns[0] <= events["kernel_start", 2]
+    assert events["kernel_end", 2] <= log.requested_ns[1] <= events["kernel_start", 3]
+    # ... and NVML was called after that (never before the GPU got there).
+    sets = [(t, args) for t, _, fn, args, _ in fake_nvml.log() if fn == "nvmlDeviceSetGpuLockedClocks"]
+    assert sets[0][1][1] == "1500" and sets[0][0] >= events["kernel_end", 1]
+    assert sets[1][1][1] == "1200" and sets[1][0] >= events["kernel_end", 2]
+
+
+def test_stream_switch_waits_for_the_gpu(fake_nvml, fake_libraries):
+    cuda = fake_libraries.cuda
+    cuda.fake_cuda_pause(STREAM, 1)  # the "GPU" is busy with earlier work
+    try:
+        with FrequencySwitcher(0) as sw:
+            sw.set_on_stream(STREAM, 1500)
+            assert sw._native.pending_stream_callbacks == 1
+            time.sleep(0.05)
+            assert sw.wait(timeout=1) and fake_nvml.locked(0) == 0
+            cuda.fake_cuda_pause(STREAM, 0)
+            assert cuda.fake_cuda_synchronize(STREAM, 5000) == 0
+            assert sw._native.pending_stream_callbacks == 0
+            sw.wait()
+            assert fake_nvml.locked(0) == 1500
+    finally:
+        cuda.fake_cuda_pause(STREAM, 0)
+
+
+def test_stream_objects_and_snapping(fake_nvml, fake_libraries):
+    torch_like = types.SimpleNamespace(cuda_stream=STREAM)  # torch.cuda.Stream
+    cupy_like = types.SimpleNamespace(ptr=STREAM)  # cupy.cuda.Stream
+    with FrequencySwitcher(0) as sw:
+        with pytest.warns(ClockSnapWarning, match="using 1230 MHz"):
+            assert sw.set_on_stream(torch_like, 1234) == 1230
+        assert fake_libraries.cuda.fake_cuda_synchronize(STREAM, 5000) == 0
+        sw.wait()
+        assert fake_nvml.locked(0) == 1230
+        sw.set_on_stream(cupy_like, 1005)
+        assert fake_libraries.cuda.fake_cuda_synchronize(STREAM, 5000) == 0
+        sw.wait()
+        assert fake_nvml.locked(0) == 1005
+        assert sw.records()[0].requested_mhz == 1234
+
+
+def test_host_functions_after_close_do_nothing(fake_nvml, fake_libraries):
+    cuda = fake_libraries.cuda
+    cuda.fake_cuda_pause(STREAM, 1)
+    try:
+        sw = FrequencySwitcher(0)
+        sw.set_on_stream(STREAM, 1500)
+        sw.close()
+        other = FrequencySwitcher(0)
+        other.set_on_stream(STREAM, 1200)
+        del other  # destroyed with a host function still queued: its state is kept alive
+        gc.collect()
+        cuda.fake_cuda_pause(STREAM, 0)
+        assert cuda.fake_cuda_synchronize(STREAM, 5000) == 0
+        assert fake_nvml.locked(0) == 0
+        assert fake_nvml.calls("nvmlDeviceSetGpuLockedClocks") == 0
+    finally:
+        cuda.fake_cuda_pause(STREAM, 0)
+
+
+def test_cuda_error_is_raised_synchronously(fake_nvml):
+    fake_nvml.configure(fake_cuda_fail="cuLaunchHostFunc=201")
+    with FrequencySwitcher(0) as sw:
+        with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_CONTEXT.*current") as info:
+            sw.set_on_stream(STREAM, 1500)
+        assert info.value.code == 201
+        assert sw._native.pending_stream_callbacks == 0
+        sw.set(1500)
+        sw.wait()
+        assert fake_nvml.locked(0) == 1500
+
+
+def _real_cuda_available():
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _real_cuda_available(), reason="needs torch and a CUDA GPU")
+def test_stream_order_on_a_real_gpu(monkeypatch, capfd):  # pragma: no cover - GPU machines only
+    """The real driver: the handover happens after the preceding kernel.
+
+    Runs whether or not this process may lock clocks: a refused lock still
+    leaves a record of when the host function handed its target over.
+    """
+    import torch  # noqa: PLC0415
+
+    for key in ("PERSEUS_NVML_LIBRARY", "PERSEUS_CUDA_LIBRARY"):
+        monkeypatch.delenv(key, raising=False)
+    torch.zeros(1, device="cuda")  # a current context on this thread
+    stream = torch.cuda.current_stream()
+    sw = FrequencySwitcher(torch.cuda.current_device())
+    try:
+        target = int(sw.supported_mhz[len(sw.supported_mhz) // 2]) if len(sw.supported_mhz) else 1000
+        torch.cuda._sleep(100_000_000)  # tens of milliseconds
+        t_enqueued = time.monotonic_ns()
+        sw.set_on_stream(stream.cuda_stream, target)
+        torch.cuda.synchronize()
+        t_done = time.monotonic_ns()
+        try:
+            sw.wait(timeout=10)
+        except NvmlError as error:
+            assert error.code in (3, 4)  # NOT_SUPPORTED / NO_PERMISSION here
+        log = sw.records()
+    finally:
+        try:
+            sw.close()
+        except NvmlError:
+            pass
+    capfd.readouterr()
+    assert len(log) >= 1 and log[0].applied_mhz == target and log[0].source == "stream"
+    assert t_enqueued < log[0].requested_ns <= t_done
+
+
+# ---- restoring clocks when the process ends ---------------------------------------
+
+SCRIPT_HEAD = """
+import ctypes, os, signal, sys, threading, time
+import perseus
+fake = ctypes.CDLL(os.environ["PERSEUS_NVML_LIBRARY"])
+"""
+
+SCENARIOS = {
+    # name: (body, signal to send after "ready" or None, expected return codes)
+    "interpreter-exit": (
+        """
+        sw = perseus.FrequencySwitcher(0)
+        sw.set(1500); sw.wait()
+        print("ready", flush=True)
+        """,
+        None,
+        (0,),
+    ),
+    "uncaught-exception": (
+        """
+        sw = perseus.FrequencySwitcher(0)
+        sw.set(1500); sw.wait()
+        print("ready", flush=True)
+        raise ValueError("training step failed")
+        """,
+        None,
+        (1,),
+    ),
+    "exception-in-with": (
+        """
+        try:
+            with perseus.FrequencySwitcher(0) as sw:
+                sw.set(1500); sw.wait()
+                print("ready", flush=True)
+                raise ValueError("training step failed")
+        except ValueError:
+            print("clock after with:", fake.fake_nvml_locked_clock(0), flush=True)
+        """,
+        None,
+        (0,),
+    ),
+    "created-in-a-thread": (
+        """
+        box = []
+        t = threading.Thread(target=lambda: box.append(perseus.FrequencySwitcher(0)))
+        t.start(); t.join()
+        box[0].set(1500); box[0].wait()
+        print("ready", flush=True)
+        """,
+        None,
+        (0,),
+    ),
+    "sigterm": (
+        """
+        sw = perseus.FrequencySwitcher(0)
+        sw.set(1500); sw.wait()
+        print("ready", flush=True)
+        time.sleep(30)
+        """,
+        signal.SIGTERM,
+        (-signal.SIGTERM,),
+    ),
+    "sigterm-chains-to-user-handler": (
+        """
+        def handler(signum, frame):
+            print("user handler; clock:", fake.fake_nvml_locked_clock(0), flush=True)
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, handler)
+        sw = perseus.FrequencySwitcher(0)
+        sw.set(1500); sw.wait()
+        print("ready", flush=True)
+        time.sleep(30)
+        """,
+        signal.SIGTERM,
+        (3,),
+    ),
+    "sigint": (
+        """
+        sw = perseus.FrequencySwitcher(0)
+        sw.set(1500); sw.wait()
+        print("ready", flush=True)
+        try:
+            time.sleep(30)
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt; clock:", fake.fake_nvml_locked_clock(0), flush=True)
+            raise
+        """,
+        signal.SIGINT,
+        (-signal.SIGINT, 1),
+    ),
+}
+
+
+class Child:
+    """A Python child process that prints "ready" once it has locked a clock."""
+
+    def __init__(self, script: str, env_extra: dict | None = None, timeout: float = 20.0):
+        env = dict(os.environ, **(env_extra or {}))
+        # A session of its own, so a hung child and anything it forked can be
+        # killed together (a grandchild holding the pipes would block us).
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        # Read the raw pipe (not a buffered reader, whose look-ahead communicate() would lose).
+        fd = self.proc.stdout.fileno()
+        seen = b""
+        deadline = time.monotonic() + timeout
+        while b"ready\n" not in seen:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(fd, 4096) if ready else b""
+            if not chunk:
+                if ready:  # end of file: the child died
+                    out, err = self.proc.communicate(timeout=timeout)
+                else:
+                    out, err = self._kill()
+                raise AssertionError(
+                    f"child never got ready ({self.proc.returncode}): {seen + out!r}\n{err.decode()}"
+                )
+            seen += chunk
+        self._early = seen
+
+    def _kill(self) -> tuple[bytes, bytes]:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.proc.communicate(timeout=10)
+
+    def finish(self, timeout: float = 20.0) -> tuple[str, str]:
+        """Waits for the exit; returns everything it printed (stdout, stderr)."""
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            out, err = self._kill()
+            raise AssertionError(
+                f"child did not finish in {timeout} s: {(self._early + out)!r}\n{err.decode()}"
+            ) from None
+        return (self._early + out).decode(), err.decode()
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_clocks_reset_when_the_process_ends(fake_nvml, scenario):
+    body, signum, codes = SCENARIOS[scenario]
+    script = SCRIPT_HEAD + textwrap.dedent(body)
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    if signum is not None:
+        time.sleep(0.05)  # let it reach time.sleep()
+        child.proc.send_signal(signum)
+    out, err = child.finish()
+    assert child.proc.returncode in codes, (child.proc.returncode, out, err)
+    calls = fake_nvml.clock_calls()
+    assert calls[0][:2] == ("nvmlDeviceSetGpuLockedClocks", ("0", "1500", "1500"))
+    assert calls[-1] == ("nvmlDeviceResetGpuLockedClocks", ("0",), 0), calls
+    # The fake's persisted state: the GPU is unlocked after the process is gone.
+    assert fake_nvml.state_path.read_text().split("\n")[0] == "0 0 0 0 0"
+    if scenario == "sigterm-chains-to-user-handler":
+        assert "user handler; clock: 0" in out  # reset happened before the chained handler
+    if scenario == "sigint":
+        assert "KeyboardInterrupt; clock: 0" in out
+    if scenario == "exception-in-with":
+        assert "clock after with: 0" in out
+    if scenario == "uncaught-exception":
+        assert "training step failed" in err
+
+
+def test_forked_child_leaves_the_parents_clocks_alone(fake_nvml):
+    script = SCRIPT_HEAD + textwrap.dedent(
+        """
+        import warnings
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads, Python >= 3.12
+        sw = perseus.FrequencySwitcher(0)
+        sw.set(1500); sw.wait()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                sw.set(1200)
+            except RuntimeError as error:
+                print("child:", error, flush=True)
+            sw.close()
+            sys.exit(0)  # runs the child's atexit hooks
+        os.waitpid(pid, 0)
+        print("parent after child: clock", fake.fake_nvml_locked_clock(0), flush=True)
+        print("ready", flush=True)
+        """
+    )
+    child = Child(script)
+    out, err = child.finish()
+    assert child.proc.returncode == 0, err
+    assert "child: this FrequencySwitcher belongs to the parent process" in out
+    assert "parent after child: clock 1500" in out
+    parent = child.proc.pid
+    calls = [(pid, fn) for _, pid, fn, _, _ in fake_nvml.log() if "LockedClocks" in fn]
+    assert calls == [
+        (parent, "nvmlDeviceSetGpuLockedClocks"),
+        (parent, "nvmlDeviceResetGpuLockedClocks"),
+    ]
+
+
+def test_sigkill_then_reset_clocks_command(fake_nvml):
+    script = SCRIPT_HEAD + textwrap.dedent(
+        """
+        a, b = perseus.FrequencySwitcher(0), perseus.FrequencySwitcher(1)
+        a.set(1500); b.set(1200); a.wait(); b.wait()
+        print("ready", flush=True)
+        time.sleep(30)
+        """
+    )
+    env = {"FAKE_NVML_STATE": str(fake_nvml.state_path)}
+    child = Child(script, env)
+    child.proc.kill()  # SIGKILL: nothing can run
+    child.finish()
+    assert fake_nvml.state_path.read_text().split("\n")[:2] == ["0 1500 1500 0 0", "1 1200 1200 0 0"]
+    done = subprocess.run(
+        [sys.executable, "-m", "perseus", "reset-clocks"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **env),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "GPU 0 (NVML 0, Fake NVIDIA H200): SM clocks reset, memory clocks reset" in done.stdout
+    assert "GPU 1 (NVML 1" in done.stdout
+    assert fake_nvml.state_path.read_text().split("\n")[:2] == ["0 0 0 0 0", "1 0 0 0 0"]
+
+
+# ---- perseus reset-clocks ---------------------------------------------------------
+
+
+def test_reset_clocks_command_one_device(fake_nvml, capsys):
+    NvmlDevice(0).set_locked_clocks(1500, 1500)
+    NvmlDevice(1).set_locked_clocks(1500, 1500)
+    assert cli_main(["reset-clocks", "--device", "1"]) == 0
+    assert "GPU 1 (NVML 1" in capsys.readouterr().out
+    assert (fake_nvml.locked(0), fake_nvml.locked(1)) == (1500, 0)
+    assert cli_main(["reset-clocks"]) == 0
+    assert (fake_nvml.locked(0), fake_nvml.locked(1)) == (0, 0)
+
+
+def test_reset_clocks_command_honours_cuda_visible_devices(fake_nvml, monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert cli_main(["reset-clocks"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU 0 (NVML 1" in out and "NVML 0" not in out
+
+
+def test_reset_clocks_command_errors(fake_nvml, capsys, monkeypatch, tmp_path):
+    fake_nvml.configure(fail="nvmlDeviceResetGpuLockedClocks=4")
+    assert cli_main(["reset-clocks", "--device", "0"]) == 1
+    assert "Insufficient Permissions" in capsys.readouterr().out
+
+    fake_nvml.configure(fail="nvmlDeviceResetMemoryLockedClocks=3")
+    assert cli_main(["reset-clocks", "--device", "0"]) == 0
+    assert "memory clocks not supported" in capsys.readouterr().out
+
+    assert cli_main(["reset-clocks", "--device", "5"]) == 1
+    assert "no GPU 5" in capsys.readouterr().err
+
+    monkeypatch.setenv("PERSEUS_NVML_LIBRARY", str(tmp_path / "libnvidia-ml.so.1"))
+    assert cli_main(["reset-clocks"]) == 2
+    assert "PERSEUS_NVML_LIBRARY" in capsys.readouterr().err
+
+
+def test_reset_clocks_function(fake_nvml):
+    NvmlDevice(0).set_locked_clocks(1500, 1500)
+    results = reset_clocks()
+    assert [r.device for r in results] == [0, 1] and all(r.ok for r in results)
+    assert results[0].gpu == "reset" and fake_nvml.locked(0) == 0
+
+
+def test_hint_table():
+    assert "CAP_SYS_ADMIN" in _core.nvml_error_hint(4)
+    assert _core.nvml_error_hint(12345) == ""
