@@ -48,7 +48,7 @@ class Problem {
 
   // Rows of `choices` are plans; returns (iteration times, energies).
   py::tuple evaluate(py::array_t<OptionIndex, py::array::c_style | py::array::forcecast> choices,
-                     bool reclaim) {
+                     bool reclaim, double deadline_s) {
     const Index n = pipeline_.size();
     if (choices.ndim() != 2 || choices.shape(1) != n)
       throw std::invalid_argument("choices must have shape (plans, " + std::to_string(n) + ")");
@@ -62,7 +62,7 @@ class Problem {
       const std::lock_guard<std::mutex> lock(mutex_);  // the evaluator's scratch is shared
       for (std::size_t k = 0; k < times.size(); ++k) {
         OptionIndex* row = out.mutable_data() + k * static_cast<std::size_t>(n);
-        const Evaluation e = reclaim ? evaluator_.reclaim(row) : evaluator_.evaluate(row);
+        const Evaluation e = reclaim ? evaluator_.reclaim_both(row, deadline_s) : evaluator_.evaluate(row);
         times[k] = e.iteration_time_s;
         energies[k] = e.energy_j;
       }
@@ -70,9 +70,10 @@ class Problem {
     return py::make_tuple(to_numpy(std::move(times)), to_numpy(std::move(energies)), out);
   }
 
-  py::dict solve(double unit_time_s, const py::object& progress) {
+  py::dict solve(double unit_time_s, const py::object& progress, bool refine) {
     SolverOptions options;
     options.unit_time_s = unit_time_s;
+    options.refine = refine;
     options.blocking_power_w = blocking_power_w_;
     // Runs with the GIL released; the hook takes it back to check for Ctrl-C
     // and to call the user's progress function.
@@ -144,8 +145,10 @@ void register_problem(py::module_& m) {
            "pipeline"_a, "offsets"_a, "time_s"_a, "energy_j"_a, "blocking_power_w"_a)
       .def_property_readonly("pipeline", &Problem::pipeline, py::return_value_policy::reference_internal)
       .def("edges", &Problem::edges, "The iteration DAG's edges: (from ids, to ids).")
-      .def("evaluate", &Problem::evaluate, "choices"_a, "reclaim"_a = false,
-           "Replay plans (rows of option indices); returns (times s, energies J, choices).")
-      .def("solve", &Problem::solve, "unit_time_s"_a, "progress"_a = py::none(),
+      .def("evaluate", &Problem::evaluate, "choices"_a, "reclaim"_a = false, "deadline_s"_a = 0.0,
+           "Replay plans (rows of option indices); with reclaim, first move computations to "
+           "slower options within max(deadline_s, own time). Returns (times s, energies J, "
+           "choices).")
+      .def("solve", &Problem::solve, "unit_time_s"_a, "progress"_a = py::none(), "refine"_a = true,
            "Compute the frontier; returns a dict of numpy arrays.");
 }

@@ -5,6 +5,12 @@
 #include <limits>
 
 namespace perseus {
+namespace {
+
+// Pair exchanges are tried among this many computations on longest paths.
+constexpr std::size_t kPairCandidates = 24;
+
+}  // namespace
 
 Evaluator::Evaluator(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
                      double blocking_power_w)
@@ -20,6 +26,7 @@ Evaluator::Evaluator(const Pipeline& pipeline, const Dag& dag, const OptionTable
     group_[static_cast<std::size_t>(i)] = group_of(pipeline.computation(i));
   stack_.reserve(static_cast<std::size_t>(pipeline.size()));
   trial_.resize(static_cast<std::size_t>(pipeline.size()));
+  second_.resize(static_cast<std::size_t>(pipeline.size()));
   critical_.reserve(static_cast<std::size_t>(pipeline.size()));
   heap_.reserve(static_cast<std::size_t>(pipeline.size()));
 }
@@ -76,9 +83,9 @@ double Evaluator::best_move(Index i, const OptionIndex* choice, double makespan,
     const double growth = std::max(0.0, around + t - makespan);
     const double saved = effective(i, current) - effective(i, k) -
                          blocking_power_w_ * static_cast<double>(num_gpus_) * growth;
-    const double per_second = saved / (t - now);
-    if (saved > 0 && per_second > best) {
-      best = per_second;
+    const double score = by_total_ ? saved : saved / (t - now);
+    if (saved > 0 && score > best) {
+      best = score;
       option = k;
     }
   }
@@ -161,7 +168,7 @@ Evaluation Evaluator::reclaim(OptionIndex* choice, double deadline_s) {
 Evaluation Evaluator::improve(OptionIndex* choice, double deadline_s, std::int64_t max_trials,
                               std::int64_t& trials) {
   trials = 0;
-  Evaluation best = reclaim(choice, deadline_s);
+  Evaluation best = reclaim_both(choice, deadline_s);
   const double deadline = std::max(deadline_s, best.iteration_time_s);
   const std::size_t n = static_cast<std::size_t>(dag_.num_nodes());
   bool improved = true;
@@ -175,20 +182,43 @@ Evaluation Evaluator::improve(OptionIndex* choice, double deadline_s, std::int64
       const auto s = static_cast<std::size_t>(i);
       if (choice[i] > 0 && latest_finish_[s] - finish_[s] <= slack_tolerance) critical_.push_back(i);
     }
-    for (const Index j : critical_) {
-      if (trials++ >= max_trials) break;
+    // Exchanges speed up one computation (j == k) or two, on longest paths
+    // (several paths may need to shrink at once), and then reclaim.
+    const std::size_t singles = critical_.size();
+    const std::size_t pairs_of = std::min(singles, kPairCandidates);
+    auto try_exchange = [&](Index j, Index k) {
       std::copy(choice, choice + n, trial_.begin());
       trial_[static_cast<std::size_t>(j)] = static_cast<OptionIndex>(choice[j] - 1);
-      const Evaluation e = reclaim(trial_.data(), deadline);
+      if (k != j) trial_[static_cast<std::size_t>(k)] = static_cast<OptionIndex>(choice[k] - 1);
+      const Evaluation e = reclaim_both(trial_.data(), deadline);
       if (e.energy_j < best.energy_j - 1e-12 * std::abs(best.energy_j) && e.iteration_time_s <= deadline) {
         std::copy(trial_.begin(), trial_.end(), choice);
         best = e;
-        improved = true;
-        break;
+        return true;
       }
-    }
+      return false;
+    };
+    for (std::size_t a = 0; a < singles && !improved && trials < max_trials; ++a, ++trials)
+      improved = try_exchange(critical_[a], critical_[a]);
+    for (std::size_t a = 0; a < pairs_of && !improved && trials < max_trials; ++a)
+      for (std::size_t b = a + 1; b < pairs_of && !improved && trials < max_trials; ++b, ++trials)
+        improved = try_exchange(critical_[a], critical_[b]);
   }
   return best;
+}
+
+Evaluation Evaluator::reclaim_both(OptionIndex* choice, double deadline_s) {
+  const std::size_t n = static_cast<std::size_t>(dag_.num_nodes());
+  std::copy(choice, choice + n, second_.begin());
+  by_total_ = true;
+  const Evaluation total = reclaim(second_.data(), deadline_s);
+  by_total_ = false;
+  const Evaluation per_second = reclaim(choice, deadline_s);
+  if (total.energy_j < per_second.energy_j) {
+    std::copy(second_.begin(), second_.end(), choice);
+    return total;
+  }
+  return per_second;
 }
 
 bool Evaluator::tighten(OptionIndex* choice, double deadline_s) {

@@ -49,6 +49,9 @@ class Evaluator {
   // raises the energy.
   Evaluation reclaim(OptionIndex* choice, double deadline_s);
   Evaluation reclaim(OptionIndex* choice) { return reclaim(choice, 0.0); }
+  // The better of two reclamations: most energy saved per second of slack
+  // first, and most energy saved first. Greedy orders can trap each other.
+  Evaluation reclaim_both(OptionIndex* choice, double deadline_s);
 
   // Local search: speeds up one computation on a longest path by one option
   // and reclaims the slack this opens elsewhere, keeping the change when the
@@ -87,7 +90,7 @@ class Evaluator {
   std::vector<Index> group_;
   std::vector<double> start_, finish_, latest_finish_;
   std::vector<Index> stack_;
-  std::vector<OptionIndex> trial_;
+  std::vector<OptionIndex> trial_, second_;
   std::vector<Index> critical_;
   struct Move {
     double score;
@@ -95,6 +98,7 @@ class Evaluator {
     bool operator<(const Move& other) const { return score < other.score; }
   };
   std::vector<Move> heap_;
+  bool by_total_ = false;  // reclaim order: energy saved (true) or saved per second
 };
 
 }  // namespace perseus

@@ -286,7 +286,7 @@ struct Candidate {
 class CandidateWalk {
  public:
   CandidateWalk(const PhillipsDessouky& solver, Evaluator& evaluator, double unit_time_s,
-                double fastest_time_s)
+                double fastest_time_s, bool tightening_chain)
       : solver_(solver),
         evaluator_(evaluator),
         unit_(unit_time_s),
@@ -297,6 +297,7 @@ class CandidateWalk {
         choice_(n_) {
     // Deadlines for the tightening chain: below the last model time, down to
     // the fastest measured time.
+    if (!tightening_chain) return;
     const double last = static_cast<double>(solver.units_after(solver.steps() - 1)) * unit_;
     for (double d = last - unit_; d > fastest_; d -= unit_) chain_deadlines_.push_back(d);
     chain_deadlines_.push_back(fastest_);
@@ -354,6 +355,7 @@ class CandidateWalk {
 // stay fast and results do not depend on the machine.
 constexpr std::size_t kMaxGrid = 512;
 constexpr std::size_t kStarts = 8;
+constexpr std::size_t kAllFastest = SIZE_MAX;  // a start that is not a frontier row
 constexpr double kSearchWork = 3e8;  // node and edge visits, all deadlines together
 
 void densify(FrontierResult& r, Evaluator& evaluator, const Dag& dag, double unit_time_s) {
@@ -378,14 +380,18 @@ void densify(FrontierResult& r, Evaluator& evaluator, const Dag& dag, double uni
     const std::size_t k = static_cast<std::size_t>(
         std::upper_bound(r.iteration_time_s.begin(), r.iteration_time_s.begin() + static_cast<std::ptrdiff_t>(plans), deadline) -
         r.iteration_time_s.begin()) - 1;
-    // Starts: the kStarts frontier plans just faster than the deadline and the
-    // fastest one, reclaimed up to the deadline, and the plan just slower,
-    // tightened to it. The best start then gets the local search.
+    // Starts: the kStarts frontier plans just faster than the deadline, the
+    // fastest one and every computation at its fastest option, reclaimed up
+    // to the deadline, and the plan just slower, tightened to it. The best
+    // start then gets the local search.
     Evaluation best{kInfinity, kInfinity};
     auto consider = [&](std::size_t from, bool tighten) {
-      std::copy_n(r.choices.begin() + static_cast<std::ptrdiff_t>(from * n), n, b.begin());
+      if (from == kAllFastest)
+        std::fill(b.begin(), b.end(), OptionIndex{0});
+      else
+        std::copy_n(r.choices.begin() + static_cast<std::ptrdiff_t>(from * n), n, b.begin());
       if (tighten && !evaluator.tighten(b.data(), deadline)) return;
-      const Evaluation e = evaluator.reclaim(b.data(), deadline);
+      const Evaluation e = evaluator.reclaim_both(b.data(), deadline);
       budget -= 1;
       if (e.iteration_time_s <= deadline && e.energy_j < best.energy_j) {
         best = e;
@@ -394,6 +400,7 @@ void densify(FrontierResult& r, Evaluator& evaluator, const Dag& dag, double uni
     };
     for (std::size_t back = 0; back < kStarts && back <= k; ++back) consider(k - back, false);
     if (k >= kStarts) consider(0, false);
+    consider(kAllFastest, false);
     if (k + 1 < plans) consider(k + 1, true);
     std::int64_t used = 0;
     best = evaluator.improve(a.data(), deadline, share, used);
@@ -471,13 +478,14 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     result.baseline = evaluator.evaluate(fastest.data());
   }
 
-  CandidateWalk walk(solver, evaluator, options.unit_time_s, result.baseline.iteration_time_s);
+  CandidateWalk walk(solver, evaluator, options.unit_time_s, result.baseline.iteration_time_s,
+                     options.refine);
   const std::size_t num_candidates = walk.size();
   std::vector<Candidate> candidates(num_candidates);
   for (std::size_t c = 0; c < num_candidates; ++c) {
     Evaluation before{};
     const double deadline = walk.build(c, before);
-    const Evaluation after = evaluator.reclaim(walk.choice(), deadline);
+    const Evaluation after = options.refine ? evaluator.reclaim(walk.choice(), deadline) : before;
     candidates[c] = {after.iteration_time_s, after.energy_j, before.energy_j, walk.step_of(c)};
   }
 
@@ -510,12 +518,14 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     Evaluation before{};
     const double deadline = walk.build(c, before);
     if (rank[c] == SIZE_MAX) continue;
-    evaluator.reclaim(walk.choice(), deadline);
+    if (options.refine) evaluator.reclaim(walk.choice(), deadline);
     std::copy(walk.choice(), walk.choice() + nn,
               result.choices.begin() + static_cast<std::ptrdiff_t>(rank[c] * nn));
   }
-  densify(result, evaluator, dag, options.unit_time_s);
-  drop_dominated(result);
+  if (options.refine) {
+    densify(result, evaluator, dag, options.unit_time_s);
+    drop_dominated(result);
+  }
   return result;
 }
 

@@ -65,6 +65,10 @@ struct FrontierResult {
 struct SolverOptions {
   double unit_time_s = 1e-3;
   double blocking_power_w = 0.0;
+  // Improve the plans on measured times (slack reclamation, tightening near
+  // the fastest time, local search at grid deadlines). false gives the plain
+  // Phillips-Dessouky plans, replayed as they are (for comparisons).
+  bool refine = true;
   // Called now and then with (steps done, steps expected); return false to
   // cancel (the solve throws SolveCancelled).
   std::function<bool(std::int64_t, std::int64_t)> progress;

@@ -53,10 +53,13 @@ class Problem:
     def pipeline(self) -> Pipeline: ...
     def edges(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]: ...
     def evaluate(
-        self, choices: npt.ArrayLike, reclaim: bool = False
+        self, choices: npt.ArrayLike, reclaim: bool = False, deadline_s: float = 0.0
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.uint16]]: ...
     def solve(
-        self, unit_time_s: float, progress: Callable[[int, int], object] | None = None
+        self,
+        unit_time_s: float,
+        progress: Callable[[int, int], object] | None = None,
+        refine: bool = True,
     ) -> dict[str, Any]: ...
 
 # ---- frequency switcher (bindings/register_switcher.cpp) --------------------

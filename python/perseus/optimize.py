@@ -111,6 +111,7 @@ def optimize(
     virtual_stages: int = 1,
     unit_time: float = 1e-3,
     progress: ProgressArg = None,
+    refine: bool = True,
 ) -> Frontier:
     """Compute the iteration time-energy Pareto frontier of one training iteration.
 
@@ -134,6 +135,12 @@ def optimize(
     progress : None, bool or callable
         ``True`` draws a progress bar on stderr; a callable receives
         ``(steps done, steps expected)`` now and then.
+    refine : bool
+        Improve the min-cut plans on the measured times (default): slack
+        reclamation, tightening down to the fastest time, and a local search
+        at deadlines one `unit_time` apart. ``False`` returns the plain
+        Phillips-Dessouky plans (each replayed as it is, dominated ones
+        dropped), which is what the refinement is measured against.
 
     Returns
     -------
@@ -159,7 +166,7 @@ def optimize(
     unit_time = _check_unit_time(unit_time, table)
     callback = _progress_callback(progress)
     try:
-        result = problem.solve(unit_time, callback)
+        result = problem.solve(unit_time, callback, bool(refine))
     finally:
         if isinstance(callback, ProgressBar):
             callback.close()
