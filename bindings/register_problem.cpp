@@ -107,6 +107,7 @@ class Problem {
     out["baseline_time_s"] = r.baseline.iteration_time_s;
     out["baseline_energy_j"] = r.baseline.energy_j;
     out["steps"] = r.steps;
+    out["unit_time_s"] = r.unit_time_s;
     out["min_time_units"] = r.min_time_units;
     out["max_time_units"] = r.max_time_units;
     return out;

@@ -354,6 +354,8 @@ class CandidateWalk {
 // fixed budget of work (exchange trials times DAG size), so large pipelines
 // stay fast and results do not depend on the machine.
 constexpr std::size_t kMaxGrid = 512;
+constexpr double kMaxUnitDivisor = 16.0;
+constexpr double kQuantumWork = 4e6;  // min-cut steps times (nodes + edges)
 constexpr std::size_t kStarts = 8;
 constexpr std::size_t kAllFastest = SIZE_MAX;  // a start that is not a frontier row
 constexpr double kSearchWork = 3e8;  // node and edge visits, all deadlines together
@@ -463,7 +465,19 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
                                 " stages but the pipeline needs " +
                                 std::to_string(pipeline.num_stages()));
 
-  PhillipsDessouky solver(pipeline, dag, table, options);
+  // A finer quantum makes the convex model closer to the measured options.
+  // When refining, small pipelines get one: the unit is divided by up to
+  // kMaxUnitDivisor while the expected work (steps times DAG size) stays
+  // within kQuantumWork, so large pipelines keep the unit they were given.
+  SolverOptions effective = options;
+  if (options.refine) {
+    const PhillipsDessouky probe(pipeline, dag, table, options);
+    const double work = static_cast<double>(probe.max_units() - probe.min_units() + 1) *
+                        static_cast<double>(dag.num_nodes() + dag.num_edges());
+    const double divisor = std::floor(std::min(kMaxUnitDivisor, kQuantumWork / work));
+    if (divisor > 1) effective.unit_time_s = options.unit_time_s / divisor;
+  }
+  PhillipsDessouky solver(pipeline, dag, table, effective);
   solver.run();
 
   const auto nn = static_cast<std::size_t>(pipeline.size());
@@ -471,6 +485,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   FrontierResult result;
   result.num_computations = pipeline.size();
   result.steps = solver.steps();
+  result.unit_time_s = effective.unit_time_s;
   result.min_time_units = solver.min_units();
   result.max_time_units = solver.max_units();
   {
@@ -478,7 +493,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     result.baseline = evaluator.evaluate(fastest.data());
   }
 
-  CandidateWalk walk(solver, evaluator, options.unit_time_s, result.baseline.iteration_time_s,
+  CandidateWalk walk(solver, evaluator, effective.unit_time_s, result.baseline.iteration_time_s,
                      options.refine);
   const std::size_t num_candidates = walk.size();
   std::vector<Candidate> candidates(num_candidates);
@@ -523,7 +538,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
               result.choices.begin() + static_cast<std::ptrdiff_t>(rank[c] * nn));
   }
   if (options.refine) {
-    densify(result, evaluator, dag, options.unit_time_s);
+    densify(result, evaluator, dag, effective.unit_time_s);
     drop_dominated(result);
   }
   return result;

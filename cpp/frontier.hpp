@@ -53,6 +53,7 @@ struct FrontierResult {
   std::vector<std::int64_t> solver_step;        // min-cut steps behind it; -1: the all-fastest plan
   Evaluation baseline{};                        // every computation at its fastest option
   std::int64_t steps = 0;                       // min-cut steps run
+  double unit_time_s = 0.0;                     // quantum the steps used (may be finer than asked)
   std::int64_t max_time_units = 0;              // quantised time of the cheapest plan
   std::int64_t min_time_units = 0;              // quantised all-fastest time
 

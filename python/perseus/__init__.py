@@ -24,6 +24,7 @@ from .errors import ProfileError
 from .frontier import Evaluation, Frontier, Plan
 from .optimize import evaluate, optimize
 from .profile import INSTRUCTIONS, Profile, StageOptions
+from .profiler import ProfilerResult, measure_blocking_power, profile_stages
 from .schedule import SCHEDULES, pipeline_order
 from .switcher import FrequencySwitcher
 
@@ -38,8 +39,11 @@ __all__ = [
     "Plan",
     "Profile",
     "ProfileError",
+    "ProfilerResult",
     "StageOptions",
     "evaluate",
+    "measure_blocking_power",
     "optimize",
     "pipeline_order",
+    "profile_stages",
 ]

@@ -96,7 +96,8 @@ class Plan:
     energy : float
         Replayed iteration energy in joules (blocking power included).
     energy_before_reclaim : float
-        Replayed energy before slack reclamation, in joules.
+        Replayed energy of the plan the min-cut step produced, before slack
+        reclamation and local search, in joules.
     spec : PipelineSpec
         The pipeline the plan was made for.
     """
@@ -125,6 +126,11 @@ class Plan:
         self.energy_before_reclaim = float(
             energy if energy_before_reclaim is None else energy_before_reclaim
         )
+
+    @property
+    def reclaimed(self) -> bool:
+        """Whether reclamation or local search lowered this plan's energy."""
+        return self.energy < self.energy_before_reclaim
 
     @property
     def frequencies_mhz(self) -> np.ndarray:
@@ -197,7 +203,16 @@ class Frontier(Sequence[Plan]):
     spec : PipelineSpec
         The pipeline the plans are for.
     unit_time : float
-        Time quantum the solver used, seconds.
+        Time quantum asked of the solver, seconds.
+    solver_unit_time : float
+        Quantum the min-cut steps actually used, seconds: finer than
+        `unit_time` for small pipelines when refining (it costs little there
+        and brings the convex model closer to the measured options).
+    steps : int
+        Min-cut steps the solver ran.
+    energies_before_reclaim : numpy.ndarray
+        Replayed energy of each plan as the min-cut step produced it, before
+        slack reclamation and local search, joules.
     blocking_power : float
         Watts drawn by a GPU while it waits.
     solve_time : float
@@ -214,6 +229,7 @@ class Frontier(Sequence[Plan]):
         blocking_power: float,
         solve_time: float,
         steps: int = 0,
+        solver_unit_time: float | None = None,
     ) -> None:
         if not plans:
             raise ValueError("a frontier needs at least one plan")
@@ -232,6 +248,7 @@ class Frontier(Sequence[Plan]):
         self.blocking_power = float(blocking_power)
         self.solve_time = float(solve_time)
         self.steps = int(steps)
+        self.solver_unit_time = float(unit_time if solver_unit_time is None else solver_unit_time)
 
     def __len__(self) -> int:
         return len(self._plans)
@@ -250,6 +267,11 @@ class Frontier(Sequence[Plan]):
     def fastest(self) -> Plan:
         """The fastest plan (least energy at the all-maximum-frequency time)."""
         return self._plans[0]
+
+    @property
+    def reclaim_savings(self) -> np.ndarray:
+        """Energy each plan saves by reclamation and local search, joules (>= 0)."""
+        return self.energies_before_reclaim - self.energies
 
     def plan_for(self, deadline: float) -> Plan:
         """The cheapest plan whose iteration time is at most `deadline` seconds.
@@ -290,6 +312,7 @@ class Frontier(Sequence[Plan]):
             "blocking_power_w": self.blocking_power,
             "solve_time_s": self.solve_time,
             "steps": self.steps,
+            "solver_unit_time_s": self.solver_unit_time,
             "baseline": {
                 "iteration_time_s": self.baseline.iteration_time,
                 "energy_j": self.baseline.energy,
@@ -362,6 +385,7 @@ class Frontier(Sequence[Plan]):
                 blocking_power=document["blocking_power_w"],
                 solve_time=document["solve_time_s"],
                 steps=document.get("steps", 0),
+                solver_unit_time=document.get("solver_unit_time_s"),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{name}: malformed frontier file ({error!r})") from None

@@ -185,6 +185,7 @@ def optimize(
         blocking_power=profile.blocking_power,
         solve_time=time.perf_counter() - started,
         steps=result["steps"],
+        solver_unit_time=result["unit_time_s"],
     )
 
 

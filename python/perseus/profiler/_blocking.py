@@ -1,0 +1,302 @@
+"""Blocking power: what a GPU draws while it waits on a pipeline neighbour.
+
+NCCL waits for a peer by spinning a kernel on a flag in memory the peer (or
+the host proxy) writes. :func:`measure_blocking_power` does the same on one
+GPU: a one-warp kernel polls a flag in host-mapped memory, the host sets the
+flag after ``window_s`` seconds, and the power is NVML's energy over that
+window divided by its length. The kernel is built with CuPy when it is
+installed, otherwise loaded as PTX through the CUDA driver (``libcuda``) in
+torch's context. In ``mode="cpu"`` the host simply sleeps through the window.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import time
+from typing import Any, Optional
+
+import numpy as np
+
+from ..switcher import FrequencySwitcher
+from ._backend import MODES, Backend, GpuBackend, open_backend
+from ._records import BlockingPower, ProfilerError
+
+__all__ = ["measure_blocking_power"]
+
+# Every kernel argument is a 64-bit integer, so the CUDA source (CuPy) and
+# the PTX (driver) take the same parameters: the flag's address, a safety
+# timeout in nanoseconds after which the kernel gives up, and the address
+# of two 64-bit results: spins made and whether the flag was seen.
+_CUDA_SOURCE = r"""
+extern "C" __global__ void perseus_wait(unsigned long long flag_address,
+                                        unsigned long long timeout_ns,
+                                        unsigned long long out_address) {
+  const volatile int* flag = (const volatile int*)flag_address;
+  unsigned long long start, now, spins = 0;
+  int seen = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    if (*flag != 0) { seen = 1; break; }
+    ++spins;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < timeout_ns);
+  if (threadIdx.x == 0) {
+    unsigned long long* out = (unsigned long long*)out_address;
+    out[0] = spins;
+    out[1] = (unsigned long long)seen;
+  }
+}
+"""
+
+_PTX = rb"""
+.version 6.0
+.target sm_60
+.address_size 64
+
+.visible .entry perseus_wait(
+    .param .u64 flag_address,
+    .param .u64 timeout_ns,
+    .param .u64 out_address)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<10>;
+
+    ld.param.u64 %rd1, [flag_address];
+    ld.param.u64 %rd2, [timeout_ns];
+    ld.param.u64 %rd3, [out_address];
+    mov.u64 %rd4, %globaltimer;
+    mov.u64 %rd5, 0;
+    mov.u32 %r2, 0;
+WAIT:
+    ld.volatile.u32 %r1, [%rd1];
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra SEEN;
+    add.u64 %rd5, %rd5, 1;
+    mov.u64 %rd6, %globaltimer;
+    sub.u64 %rd7, %rd6, %rd4;
+    setp.lt.u64 %p2, %rd7, %rd2;
+    @%p2 bra WAIT;
+    bra.uni DONE;
+SEEN:
+    mov.u32 %r2, 1;
+DONE:
+    mov.u32 %r3, %tid.x;
+    setp.ne.u32 %p3, %r3, 0;
+    @%p3 bra END;
+    st.u64 [%rd3], %rd5;
+    cvt.u64.u32 %rd8, %r2;
+    st.u64 [%rd3+8], %rd8;
+END:
+    ret;
+}
+"""
+
+_THREADS = 32  # one warp polls, as one NCCL channel's threads do
+_BUFFER_BYTES = 24  # flag (int32, padded to 8) + spins (u64) + seen (u64)
+_HOST_ALLOC_PORTABLE_MAPPED = 0x01 | 0x02  # cudaHostAlloc / cuMemHostAlloc flags
+
+
+class _CupyWaiter:
+    method = "cupy kernel"
+
+    def __init__(self, cupy: Any, device: int) -> None:
+        self._cupy = cupy
+        self._device = device
+        runtime = cupy.cuda.runtime
+        with cupy.cuda.Device(device):
+            self._kernel = cupy.RawKernel(_CUDA_SOURCE, "perseus_wait")
+            self.host = runtime.hostAlloc(_BUFFER_BYTES, _HOST_ALLOC_PORTABLE_MAPPED)
+            try:
+                self._device_address = runtime.pointerGetAttributes(self.host).devicePointer
+            except Exception:  # noqa: BLE001 - with unified addressing the addresses agree
+                self._device_address = self.host
+        ctypes.memset(self.host, 0, _BUFFER_BYTES)
+
+    def launch(self, timeout_ns: int) -> None:
+        address = self._device_address
+        with self._cupy.cuda.Device(self._device):
+            self._kernel(
+                (1,), (_THREADS,), (np.uint64(address), np.uint64(timeout_ns), np.uint64(address + 8))
+            )
+
+    def close(self) -> None:
+        self._cupy.cuda.runtime.freeHost(self.host)
+
+
+class _DriverWaiter:
+    """The same kernel as PTX, through the CUDA driver, in torch's current context."""
+
+    method = "cuda driver kernel"
+
+    def __init__(self, backend: GpuBackend) -> None:
+        self._backend = backend
+        backend.torch.cuda.synchronize(backend.device)  # makes torch's context current here
+        name = os.environ.get("PERSEUS_CUDA_LIBRARY") or "libcuda.so.1"
+        self._cuda = cuda = ctypes.CDLL(name)
+        context = ctypes.c_void_p()
+        self._check(cuda.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+        if not context.value:
+            raise ProfilerError("no CUDA context is current on this thread (is torch using the GPU?)")
+        self._module = ctypes.c_void_p()
+        self._check(cuda.cuModuleLoadData(ctypes.byref(self._module), _PTX + b"\0"), "cuModuleLoadData")
+        self._function = ctypes.c_void_p()
+        self._check(
+            cuda.cuModuleGetFunction(ctypes.byref(self._function), self._module, b"perseus_wait"),
+            "cuModuleGetFunction",
+        )
+        pointer = ctypes.c_void_p()
+        self._check(
+            cuda.cuMemHostAlloc(
+                ctypes.byref(pointer), ctypes.c_size_t(_BUFFER_BYTES),
+                ctypes.c_uint(_HOST_ALLOC_PORTABLE_MAPPED),
+            ),
+            "cuMemHostAlloc",
+        )
+        self.host = pointer.value
+        device_address = ctypes.c_uint64()
+        self._check(
+            cuda.cuMemHostGetDevicePointer_v2(
+                ctypes.byref(device_address), ctypes.c_void_p(self.host), ctypes.c_uint(0)
+            ),
+            "cuMemHostGetDevicePointer",
+        )
+        self._device_address = device_address.value
+        ctypes.memset(self.host, 0, _BUFFER_BYTES)
+
+    def _check(self, status: int, call: str) -> None:
+        if status != 0:
+            text = ctypes.c_char_p()
+            self._cuda.cuGetErrorString(status, ctypes.byref(text))
+            message = text.value.decode() if text.value else "unknown error"
+            raise ProfilerError(f"{call} failed with CUDA error {status}: {message}")
+
+    def launch(self, timeout_ns: int) -> None:
+        arguments = [
+            ctypes.c_uint64(self._device_address),
+            ctypes.c_uint64(timeout_ns),
+            ctypes.c_uint64(self._device_address + 8),
+        ]
+        pointers = (ctypes.c_void_p * 3)(*(ctypes.addressof(a) for a in arguments))
+        stream = self._backend.torch.cuda.current_stream(self._backend.device).cuda_stream
+        self._check(
+            self._cuda.cuLaunchKernel(
+                self._function, 1, 1, 1, _THREADS, 1, 1, 0, ctypes.c_void_p(stream), pointers, None
+            ),
+            "cuLaunchKernel",
+        )
+
+    def close(self) -> None:
+        self._cuda.cuMemFreeHost(ctypes.c_void_p(self.host))
+        self._cuda.cuModuleUnload(self._module)
+
+
+def _gpu_waiter(backend: GpuBackend) -> Any:
+    try:
+        cupy = importlib.import_module("cupy")
+    except ImportError:
+        return _DriverWaiter(backend)
+    return _CupyWaiter(cupy, backend.device.index)
+
+
+def _measure(backend: Backend, window_s: float, frequency_mhz: Optional[int]) -> BlockingPower:
+    """Measure on an open backend; the caller has locked the clock (or not)."""
+    if backend.mode == "cpu":
+        backend.sync()
+        e0, t0 = backend.energy_mj(), time.perf_counter()
+        time.sleep(window_s)
+        t1, e1 = time.perf_counter(), backend.energy_mj()
+        method = "cpu sleep"
+    else:
+        assert isinstance(backend, GpuBackend)
+        waiter = _gpu_waiter(backend)
+        try:
+            timeout_ns = int((window_s + 60.0) * 1e9)  # the kernel never outlives a lost flag
+            backend.sync()
+            e0, t0 = backend.energy_mj(), time.perf_counter()
+            waiter.launch(timeout_ns)
+            time.sleep(window_s)
+            ctypes.c_int32.from_address(waiter.host).value = 1
+            backend.sync()
+            t1, e1 = time.perf_counter(), backend.energy_mj()
+            spins = ctypes.c_uint64.from_address(waiter.host + 8).value
+            seen = ctypes.c_uint64.from_address(waiter.host + 16).value
+        finally:
+            waiter.close()
+        if not seen:
+            raise ProfilerError(
+                "the wait kernel never saw the flag the host set: host-mapped memory does not "
+                "work here; measure P_block another way and pass blocking_power_w"
+            )
+        if spins == 0:
+            raise ProfilerError("the wait kernel did not spin; the measurement is meaningless")
+        method = waiter.method
+    if e1 <= e0:
+        raise ProfilerError(
+            f"NVML's energy counter did not advance in a {t1 - t0:.3g} s blocking window; "
+            "lengthen blocking_window_s"
+        )
+    energy_j = (e1 - e0) / 1e3
+    return BlockingPower(
+        watts=energy_j / (t1 - t0),
+        window_s=t1 - t0,
+        energy_j=energy_j,
+        frequency_mhz=frequency_mhz,
+        method=method,
+    )
+
+
+def measure_blocking_power(
+    device: int = 0,
+    *,
+    mode: str = "gpu",
+    window_s: float = 3.0,
+    frequency_mhz: Optional[int] = None,
+) -> BlockingPower:
+    """Measure ``P_block``, the power (W) a GPU draws while it waits on a neighbour.
+
+    A kernel busy-waits on a flag in host-mapped memory, as NCCL waits for a
+    peer, until the host sets it ``window_s`` seconds later; the result is
+    NVML's energy over the window divided by its length.
+
+    Parameters
+    ----------
+    device
+        CUDA device index (honours ``CUDA_VISIBLE_DEVICES``).
+    mode
+        ``"gpu"`` (needs torch with CUDA, and NVML), or ``"cpu"``: the host
+        sleeps through the window and NVML (normally a fake) gives the energy.
+    window_s
+        Length of the window in seconds; several seconds, so NVML's coarse
+        energy counter (updated every few tens of ms) is accurate enough.
+    frequency_mhz
+        Lock the SM clock at this many MHz during the window (snapped to a
+        supported clock); ``None`` measures at the current clocks.
+
+    Returns
+    -------
+    BlockingPower
+
+    Raises
+    ------
+    ProfilerUnavailable
+        What ``mode`` needs is missing.
+    ProfilerError
+        The wait kernel could not run, or the counter did not advance.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if not window_s > 0:
+        raise ValueError(f"window_s must be > 0 seconds, not {window_s!r}")
+    backend = open_backend(mode, device)
+    try:
+        if frequency_mhz is None:
+            return _measure(backend, window_s, None)
+        with FrequencySwitcher(device) as switcher:
+            applied = switcher.set(switcher.snap(int(frequency_mhz)))
+            switcher.wait()
+            return _measure(backend, window_s, applied)
+    finally:
+        backend.close()

@@ -1,0 +1,137 @@
+"""The profiler's files: the Zeus-format CSV and the JSON sidecar.
+
+The sidecar is the source of truth: it holds every measurement with its
+spread, the run's settings and the device, and is rewritten atomically
+(temporary file, fsync, rename) after each measurement, then the CSV is
+rewritten from it the same way. A crash or kill at any point leaves the
+previous or the new version of each file, never a torn one, and a re-run
+starts from the sidecar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import errno
+import fcntl
+import io
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Optional
+
+from ..profile import INSTRUCTIONS
+from ._records import Measurement, ProfilerError
+
+__all__ = ["FORMAT", "VERSION", "Store"]
+
+FORMAT = "perseus-profiler-metadata"
+VERSION = 1
+_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def _row_order(m: Measurement) -> tuple[int, int, int]:
+    return (m.stage, INSTRUCTIONS.index(m.instruction), -m.frequency_mhz)
+
+
+def zeus_csv(measurements: list[Measurement]) -> str:
+    """Every measurement as Zeus's ``stage,instruction,frequency,time,energy`` CSV."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(_COLUMNS)
+    for m in sorted(measurements, key=_row_order):
+        writer.writerow((m.stage, m.instruction, m.frequency_mhz, repr(m.time_s), repr(m.energy_j)))
+    return out.getvalue()
+
+
+class Store:
+    """The CSV at ``csv_path`` and its sidecar (same name, ``.json``); holds a lock on them.
+
+    Parameters
+    ----------
+    csv_path
+        Where the Zeus-format CSV goes; the sidecar is ``csv_path`` with the
+        suffix ``.json``.
+    resume
+        Read the existing sidecar (if any) instead of starting over.
+    """
+
+    def __init__(self, csv_path: Path, *, resume: bool) -> None:
+        self.csv_path = csv_path
+        self.json_path = csv_path.with_suffix(".json")
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(csv_path.with_name(f".{csv_path.name}.lock"), "w")  # noqa: SIM115
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            self._lock_file.close()
+            if error.errno in (errno.EAGAIN, errno.EACCES):
+                raise ProfilerError(
+                    f"another profiler is writing {csv_path}; wait for it or choose another path"
+                ) from None
+            raise
+        for name in (self.csv_path.name, self.json_path.name):
+            for stale in csv_path.parent.glob(f".{name}.*.tmp"):  # left by a killed run
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+        self.previous: Optional[dict[str, Any]] = None
+        if resume and self.json_path.exists():
+            self.previous = self._read()
+        elif not resume:
+            for path in (self.csv_path, self.json_path):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+
+    def _read(self) -> dict[str, Any]:
+        where = str(self.json_path)
+        try:
+            data = json.loads(self.json_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise ProfilerError(
+                f"{where}: cannot resume from it ({error}); pass resume=False to start over"
+            ) from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ProfilerError(f"{where}: not a perseus profiler sidecar; pass resume=False to overwrite it")
+        if data.get("version") != VERSION:
+            raise ProfilerError(
+                f"{where}: sidecar version {data.get('version')!r}, this perseus writes {VERSION}; "
+                "pass resume=False to start over"
+            )
+        try:
+            data["measurements"] = [Measurement.from_json(m) for m in data.get("measurements", [])]
+        except (KeyError, TypeError, ValueError) as error:
+            raise ProfilerError(f"{where}: a measurement is malformed ({error!r})") from None
+        return data
+
+    def save(self, metadata: dict[str, Any], measurements: list[Measurement]) -> None:
+        """Write the sidecar, then the CSV, each atomically."""
+        data = dict(metadata)
+        data["measurements"] = [m.to_json() for m in measurements]
+        _atomic_write(self.json_path, json.dumps(data, indent=1) + "\n")
+        _atomic_write(self.csv_path, zeus_csv(measurements))
+
+    def close(self) -> None:
+        if not self._lock_file.closed:
+            self._lock_file.close()
