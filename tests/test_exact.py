@@ -1,0 +1,151 @@
+"""Frontier quality against the exact optimum (HiGHS MIP), and reclamation's guarantees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import perseus
+from perseus import Profile, ProfileError
+from perseus.exact import optimal_energy, optimal_plan
+from perseus.optimize import _setup
+
+# Relative excess of perseus's cheapest plan within a deadline over the exact
+# optimum, across the seeded suite below: measured mean 0.009 %, worst 0.11 %
+# (the plain Phillips-Dessouky plans: mean 0.9 %, worst 4.9 %). The issue's
+# targets are a mean of 0.1 % and a worst case of 0.4 %; these bounds are
+# what we reach, with a little room.
+MEAN_GAP = 0.0003
+WORST_GAP = 0.002
+
+
+def gpu_like_profile(rng, stages: int, options: int, blocking_power: float) -> Profile:
+    """Pareto options shaped like a GPU's: slower and cheaper as the clock falls."""
+    records = []
+    heavy = set(rng.choice(stages, size=max(1, stages // 2), replace=False).tolist())
+    for stage in range(stages):
+        scale = rng.uniform(1.3, 1.7) if stage in heavy else rng.uniform(0.8, 1.1)
+        memory_share = rng.uniform(0.2, 0.5)
+        for instruction, factor in (("forward", 1.0), ("backward", 2.0)):
+            mhz = 1410 - 45 * np.arange(options)
+            base = 0.015 * scale * factor
+            time = base * (memory_share + (1 - memory_share) * 1410 / mhz)
+            time *= 1 + rng.normal(0, 0.002, options)
+            power = 80 + 220 * (mhz / 1410) ** 2.5
+            for k in range(options):
+                records.append((stage, instruction, int(mhz[k]), float(time[k]), float(power[k] * time[k])))
+    return Profile.from_records(records, blocking_power=blocking_power)
+
+
+def suite():
+    rng = np.random.default_rng(2024)
+    cases = []
+    for _ in range(8):
+        stages, microbatches = int(rng.integers(2, 4)), int(rng.integers(2, 5))
+        options, power = int(rng.integers(3, 7)), float(rng.uniform(30, 90))
+        cases.append((gpu_like_profile(rng, stages, options, power), microbatches))
+    return cases
+
+
+CASES = suite()
+
+
+@pytest.fixture(scope="module")
+def gaps():
+    """(relative gap, deadline) of plan_for(deadline) over the exact optimum, per case."""
+    found = []
+    for profile, microbatches in CASES:
+        frontier = perseus.optimize(profile, microbatches=microbatches)
+        fastest, slowest = frontier.iteration_times[0], frontier.iteration_times[-1]
+        for deadline in np.linspace(fastest, slowest, 5):
+            exact = optimal_plan(profile, microbatches=microbatches, deadline=float(deadline))
+            assert exact.optimal
+            assert exact.iteration_time <= deadline * (1 + 1e-9)
+            ours = frontier.plan_for(float(deadline)).energy
+            found.append(((ours - exact.energy) / exact.energy, float(deadline)))
+    return found
+
+
+def test_no_plan_beats_the_exact_optimum(gaps):
+    # Below the optimum would mean a replay bug in perseus or in the MIP.
+    assert min(g for g, _ in gaps) >= -1e-7
+
+
+def test_gap_to_the_exact_optimum_is_small(gaps):
+    values = np.array([g for g, _ in gaps])
+    assert values.mean() <= MEAN_GAP
+    assert values.max() <= WORST_GAP
+
+
+def test_exact_plan_replays_to_what_it_reports():
+    profile, microbatches = CASES[0]
+    frontier = perseus.optimize(profile, microbatches=microbatches)
+    deadline = float(np.mean(frontier.iteration_times[[0, -1]]))
+    exact = optimal_plan(profile, microbatches=microbatches, deadline=deadline)
+    replay = perseus.evaluate(profile, exact.frequencies, microbatches=microbatches)
+    assert replay.iteration_time == pytest.approx(exact.iteration_time, rel=1e-12)
+    assert replay.energy == pytest.approx(exact.energy, rel=1e-12)
+    assert optimal_energy(profile, microbatches=microbatches, deadline=deadline) == pytest.approx(
+        exact.energy, rel=1e-9
+    )
+
+
+def test_exact_at_the_fastest_time_matches_the_all_fastest_schedule():
+    profile, microbatches = CASES[1]
+    frontier = perseus.optimize(profile, microbatches=microbatches)
+    exact = optimal_plan(profile, microbatches=microbatches, deadline=frontier.baseline.iteration_time)
+    assert exact.iteration_time == pytest.approx(frontier.baseline.iteration_time, rel=1e-9)
+    assert exact.energy <= frontier.fastest.energy * (1 + 1e-9)
+
+
+def test_exact_refuses_an_impossible_deadline():
+    profile, microbatches = CASES[0]
+    frontier = perseus.optimize(profile, microbatches=microbatches)
+    with pytest.raises(ProfileError, match="no plan meets a deadline"):
+        optimal_plan(
+            profile, microbatches=microbatches, deadline=0.9 * frontier.baseline.iteration_time
+        )
+
+
+# --- reclamation ---------------------------------------------------------------------
+
+
+@given(seed=st.integers(0, 2**32 - 1), stretch=st.floats(0.0, 0.2))
+def test_reclamation_never_lengthens_and_never_costs(seed, stretch):
+    rng = np.random.default_rng(seed)
+    profile = gpu_like_profile(rng, int(rng.integers(2, 5)), int(rng.integers(2, 7)), float(rng.uniform(0, 100)))
+    problem, spec, table, group = _setup(profile, int(rng.integers(1, 7)), "1f1b", 1)
+    count = table.offsets[group + 1] - table.offsets[group]
+    plans = (rng.random((8, spec.num_computations)) * count).astype(np.uint16)
+    times, energies, _ = problem.evaluate(plans)
+    # At its own time, and with a looser deadline (more slack to use).
+    for deadline in (0.0, float(times.max()) * (1 + stretch)):
+        after_times, after_energies, after = problem.evaluate(plans, reclaim=True, deadline_s=deadline)
+        bound = np.maximum(times, deadline)
+        assert np.all(after_times <= bound * (1 + 1e-12))
+        assert np.all(after_energies <= energies * (1 + 1e-12))
+        assert np.all(after >= plans)  # only ever slower options
+        replay_times, replay_energies, _ = problem.evaluate(after)
+        np.testing.assert_allclose(replay_times, after_times, rtol=1e-12)
+        np.testing.assert_allclose(replay_energies, after_energies, rtol=1e-12)
+
+
+def test_frontier_reports_what_reclamation_bought():
+    profile, microbatches = CASES[2]
+    frontier = perseus.optimize(profile, microbatches=microbatches)
+    assert np.all(frontier.reclaim_savings >= -1e-9)
+    assert any(plan.reclaimed for plan in frontier)
+    plain = perseus.optimize(profile, microbatches=microbatches, refine=False)
+    # Refinement never makes the frontier worse at any plain plan's time.
+    for plan in plain:
+        assert frontier.plan_for(plan.iteration_time).energy <= plan.energy * (1 + 1e-12)
+
+
+def test_plain_frontier_is_still_a_clean_frontier():
+    profile, microbatches = CASES[3]
+    plain = perseus.optimize(profile, microbatches=microbatches, refine=False)
+    assert np.all(np.diff(plain.iteration_times) > 0)
+    assert np.all(np.diff(plain.energies) < 0)
+    assert not any(plan.reclaimed for plan in plain)
