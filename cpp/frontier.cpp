@@ -213,15 +213,15 @@ bool PhillipsDessouky::step() {
   // An infinite cut means some critical path cannot shrink any further.
   if (net_.has_infinite_path(0, 1)) return false;
   net_.max_flow(0, 1, tolerance_);
-  const std::vector<char>& source_side = net_.reachable_from(0, tolerance_);
+  const std::vector<Index>& source_side = net_.reachable_from(0, tolerance_);
 
   const std::size_t log_begin = log_.size();
   lengthened_.clear();
   for (Index i = 0; i < n_; ++i) {
     const auto s = static_cast<std::size_t>(i);
     if (!critical_[s]) continue;
-    const bool a_in = source_side[static_cast<std::size_t>(aoa_start(i))] != 0;
-    const bool b_in = source_side[static_cast<std::size_t>(aoa_end(i))] != 0;
+    const bool a_in = source_side[static_cast<std::size_t>(aoa_start(i))] >= 0;
+    const bool b_in = source_side[static_cast<std::size_t>(aoa_end(i))] >= 0;
     if (a_in && !b_in) {
       if (d_[s] <= quant(i).min_duration()) return false;  // cannot happen on a finite cut
       --d_[s];

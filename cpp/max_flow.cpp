@@ -32,11 +32,11 @@ void FlowNetwork::finalize() {
   next_arc_.assign(n, 0);
   queue_.assign(n, 0);
   path_.assign(n, 0);
-  mark_.assign(n, 0);
   finalized_ = true;
 }
 
-bool FlowNetwork::build_levels(Index source, Index sink, double tolerance) {
+template <typename Usable>
+void FlowNetwork::breadth_first(Index source, Usable usable) {
   std::fill(level_.begin(), level_.end(), -1);
   std::size_t head = 0, tail = 0;
   level_[static_cast<std::size_t>(source)] = 0;
@@ -47,13 +47,16 @@ bool FlowNetwork::build_levels(Index source, Index sink, double tolerance) {
          k < adj_offset_[static_cast<std::size_t>(u) + 1]; ++k) {
       const Index a = adj_[static_cast<std::size_t>(k)];
       const Index v = head_[static_cast<std::size_t>(a)];
-      if (level_[static_cast<std::size_t>(v)] < 0 &&
-          residual_[static_cast<std::size_t>(a)] > tolerance) {
+      if (level_[static_cast<std::size_t>(v)] < 0 && usable(residual_[static_cast<std::size_t>(a)])) {
         level_[static_cast<std::size_t>(v)] = level_[static_cast<std::size_t>(u)] + 1;
         queue_[tail++] = v;
       }
     }
   }
+}
+
+bool FlowNetwork::build_levels(Index source, Index sink, double tolerance) {
+  breadth_first(source, [tolerance](double r) { return r > tolerance; });
   return level_[static_cast<std::size_t>(sink)] >= 0;
 }
 
@@ -112,44 +115,13 @@ double FlowNetwork::max_flow(Index source, Index sink, double tolerance) {
 }
 
 bool FlowNetwork::has_infinite_path(Index source, Index sink) {
-  std::fill(mark_.begin(), mark_.end(), 0);
-  std::size_t head = 0, tail = 0;
-  mark_[static_cast<std::size_t>(source)] = 1;
-  queue_[tail++] = source;
-  while (head < tail) {
-    const Index u = queue_[head++];
-    if (u == sink) return true;
-    for (Index k = adj_offset_[static_cast<std::size_t>(u)];
-         k < adj_offset_[static_cast<std::size_t>(u) + 1]; ++k) {
-      const Index a = adj_[static_cast<std::size_t>(k)];
-      const auto v = static_cast<std::size_t>(head_[static_cast<std::size_t>(a)]);
-      if (!mark_[v] && residual_[static_cast<std::size_t>(a)] == kInfinity) {
-        mark_[v] = 1;
-        queue_[tail++] = static_cast<Index>(v);
-      }
-    }
-  }
-  return false;
+  breadth_first(source, [](double r) { return r == kInfinity; });
+  return level_[static_cast<std::size_t>(sink)] >= 0;
 }
 
-const std::vector<char>& FlowNetwork::reachable_from(Index source, double tolerance) {
-  std::fill(mark_.begin(), mark_.end(), 0);
-  std::size_t head = 0, tail = 0;
-  mark_[static_cast<std::size_t>(source)] = 1;
-  queue_[tail++] = source;
-  while (head < tail) {
-    const Index u = queue_[head++];
-    for (Index k = adj_offset_[static_cast<std::size_t>(u)];
-         k < adj_offset_[static_cast<std::size_t>(u) + 1]; ++k) {
-      const Index a = adj_[static_cast<std::size_t>(k)];
-      const auto v = static_cast<std::size_t>(head_[static_cast<std::size_t>(a)]);
-      if (!mark_[v] && residual_[static_cast<std::size_t>(a)] > tolerance) {
-        mark_[v] = 1;
-        queue_[tail++] = static_cast<Index>(v);
-      }
-    }
-  }
-  return mark_;
+const std::vector<Index>& FlowNetwork::reachable_from(Index source, double tolerance) {
+  breadth_first(source, [tolerance](double r) { return r > tolerance; });
+  return level_;
 }
 
 }  // namespace perseus

@@ -44,10 +44,14 @@ class FlowNetwork {
   double max_flow(Index source, Index sink, double tolerance);
   // Whether the sink is reachable from the source through arcs of infinite residual.
   bool has_infinite_path(Index source, Index sink);
-  // Marks (1) the nodes reachable from source in the residual network.
-  const std::vector<char>& reachable_from(Index source, double tolerance);
+  // BFS levels from source in the residual network: >= 0 exactly for the
+  // reachable nodes (valid until the next call).
+  const std::vector<Index>& reachable_from(Index source, double tolerance);
 
  private:
+  // Fills level_ with BFS distances over arcs whose residual is `usable`.
+  template <typename Usable>
+  void breadth_first(Index source, Usable usable);
   bool build_levels(Index source, Index sink, double tolerance);
   double augment_blocking_flow(Index source, Index sink, double tolerance);
 
@@ -57,7 +61,6 @@ class FlowNetwork {
   std::vector<double> residual_;
   std::vector<Index> adj_offset_, adj_;  // CSR: arcs leaving each node
   std::vector<Index> level_, next_arc_, queue_, path_;
-  std::vector<char> mark_;
 };
 
 }  // namespace perseus
