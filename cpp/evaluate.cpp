@@ -24,6 +24,27 @@ Evaluator::Evaluator(const Pipeline& pipeline, const Dag& dag, const OptionTable
       latest_finish_(static_cast<std::size_t>(pipeline.size())) {
   for (Index i = 0; i < pipeline.size(); ++i)
     group_[static_cast<std::size_t>(i)] = group_of(pipeline.computation(i));
+  for (Index g = 0; g < table.num_groups(); ++g) {
+    const Index first = static_cast<Index>(effective_.size());
+    first_option_.push_back(first);
+    const Index count = table.num_options(g);
+    for (Index k = 0; k < count; ++k)
+      effective_.push_back(table.energy_j(g, k) - blocking_power_w * table.time_s(g, k));
+    for (Index j = 0; j < count; ++j) {
+      Index steep = j;
+      double best = -std::numeric_limits<double>::infinity();
+      for (Index k = j + 1; k < count; ++k) {
+        const double slope = (effective_[static_cast<std::size_t>(first + j)] -
+                              effective_[static_cast<std::size_t>(first + k)]) /
+                             (table.time_s(g, k) - table.time_s(g, j));
+        if (slope > best) {
+          best = slope;
+          steep = k;
+        }
+      }
+      steepest_.push_back(steep);
+    }
+  }
   stack_.reserve(static_cast<std::size_t>(pipeline.size()));
   trial_.resize(static_cast<std::size_t>(pipeline.size()));
   second_.resize(static_cast<std::size_t>(pipeline.size()));
@@ -32,6 +53,7 @@ Evaluator::Evaluator(const Pipeline& pipeline, const Dag& dag, const OptionTable
 }
 
 double Evaluator::forward_pass(const OptionIndex* choice) {
+  work_ += dag_.num_nodes() + dag_.num_edges();
   double makespan = 0.0;
   for (const Index v : dag_.topological_order()) {
     double start = 0.0;
@@ -45,6 +67,7 @@ double Evaluator::forward_pass(const OptionIndex* choice) {
 }
 
 void Evaluator::backward_pass(const OptionIndex* choice, double deadline_s) {
+  work_ += dag_.num_nodes() + dag_.num_edges();
   const auto& order = dag_.topological_order();
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     double latest = deadline_s;
@@ -65,26 +88,39 @@ Evaluation Evaluator::evaluate(const OptionIndex* choice) {
   return {makespan, energy};
 }
 
-double Evaluator::best_move(Index i, const OptionIndex* choice, double makespan,
-                            double deadline_s, Index& option) const {
+double Evaluator::best_move(Index i, const OptionIndex* choice, Index& option) {
   const auto s = static_cast<std::size_t>(i);
   const Index g = group_[s];
   const Index current = choice[i];
   const double now = table_.time_s(g, current);
-  // Path through i without i's own time: start + (deadline - latest finish).
-  const double around = start_[s] + (deadline_s - latest_finish_[s]);
   const double room = latest_finish_[s] - start_[s];  // longest time i may take
-  double best = 0.0;
+  // Options are sorted by time: the slowest one that fits, by bisection.
+  Index lo = current, hi = table_.num_options(g) - 1;
+  while (lo < hi) {
+    const Index mid = lo + (hi - lo + 1) / 2;
+    if (table_.time_s(g, mid) <= room) lo = mid;
+    else hi = mid - 1;
+  }
+  work_ += 1;
   option = current;
-  for (Index k = table_.num_options(g) - 1; k > current; --k) {
-    const double t = table_.time_s(g, k);
-    if (t > room) continue;
-    // Energy saved at the new option, less the blocking energy of any growth of T.
-    const double growth = std::max(0.0, around + t - makespan);
-    const double saved = effective(i, current) - effective(i, k) -
-                         blocking_power_w_ * static_cast<double>(num_gpus_) * growth;
-    const double score = by_total_ ? saved : saved / (t - now);
-    if (saved > 0 && score > best) {
+  // Over an iteration of the deadline's length the GPUs draw blocking power
+  // whenever they do not compute, so savings are in effective energy, which
+  // falls strictly with every slower option: the slowest that fits saves most.
+  if (by_total_ || lo == current) {
+    option = lo;
+    return lo == current ? 0.0 : effective(i, current) - effective(i, lo);
+  }
+  // The steepest saving overall, if it fits; otherwise scan what fits (few
+  // options, since the steepest one is usually the next).
+  const Index steep = steepest_[static_cast<std::size_t>(first_option_[static_cast<std::size_t>(g)] + current)];
+  if (steep <= lo) {
+    option = steep;
+    return (effective(i, current) - effective(i, steep)) / (table_.time_s(g, steep) - now);
+  }
+  double best = 0.0;
+  for (Index k = lo; k > current; --k) {
+    const double score = (effective(i, current) - effective(i, k)) / (table_.time_s(g, k) - now);
+    if (score > best) {
       best = score;
       option = k;
     }
@@ -99,6 +135,7 @@ void Evaluator::raise_starts(Index from, const OptionIndex* choice) {
   while (!stack_.empty()) {
     const Index u = stack_.back();
     stack_.pop_back();
+    ++work_;
     const double done = finish_[static_cast<std::size_t>(u)];
     for (const Index* v = dag_.successors_begin(u); v != dag_.successors_end(u); ++v) {
       const auto vs = static_cast<std::size_t>(*v);
@@ -118,6 +155,7 @@ void Evaluator::lower_latest(Index from, const OptionIndex* choice) {
   while (!stack_.empty()) {
     const Index v = stack_.back();
     stack_.pop_back();
+    ++work_;
     const double latest_start = latest_finish_[static_cast<std::size_t>(v)] - time(v, choice);
     for (const Index* u = dag_.predecessors_begin(v); u != dag_.predecessors_end(v); ++u) {
       const auto us = static_cast<std::size_t>(*u);
@@ -130,8 +168,7 @@ void Evaluator::lower_latest(Index from, const OptionIndex* choice) {
 }
 
 Evaluation Evaluator::reclaim(OptionIndex* choice, double deadline_s) {
-  double makespan = forward_pass(choice);
-  const double deadline = std::max(deadline_s, makespan);
+  const double deadline = std::max(deadline_s, forward_pass(choice));
   backward_pass(choice, deadline);
 
   // Lazy greedy: scores only shrink as slack is used up, so a popped move
@@ -139,7 +176,7 @@ Evaluation Evaluator::reclaim(OptionIndex* choice, double deadline_s) {
   heap_.clear();
   for (Index i = 0; i < dag_.num_nodes(); ++i) {
     Index option;
-    const double score = best_move(i, choice, makespan, deadline, option);
+    const double score = best_move(i, choice, option);
     if (score > 0) heap_.push_back({score, i});
   }
   std::make_heap(heap_.begin(), heap_.end());
@@ -148,7 +185,7 @@ Evaluation Evaluator::reclaim(OptionIndex* choice, double deadline_s) {
     const Index i = heap_.back().computation;
     heap_.pop_back();
     Index option;
-    const double score = best_move(i, choice, makespan, deadline, option);
+    const double score = best_move(i, choice, option);
     if (score <= 0) continue;
     if (!heap_.empty() && score < heap_.front().score) {
       heap_.push_back({score, i});
@@ -158,21 +195,19 @@ Evaluation Evaluator::reclaim(OptionIndex* choice, double deadline_s) {
     const auto s = static_cast<std::size_t>(i);
     choice[i] = static_cast<OptionIndex>(option);
     finish_[s] = start_[s] + time(i, choice);
-    makespan = std::max(makespan, finish_[s] + (deadline - latest_finish_[s]));
     raise_starts(i, choice);
     lower_latest(i, choice);
   }
   return evaluate(choice);
 }
 
-Evaluation Evaluator::improve(OptionIndex* choice, double deadline_s, std::int64_t max_trials,
-                              std::int64_t& trials) {
-  trials = 0;
+Evaluation Evaluator::improve(OptionIndex* choice, double deadline_s, std::int64_t max_work) {
+  const std::int64_t limit = work_ + max_work;
   Evaluation best = reclaim_both(choice, deadline_s);
   const double deadline = std::max(deadline_s, best.iteration_time_s);
   const std::size_t n = static_cast<std::size_t>(dag_.num_nodes());
   bool improved = true;
-  while (improved && trials < max_trials) {
+  while (improved && work_ < limit) {
     improved = false;
     forward_pass(choice);
     backward_pass(choice, deadline);
@@ -191,17 +226,18 @@ Evaluation Evaluator::improve(OptionIndex* choice, double deadline_s, std::int64
       trial_[static_cast<std::size_t>(j)] = static_cast<OptionIndex>(choice[j] - 1);
       if (k != j) trial_[static_cast<std::size_t>(k)] = static_cast<OptionIndex>(choice[k] - 1);
       const Evaluation e = reclaim_both(trial_.data(), deadline);
-      if (e.energy_j < best.energy_j - 1e-12 * std::abs(best.energy_j) && e.iteration_time_s <= deadline) {
+      if (energy_at(e, deadline) < energy_at(best, deadline) - 1e-12 * std::abs(best.energy_j) &&
+          e.iteration_time_s <= deadline) {
         std::copy(trial_.begin(), trial_.end(), choice);
         best = e;
         return true;
       }
       return false;
     };
-    for (std::size_t a = 0; a < singles && !improved && trials < max_trials; ++a, ++trials)
+    for (std::size_t a = 0; a < singles && !improved && work_ < limit; ++a)
       improved = try_exchange(critical_[a], critical_[a]);
-    for (std::size_t a = 0; a < pairs_of && !improved && trials < max_trials; ++a)
-      for (std::size_t b = a + 1; b < pairs_of && !improved && trials < max_trials; ++b, ++trials)
+    for (std::size_t a = 0; a < pairs_of && !improved && work_ < limit; ++a)
+      for (std::size_t b = a + 1; b < pairs_of && !improved && work_ < limit; ++b)
         improved = try_exchange(critical_[a], critical_[b]);
   }
   return best;
@@ -214,7 +250,8 @@ Evaluation Evaluator::reclaim_both(OptionIndex* choice, double deadline_s) {
   const Evaluation total = reclaim(second_.data(), deadline_s);
   by_total_ = false;
   const Evaluation per_second = reclaim(choice, deadline_s);
-  if (total.energy_j < per_second.energy_j) {
+  const double common = std::max({deadline_s, total.iteration_time_s, per_second.iteration_time_s});
+  if (energy_at(total, common) < energy_at(per_second, common)) {
     std::copy(second_.begin(), second_.end(), choice);
     return total;
   }

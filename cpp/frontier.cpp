@@ -269,6 +269,9 @@ void PhillipsDessouky::run() {
   if (progress_ && !progress_(steps(), expected)) throw SolveCancelled();
 }
 
+constexpr std::int64_t kMaxStepPlans = 1024;
+constexpr std::size_t kMaxPlans = 1024;  // plans on a frontier, about
+
 struct Candidate {
   double time_s, energy_j, energy_before_j;
   std::int64_t step;  // min-cut steps behind the plan; -1: not from a step
@@ -277,11 +280,12 @@ struct Candidate {
 // Walks the candidate plans in a fixed order, rebuilding each from the step
 // log, so that a second walk can regenerate the plans the first one kept
 // without storing every plan:
-//   c = 0              every computation at its fastest option;
-//   c = 1 .. steps+1   the plan after c-1 min-cut steps (c = 1: all cheapest),
-//                      with its model time as deadline;
-//   then               the last step's plan tightened towards the fastest
-//                      measured time, one unit at a time.
+//   c = 0   every computation at its fastest option;
+//   then    the plans after 0, s, 2s, ... and all min-cut steps (s = 1 unless
+//           there were more than kMaxStepPlans steps), each with its model
+//           time as deadline;
+//   then    the last step's plan tightened towards the fastest measured time,
+//           one unit at a time.
 // Every candidate is improved by slack reclamation up to its deadline.
 class CandidateWalk {
  public:
@@ -295,45 +299,52 @@ class CandidateWalk {
         durations_(n_),
         chain_(n_),
         choice_(n_) {
+    // Step plans: all of them, or evenly spaced ones (and the last) when the
+    // solver took more than kMaxStepPlans steps.
+    const std::int64_t steps = solver.steps();
+    const std::int64_t stride = std::max<std::int64_t>(1, (steps + kMaxStepPlans) / kMaxStepPlans);
+    for (std::int64_t k = 0; k < steps; k += stride) sampled_.push_back(k);
+    sampled_.push_back(steps);
     // Deadlines for the tightening chain: below the last model time, down to
     // the fastest measured time.
     if (!tightening_chain) return;
-    const double last = static_cast<double>(solver.units_after(solver.steps() - 1)) * unit_;
+    const double last = static_cast<double>(solver.units_after(steps - 1)) * unit_;
     for (double d = last - unit_; d > fastest_; d -= unit_) chain_deadlines_.push_back(d);
     chain_deadlines_.push_back(fastest_);
   }
 
-  std::size_t size() const {
-    return static_cast<std::size_t>(solver_.steps()) + 2 + chain_deadlines_.size();
-  }
+  std::size_t size() const { return 1 + sampled_.size() + chain_deadlines_.size(); }
 
   // Rebuilds candidate c into choice() (c must grow by one from 0 each walk)
   // and returns its deadline; `before` gets its replay before reclamation.
   double build(std::size_t c, Evaluation& before) {
-    const std::size_t steps = static_cast<std::size_t>(solver_.steps());
     double deadline;
     if (c == 0) {
       std::fill(choice_.begin(), choice_.end(), OptionIndex{0});
       deadline = fastest_;
-    } else if (c <= steps + 1) {
-      if (c == 1) solver_.initial_durations(durations_);
-      else solver_.apply_step(static_cast<std::int64_t>(c) - 2, durations_);
+    } else if (c <= sampled_.size()) {
+      const std::int64_t target = sampled_[c - 1];  // steps applied to this plan
+      if (c == 1) {
+        solver_.initial_durations(durations_);
+        applied_ = 0;
+      }
+      for (; applied_ < target; ++applied_) solver_.apply_step(applied_, durations_);
       for (std::size_t i = 0; i < n_; ++i)
         choice_[i] = solver_.option_for(static_cast<Index>(i), durations_[i]);
-      if (c == steps + 1) chain_ = choice_;
-      deadline = static_cast<double>(solver_.units_after(static_cast<std::int64_t>(c) - 2)) * unit_;
+      if (c == sampled_.size()) chain_ = choice_;
+      deadline = static_cast<double>(solver_.units_after(target - 1)) * unit_;
     } else {
-      deadline = chain_deadlines_[c - steps - 2];
+      deadline = chain_deadlines_[c - sampled_.size() - 1];
       evaluator_.tighten(chain_.data(), deadline);
       choice_ = chain_;
     }
     before = evaluator_.evaluate(choice_.data());
     return deadline;
   }
+  // Min-cut steps behind candidate c; -1 for the all-fastest plan.
   std::int64_t step_of(std::size_t c) const {
-    const std::size_t steps = static_cast<std::size_t>(solver_.steps());
     if (c == 0) return -1;
-    return c <= steps + 1 ? static_cast<std::int64_t>(c) - 1 : static_cast<std::int64_t>(steps);
+    return c <= sampled_.size() ? sampled_[c - 1] : sampled_.back();
   }
   OptionIndex* choice() { return choice_.data(); }
 
@@ -344,23 +355,26 @@ class CandidateWalk {
   std::size_t n_;
   std::vector<Units> durations_;
   std::vector<OptionIndex> chain_, choice_;
+  std::vector<std::int64_t> sampled_;
+  std::int64_t applied_ = 0;
   std::vector<double> chain_deadlines_;
 };
 
+
 // The min-cut steps give plans at the model's times only. Densify adds a
 // plan for every deadline on a grid over the frontier's time range (one unit
-// apart, at most kMaxGrid deadlines), found by local search from several
-// frontier plans near the deadline. The local search gets a
-// fixed budget of work (exchange trials times DAG size), so large pipelines
-// stay fast and results do not depend on the machine.
+// apart, at most kMaxGrid deadlines), found by local search from frontier
+// plans near the deadline. The effort is bounded in work units (see
+// Evaluator::work), spread evenly over the deadlines, so large pipelines stay
+// fast and the plans do not depend on the machine.
 constexpr std::size_t kMaxGrid = 512;
 constexpr double kMaxUnitDivisor = 16.0;
-constexpr double kQuantumWork = 4e6;  // min-cut steps times (nodes + edges)
+constexpr double kQuantumWork = 4e6;   // min-cut steps times (nodes + edges)
+constexpr double kDensifyWork = 1.5e8;  // evaluator work units, all deadlines together
 constexpr std::size_t kStarts = 8;
 constexpr std::size_t kAllFastest = SIZE_MAX;  // a start that is not a frontier row
-constexpr double kSearchWork = 3e8;  // node and edge visits, all deadlines together
 
-void densify(FrontierResult& r, Evaluator& evaluator, const Dag& dag, double unit_time_s) {
+void densify(FrontierResult& r, Evaluator& evaluator, double unit_time_s, double blocking_w) {
   const std::size_t n = static_cast<std::size_t>(r.num_computations);
   const std::size_t plans = r.iteration_time_s.size();
   const double first = r.iteration_time_s.front(), last = r.iteration_time_s.back();
@@ -369,23 +383,26 @@ void densify(FrontierResult& r, Evaluator& evaluator, const Dag& dag, double uni
   for (double d = first + spacing; d < last; d += spacing) deadlines.push_back(d);
   std::sort(deadlines.begin(), deadlines.end());
 
-  const double visits_per_trial = static_cast<double>(dag.num_nodes() + dag.num_edges());
-  std::int64_t budget = static_cast<std::int64_t>(kSearchWork / visits_per_trial);
+  const std::int64_t budget_end = evaluator.work() + static_cast<std::int64_t>(kDensifyWork);
   std::vector<OptionIndex> a(n), b(n);
   std::vector<OptionIndex> rows;
   std::vector<Evaluation> found;
   std::vector<double> found_before;
   for (std::size_t g = 0; g < deadlines.size(); ++g) {
     const double deadline = deadlines[g];
-    const std::int64_t share = budget / static_cast<std::int64_t>(2 * (deadlines.size() - g));
+    const std::int64_t share =
+        std::max<std::int64_t>(0, budget_end - evaluator.work()) /
+        static_cast<std::int64_t>(deadlines.size() - g);
+    const std::int64_t share_end = evaluator.work() + share;
     // Frontier plan k is the slowest one meeting the deadline.
     const std::size_t k = static_cast<std::size_t>(
         std::upper_bound(r.iteration_time_s.begin(), r.iteration_time_s.begin() + static_cast<std::ptrdiff_t>(plans), deadline) -
         r.iteration_time_s.begin()) - 1;
-    // Starts: the kStarts frontier plans just faster than the deadline, the
-    // fastest one and every computation at its fastest option, reclaimed up
-    // to the deadline, and the plan just slower, tightened to it. The best
-    // start then gets the local search.
+    // Starts, most promising first: plan k and the next slower one tightened
+    // to the deadline (always), then while half the share lasts, more
+    // frontier plans faster than the deadline, the fastest one, and every
+    // computation at its fastest option, all reclaimed up to the deadline.
+    // The best start gets the local search with what is left of the share.
     Evaluation best{kInfinity, kInfinity};
     auto consider = [&](std::size_t from, bool tighten) {
       if (from == kAllFastest)
@@ -394,22 +411,25 @@ void densify(FrontierResult& r, Evaluator& evaluator, const Dag& dag, double uni
         std::copy_n(r.choices.begin() + static_cast<std::ptrdiff_t>(from * n), n, b.begin());
       if (tighten && !evaluator.tighten(b.data(), deadline)) return;
       const Evaluation e = evaluator.reclaim_both(b.data(), deadline);
-      budget -= 1;
-      if (e.iteration_time_s <= deadline && e.energy_j < best.energy_j) {
+      if (e.iteration_time_s <= deadline &&
+          (best.iteration_time_s == kInfinity ||
+           evaluator.energy_at(e, deadline) < evaluator.energy_at(best, deadline))) {
         best = e;
         a.swap(b);
       }
     };
-    for (std::size_t back = 0; back < kStarts && back <= k; ++back) consider(k - back, false);
-    if (k >= kStarts) consider(0, false);
-    consider(kAllFastest, false);
+    consider(k, false);
     if (k + 1 < plans) consider(k + 1, true);
-    std::int64_t used = 0;
-    best = evaluator.improve(a.data(), deadline, share, used);
-    budget -= used;
+    const std::int64_t starts_end = evaluator.work() + (share_end - evaluator.work()) / 2;
+    for (std::size_t back = 1; back < kStarts && back <= k && evaluator.work() < starts_end; ++back)
+      consider(k - back, false);
+    if (k >= kStarts && evaluator.work() < starts_end) consider(0, false);
+    if (evaluator.work() < starts_end) consider(kAllFastest, false);
+    best = evaluator.improve(a.data(), deadline, std::max<std::int64_t>(0, share_end - evaluator.work()));
     rows.insert(rows.end(), a.begin(), a.end());
     found.push_back(best);
-    found_before.push_back(r.energy_before_reclaim_j[k]);
+    found_before.push_back(r.energy_before_reclaim_j[k] +
+                           blocking_w * (best.iteration_time_s - r.iteration_time_s[k]));
   }
   for (std::size_t f = 0; f < found.size(); ++f) {
     r.iteration_time_s.push_back(found[f].iteration_time_s);
@@ -420,24 +440,52 @@ void densify(FrontierResult& r, Evaluator& evaluator, const Dag& dag, double uni
   r.choices.insert(r.choices.end(), rows.begin(), rows.end());
 }
 
-// Improvement can reorder times or make a plan dominated: keep the Pareto
-// rows, fastest first.
-void drop_dominated(FrontierResult& r) {
-  const std::size_t n = static_cast<std::size_t>(r.num_computations);
-  const std::size_t plans = r.iteration_time_s.size();
-  std::vector<std::size_t> order(plans);
+// Plans worth keeping, fastest first. A plan is dominated by one that is no
+// slower and costs no more energy over an iteration of the slower one's
+// length: a pipeline often waits for a straggler, and while it waits its GPUs
+// draw blocking power, so energies are compared at a common iteration time.
+// Equivalently, keep the plans whose effective energy E - G*P_block*T falls
+// strictly as T grows. `blocking_w` is G * P_block (watts).
+std::vector<std::size_t> pareto_order(const std::vector<double>& time_s,
+                                      const std::vector<double>& energy_j, double blocking_w) {
+  std::vector<std::size_t> order(time_s.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
+  auto effective = [&](std::size_t k) { return energy_j[k] - blocking_w * time_s[k]; };
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    if (r.iteration_time_s[a] != r.iteration_time_s[b]) return r.iteration_time_s[a] < r.iteration_time_s[b];
-    return r.energy_j[a] < r.energy_j[b];
+    if (time_s[a] != time_s[b]) return time_s[a] < time_s[b];
+    return effective(a) < effective(b);
   });
+  std::vector<std::size_t> kept;
+  double best = kInfinity, last_time = -kInfinity;
+  for (const std::size_t k : order) {
+    if (effective(k) < best && time_s[k] > last_time) {
+      kept.push_back(k);
+      best = effective(k);
+      last_time = time_s[k];
+    }
+  }
+  return kept;
+}
+
+// Improvement can reorder times or make a plan dominated: keep the Pareto
+// rows, and of those at most about kMaxPlans, evenly spread in time (a plan
+// is kept when it is at least range/kMaxPlans slower than the last kept one).
+void drop_dominated(FrontierResult& r, double blocking_w) {
+  const std::size_t n = static_cast<std::size_t>(r.num_computations);
   FrontierResult kept;
   kept.num_computations = r.num_computations;
-  double best_energy = kInfinity, last_time = -kInfinity;
+  std::vector<std::size_t> order = pareto_order(r.iteration_time_s, r.energy_j, blocking_w);
+  if (order.size() > kMaxPlans) {
+    const double spacing = (r.iteration_time_s[order.back()] - r.iteration_time_s[order.front()]) /
+                           static_cast<double>(kMaxPlans);
+    std::vector<std::size_t> spread;
+    for (const std::size_t k : order)
+      if (spread.empty() || r.iteration_time_s[k] >= r.iteration_time_s[spread.back()] + spacing ||
+          k == order.back())
+        spread.push_back(k);
+    order.swap(spread);
+  }
   for (const std::size_t k : order) {
-    if (!(r.energy_j[k] < best_energy && r.iteration_time_s[k] > last_time)) continue;
-    best_energy = r.energy_j[k];
-    last_time = r.iteration_time_s[k];
     kept.iteration_time_s.push_back(r.iteration_time_s[k]);
     kept.energy_j.push_back(r.energy_j[k]);
     kept.energy_before_reclaim_j.push_back(r.energy_before_reclaim_j[k]);
@@ -496,35 +544,31 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   CandidateWalk walk(solver, evaluator, effective.unit_time_s, result.baseline.iteration_time_s,
                      options.refine);
   const std::size_t num_candidates = walk.size();
+  const double blocking_w = options.blocking_power_w * static_cast<double>(pipeline.num_gpus());
   std::vector<Candidate> candidates(num_candidates);
   for (std::size_t c = 0; c < num_candidates; ++c) {
     Evaluation before{};
     const double deadline = walk.build(c, before);
     const Evaluation after = options.refine ? evaluator.reclaim(walk.choice(), deadline) : before;
-    candidates[c] = {after.iteration_time_s, after.energy_j, before.energy_j, walk.step_of(c)};
+    // The unrefined plan's energy over an iteration as long as the refined one.
+    const double before_j = before.energy_j + blocking_w * (after.iteration_time_s - before.iteration_time_s);
+    candidates[c] = {after.iteration_time_s, after.energy_j, before_j, walk.step_of(c)};
   }
 
   // Keep the Pareto-optimal candidates, fastest first.
-  std::vector<std::size_t> order(num_candidates);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    if (candidates[a].time_s != candidates[b].time_s) return candidates[a].time_s < candidates[b].time_s;
-    return candidates[a].energy_j < candidates[b].energy_j;
-  });
+  std::vector<double> times(num_candidates), energies(num_candidates);
+  for (std::size_t c = 0; c < num_candidates; ++c) {
+    times[c] = candidates[c].time_s;
+    energies[c] = candidates[c].energy_j;
+  }
   std::vector<std::size_t> rank(num_candidates, SIZE_MAX);
-  double best_energy = kInfinity;
-  double last_time = -kInfinity;
   std::size_t kept = 0;
-  for (const std::size_t c : order) {
-    if (candidates[c].energy_j < best_energy && candidates[c].time_s > last_time) {
-      rank[c] = kept++;
-      best_energy = candidates[c].energy_j;
-      last_time = candidates[c].time_s;
-      result.iteration_time_s.push_back(candidates[c].time_s);
-      result.energy_j.push_back(candidates[c].energy_j);
-      result.energy_before_reclaim_j.push_back(candidates[c].energy_before_j);
-      result.solver_step.push_back(candidates[c].step);
-    }
+  for (const std::size_t c : pareto_order(times, energies, blocking_w)) {
+    rank[c] = kept++;
+    result.iteration_time_s.push_back(candidates[c].time_s);
+    result.energy_j.push_back(candidates[c].energy_j);
+    result.energy_before_reclaim_j.push_back(candidates[c].energy_before_j);
+    result.solver_step.push_back(candidates[c].step);
   }
 
   // Regenerate the kept plans (every step is deterministic) into their rows.
@@ -538,8 +582,8 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
               result.choices.begin() + static_cast<std::ptrdiff_t>(rank[c] * nn));
   }
   if (options.refine) {
-    densify(result, evaluator, dag, effective.unit_time_s);
-    drop_dominated(result);
+    densify(result, evaluator, effective.unit_time_s, blocking_w);
+    drop_dominated(result, blocking_w);
   }
   return result;
 }

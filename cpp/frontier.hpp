@@ -45,11 +45,14 @@ class SolveCancelled : public std::runtime_error {
 
 struct FrontierResult {
   Index num_computations = 0;
-  // Plans, fastest first: strictly increasing time, strictly decreasing energy.
+  // Plans, fastest first: strictly increasing time, strictly decreasing
+  // effective energy (energy - G * P_block * time; see pareto_order).
   std::vector<OptionIndex> choices;             // [num_plans * num_computations]
   std::vector<double> iteration_time_s;         // replayed on measured times
   std::vector<double> energy_j;                 // replayed, after reclamation
-  std::vector<double> energy_before_reclaim_j;  // replayed, before reclamation
+  // The unrefined plan it came from, replayed, over an iteration of this
+  // plan's length (its energy plus blocking power for any difference).
+  std::vector<double> energy_before_reclaim_j;
   std::vector<std::int64_t> solver_step;        // min-cut steps behind it; -1: the all-fastest plan
   Evaluation baseline{};                        // every computation at its fastest option
   std::int64_t steps = 0;                       // min-cut steps run

@@ -65,10 +65,16 @@ def solve(problem):
 
 @given(problems())
 def test_frontier_is_strictly_monotone(problem):
-    _, frontier = solve(problem)
+    profile, frontier = solve(problem)
     assert len(frontier) >= 1
     assert np.all(np.diff(frontier.iteration_times) > 0)
-    assert np.all(np.diff(frontier.energies) < 0)
+    # Over a common iteration length, every slower plan costs strictly less.
+    blocking_w = profile.blocking_power * frontier.spec.num_gpus
+    assert np.all(np.diff(frontier.energies - blocking_w * frontier.iteration_times) < 0)
+    for plan in frontier:
+        assert plan.energy_at(frontier.iteration_times[-1]) == pytest.approx(
+            plan.energy + blocking_w * (frontier.iteration_times[-1] - plan.iteration_time)
+        )
     assert frontier.iteration_times.tolist() == [p.iteration_time for p in frontier]
     assert frontier.energies.tolist() == [p.energy for p in frontier]
 
@@ -135,7 +141,9 @@ def test_plan_for_picks_cheapest_plan_in_time(problem, data):
     for deadline in deadlines:
         chosen = frontier.plan_for(deadline)
         meeting = [p for p in frontier if p.iteration_time <= deadline]
-        assert chosen is min(meeting, key=lambda p: p.energy)
+        cheapest = min(p.energy_at(deadline) for p in meeting)
+        assert chosen.iteration_time <= deadline
+        assert chosen.energy_at(deadline) <= cheapest * (1 + 1e-12)
     below = float(np.nextafter(times[0], 0))
     with pytest.raises(ValueError, match="no plan meets a deadline"):
         frontier.plan_for(below)

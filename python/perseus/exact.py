@@ -8,8 +8,10 @@ a mixed-integer program and solves it with HiGHS (``pip install "perseus[exact]"
   ``sum_k x[i,k] = 1``;
 - a start time ``s[i] >= 0`` per computation, and for every DAG edge
   ``u -> v``: ``s[v] >= s[u] + sum_k t[u,k] x[u,k]``;
-- the iteration time ``T`` bounds every finish time and the deadline;
-- minimise ``sum e[i,k] x[i,k] + P_block * (GPUs * T - sum t[i,k] x[i,k])``.
+- every computation finishes by the deadline ``D``;
+- minimise ``sum e[i,k] x[i,k] + P_block * (GPUs * D - sum t[i,k] x[i,k])``,
+  the energy of an iteration that lasts ``D`` (GPUs that are done early draw
+  the blocking power until then), which is what `Frontier.energy_at` gives.
 
 Size: ``2 * stages * microbatches`` computations times the options each.
 Pipelines of up to about 4 stages x 6 microbatches with 8 options (48
@@ -40,9 +42,10 @@ class ExactPlan:
     Attributes
     ----------
     energy : float
-        Minimum iteration energy in joules among plans meeting the deadline.
+        Minimum energy in joules of an iteration that lasts the deadline,
+        among plans that meet it.
     iteration_time : float
-        That plan's iteration time in seconds.
+        That plan's own iteration time (critical path) in seconds.
     frequencies : dict
         MHz per (profile stage, instruction, microbatch).
     optimal : bool
@@ -94,6 +97,7 @@ def optimal_plan(
     inf = highspy.kHighsInf
     num_cols = num_x + n + 1
     lower = np.zeros(num_cols)
+    lower[-1] = float(deadline)  # T is the deadline itself
     upper = np.concatenate([np.ones(num_x), np.full(n, inf), [float(deadline)]])
     h.addVars(num_cols, lower, upper)
     cost = np.concatenate([e - power * t, np.zeros(n), [power * spec.num_gpus]])
@@ -154,8 +158,9 @@ def optimal_plan(
             for mb in range(spec.microbatches):
                 i = spec.computation_id(stage, instruction, mb)
                 frequencies[(stage, instruction, mb)] = int(options[chosen[i]])
+    slack = max(0.0, float(deadline) - float(times[0]))
     return ExactPlan(
-        energy=float(energies[0]),
+        energy=float(energies[0]) + power * spec.num_gpus * slack,
         iteration_time=float(times[0]),
         frequencies=frequencies,
         optimal=status == highspy.HighsModelStatus.kOptimal,
@@ -172,7 +177,7 @@ def optimal_energy(
     relative_gap: float = 1e-7,
     time_limit: float = 60.0,
 ) -> float:
-    """Minimum iteration energy (J) of any plan meeting `deadline` (s); see `optimal_plan`."""
+    """Minimum energy (J) of an iteration lasting `deadline` (s); see `optimal_plan`."""
     return optimal_plan(
         profile,
         microbatches=microbatches,

@@ -97,12 +97,22 @@ class Plan:
         Replayed iteration energy in joules (blocking power included).
     energy_before_reclaim : float
         Replayed energy of the plan the min-cut step produced, before slack
-        reclamation and local search, in joules.
+        reclamation and local search, over an iteration as long as this
+        plan's, in joules.
+    blocking_power : float
+        Watts a GPU draws while it waits (from the profile).
     spec : PipelineSpec
         The pipeline the plan was made for.
     """
 
-    __slots__ = ("_frequencies", "energy", "energy_before_reclaim", "iteration_time", "spec")
+    __slots__ = (
+        "_frequencies",
+        "blocking_power",
+        "energy",
+        "energy_before_reclaim",
+        "iteration_time",
+        "spec",
+    )
 
     def __init__(
         self,
@@ -111,6 +121,7 @@ class Plan:
         iteration_time: float,
         energy: float,
         energy_before_reclaim: float | None = None,
+        blocking_power: float = 0.0,
     ) -> None:
         frequencies = np.asarray(frequencies_mhz, dtype=np.int32)
         if frequencies.shape != (spec.num_computations,):
@@ -126,6 +137,21 @@ class Plan:
         self.energy_before_reclaim = float(
             energy if energy_before_reclaim is None else energy_before_reclaim
         )
+        self.blocking_power = float(blocking_power)
+
+    def energy_at(self, iteration_time: float) -> float:
+        """Energy in joules of an iteration that lasts `iteration_time` seconds.
+
+        A pipeline that waits for a straggler, or for a deadline, keeps its
+        GPUs drawing the blocking power until then:
+        ``energy + GPUs * blocking_power * (iteration_time - self.iteration_time)``.
+        """
+        if iteration_time < self.iteration_time * (1 - 1e-12):
+            raise ValueError(
+                f"this plan takes {self.iteration_time:.6g} s; it cannot finish in {iteration_time:.6g} s"
+            )
+        extra = max(0.0, float(iteration_time) - self.iteration_time)
+        return self.energy + self.spec.num_gpus * self.blocking_power * extra
 
     @property
     def reclaimed(self) -> bool:
@@ -189,8 +215,14 @@ class Plan:
 class Frontier(Sequence[Plan]):
     """The iteration time-energy Pareto frontier: plans from fastest to slowest.
 
-    Iteration times strictly increase and energies strictly decrease along it,
-    so every plan is worth choosing for some deadline.
+    Every plan is the cheapest perseus found for an iteration that lasts its
+    time. Plans are compared at a common iteration length: a pipeline that
+    finishes early (waiting for a straggler, or for a deadline) keeps drawing
+    blocking power until the iteration ends, so a slower plan is kept only if
+    it uses less energy over an iteration as long as itself. Iteration times
+    strictly increase along the frontier and the energy each plan needs over
+    any common iteration length strictly decreases; each plan's own `energy`
+    (at its own time) need not.
 
     Attributes
     ----------
@@ -273,8 +305,16 @@ class Frontier(Sequence[Plan]):
         """Energy each plan saves by reclamation and local search, joules (>= 0)."""
         return self.energies_before_reclaim - self.energies
 
+    def energy_at(self, deadline: float) -> float:
+        """Least energy (J) of an iteration lasting `deadline` s: ``plan_for(deadline).energy_at(deadline)``."""
+        return self.plan_for(deadline).energy_at(float(deadline))
+
     def plan_for(self, deadline: float) -> Plan:
         """The cheapest plan whose iteration time is at most `deadline` seconds.
+
+        Cheapest over an iteration that lasts `deadline` (see `energy_at`),
+        which along the frontier is the slowest plan that meets it. Use it for
+        a straggler's iteration time, or for any time budget.
 
         Raises
         ------
@@ -372,6 +412,7 @@ class Frontier(Sequence[Plan]):
                     p["iteration_time_s"],
                     p["energy_j"],
                     p.get("energy_before_reclaim_j"),
+                    document["blocking_power_w"],
                 )
                 for p in document["plans"]
             ]

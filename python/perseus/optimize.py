@@ -172,7 +172,7 @@ def optimize(
             callback.close()
     frequencies = table.frequency_mhz[table.offsets[group] + result["choices"].astype(np.int64)]
     plans = [
-        Plan(spec, frequencies[k], t, e, eb)
+        Plan(spec, frequencies[k], t, e, eb, profile.blocking_power)
         for k, (t, e, eb) in enumerate(
             zip(result["iteration_time_s"], result["energy_j"], result["energy_before_reclaim_j"])
         )

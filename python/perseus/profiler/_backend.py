@@ -20,7 +20,7 @@ __all__ = ["MODES", "Backend", "open_backend"]
 MODES = ("gpu", "cpu")
 
 _CPU_HINT = (
-    "to run the whole path without a GPU, pass mode='cpu' (wall-clock timing, energy from "
+    "To run the whole path without a GPU, pass mode='cpu' (wall-clock timing, energy from "
     "NVML's counter, e.g. a fake libnvidia-ml named by PERSEUS_NVML_LIBRARY)"
 )
 
@@ -36,7 +36,9 @@ class Backend:
     def sync(self) -> None:
         """Wait until all queued work is done."""
 
-    def run(self, fn: Callable[[], Any], n: int, during: Optional[Callable[[], None]] = None) -> float:
+    def run(
+        self, fn: Callable[[], Any], n: int, during: Optional[Callable[[], None]] = None
+    ) -> float:
         """Call ``fn`` ``n`` times back to back; return the elapsed seconds.
 
         ``during`` is called once after the last call is issued (on a GPU,
@@ -61,7 +63,8 @@ class Backend:
             return 0
 
     def close(self) -> None:
-        pass
+        """Release NVML (``nvmlShutdown`` runs when the last reference goes)."""
+        self.nvml = None  # type: ignore[assignment]
 
 
 class GpuBackend(Backend):
@@ -79,7 +82,9 @@ class GpuBackend(Backend):
     def sync(self) -> None:
         self.torch.cuda.synchronize(self.device)
 
-    def run(self, fn: Callable[[], Any], n: int, during: Optional[Callable[[], None]] = None) -> float:
+    def run(
+        self, fn: Callable[[], Any], n: int, during: Optional[Callable[[], None]] = None
+    ) -> float:
         cuda = self.torch.cuda
         stream = cuda.current_stream(self.device)
         start = cuda.Event(enable_timing=True)
@@ -95,6 +100,7 @@ class GpuBackend(Backend):
 
     def close(self) -> None:
         self.torch.cuda.set_device(self._previous)
+        super().close()
 
 
 def _open_nvml(device: int) -> NvmlDevice:
@@ -142,12 +148,18 @@ def open_backend(mode: str, device: int) -> Backend:
     except (NvmlError, IndexError) as error:
         problems.append(f"NVML cannot read GPU {device}: {error}")
     if problems:
+        nvml = None  # the traceback keeps this frame: do not keep NVML initialised through it
         what = "on a GPU" if mode == "gpu" else "in mode='cpu'"
-        advice = _CPU_HINT if mode == "gpu" else (
-            "mode='cpu' still reads energy from NVML: point PERSEUS_NVML_LIBRARY at a (fake) "
-            "libnvidia-ml"
+        advice = (
+            _CPU_HINT
+            if mode == "gpu"
+            else (
+                "mode='cpu' still reads energy from NVML: point PERSEUS_NVML_LIBRARY at a (fake) "
+                "libnvidia-ml"
+            )
         )
-        raise ProfilerUnavailable(f"cannot profile {what}: {'; '.join(problems)}. {advice}")
+        listed = "; ".join(p.rstrip(". ") for p in problems)
+        raise ProfilerUnavailable(f"cannot profile {what}: {listed}. {advice}")
     assert nvml is not None
     if mode == "gpu":
         return GpuBackend(nvml, torch, device)

@@ -92,17 +92,21 @@ class Store:
                     f"another profiler is writing {csv_path}; wait for it or choose another path"
                 ) from None
             raise
-        for name in (self.csv_path.name, self.json_path.name):
-            for stale in csv_path.parent.glob(f".{name}.*.tmp"):  # left by a killed run
-                with contextlib.suppress(OSError):
-                    stale.unlink()
-        self.previous: Optional[dict[str, Any]] = None
-        if resume and self.json_path.exists():
-            self.previous = self._read()
-        elif not resume:
-            for path in (self.csv_path, self.json_path):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+        try:
+            for name in (self.csv_path.name, self.json_path.name):
+                for stale in csv_path.parent.glob(f".{name}.*.tmp"):  # left by a killed run
+                    with contextlib.suppress(OSError):
+                        stale.unlink()
+            self.previous: Optional[dict[str, Any]] = None
+            if resume and self.json_path.exists():
+                self.previous = self._read()
+            elif not resume:
+                for path in (self.csv_path, self.json_path):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+        except BaseException:
+            self.close()
+            raise
 
     def _read(self) -> dict[str, Any]:
         where = str(self.json_path)
@@ -113,7 +117,9 @@ class Store:
                 f"{where}: cannot resume from it ({error}); pass resume=False to start over"
             ) from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ProfilerError(f"{where}: not a perseus profiler sidecar; pass resume=False to overwrite it")
+            raise ProfilerError(
+                f"{where}: not a perseus profiler sidecar; pass resume=False to overwrite it"
+            )
         if data.get("version") != VERSION:
             raise ProfilerError(
                 f"{where}: sidecar version {data.get('version')!r}, this perseus writes {VERSION}; "

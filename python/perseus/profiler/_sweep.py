@@ -67,7 +67,9 @@ def _computations(computations: Any) -> dict[Key, Callable[[], Any]]:
             )
         unknown = sorted(str(k) for k in pair if k not in INSTRUCTIONS)
         if unknown:
-            raise ValueError(f"stage {stage}: unknown instruction(s) {unknown}; use 'forward' and 'backward'")
+            raise ValueError(
+                f"stage {stage}: unknown instruction(s) {unknown}; use 'forward' and 'backward'"
+            )
         for instruction in INSTRUCTIONS:
             if instruction not in pair:
                 raise ValueError(f"stage {stage}: no {instruction!r} callable")
@@ -154,19 +156,29 @@ def _measure(
         if spent >= settings.warmup_s:
             break
         batch = max(1, min(batch * 4, math.ceil((settings.warmup_s - spent) / per_call)))
-    n = settings.repetitions or min(_MAX_REPETITIONS, max(1, math.ceil(settings.window_s / per_call)))
+    n = settings.repetitions or min(
+        _MAX_REPETITIONS, max(1, math.ceil(settings.window_s / per_call))
+    )
 
     clock = [0]
 
     def sample_clock() -> None:
         clock[0] = backend.sm_clock_mhz()
 
-    times, energies = [], []
-    for w in range(settings.windows):
+    times: list[float] = []
+    energies: list[float] = []
+    retries = 3
+    while len(times) < settings.windows:
+        w = len(times)
         backend.sync()
         e0 = backend.energy_mj()
         seconds = run(n, f"window {w + 1}/{settings.windows}", sample_clock)
         e1 = backend.energy_mj()
+        if not settings.repetitions and w == 0 and retries and seconds < settings.window_s / 2:
+            # The warm-up overestimated the time per call: resize and measure again.
+            retries -= 1
+            n = min(_MAX_REPETITIONS, math.ceil(n * settings.window_s / max(seconds, 1e-9)))
+            continue
         if e1 <= e0 or seconds <= 0:
             raise ProfilerError(
                 f"stage {stage} {instruction} at {frequency_mhz} MHz: NVML's energy counter did "
@@ -245,7 +257,9 @@ def _plan(
     if min_frequency_mhz is not None:
         chosen = [f for f in chosen if f >= min_frequency_mhz]
         if not chosen:
-            raise ValueError(f"no frequency is at or above min_frequency_mhz={min_frequency_mhz} MHz")
+            raise ValueError(
+                f"no frequency is at or above min_frequency_mhz={min_frequency_mhz} MHz"
+            )
     return sorted(set(chosen), reverse=True)
 
 
@@ -254,14 +268,17 @@ def _check_frequencies(frequencies_mhz: Optional[Iterable[int]]) -> Optional[lis
         return None
     values = list(frequencies_mhz)
     if not values:
-        raise ValueError("frequencies_mhz is empty: give at least one SM clock in MHz (or None for all)")
+        raise ValueError(
+            "frequencies_mhz is empty: give at least one SM clock in MHz (or None for all)"
+        )
     for f in values:
         _positive("every frequency in frequencies_mhz (MHz)", f, integer=True)
     return [int(f) for f in values]
 
 
-def _check_resume(previous: dict[str, Any], device: dict[str, Any], mode: str,
-                  keys: list[Key], path: Path) -> None:
+def _check_resume(
+    previous: dict[str, Any], device: dict[str, Any], mode: str, keys: list[Key], path: Path
+) -> None:
     def refuse(what: str) -> None:
         raise ProfilerError(
             f"{path} was measured {what}; pass resume=False to start over, or choose another path"
@@ -272,14 +289,18 @@ def _check_resume(previous: dict[str, Any], device: dict[str, Any], mode: str,
     old = previous.get("device", {})
     for field in ("name", "uuid"):
         if old.get(field) != device[field]:
-            refuse(f"on {old.get('name')!r} ({old.get('uuid')}), not {device['name']!r} ({device['uuid']})")
+            refuse(
+                f"on {old.get('name')!r} ({old.get('uuid')}), not {device['name']!r} ({device['uuid']})"
+            )
     old_keys = sorted(tuple(k) for k in previous.get("computations", []))
     if old_keys != sorted(keys):
         refuse(f"for the computations {old_keys}, not {sorted(keys)}")
 
 
 def profile_stages(
-    computations: Union[Mapping[int, Mapping[str, Callable[[], Any]]], Sequence[Mapping[str, Callable[[], Any]]]],
+    computations: Union[
+        Mapping[int, Mapping[str, Callable[[], Any]]], Sequence[Mapping[str, Callable[[], Any]]]
+    ],
     output: Union[str, os.PathLike],
     *,
     mode: str = "gpu",
@@ -401,12 +422,20 @@ def profile_stages(
         raise ValueError(f"device must be a CUDA device index >= 0, not {device!r}")
     frequencies = _check_frequencies(frequencies_mhz)
     if not lock_clocks and frequencies is not None:
-        raise ValueError("frequencies_mhz needs lock_clocks=True (unlocked, only the default clock runs)")
-    floor = None if min_frequency_mhz is None else _positive("min_frequency_mhz", min_frequency_mhz, integer=True)
+        raise ValueError(
+            "frequencies_mhz needs lock_clocks=True (unlocked, only the default clock runs)"
+        )
+    floor = (
+        None
+        if min_frequency_mhz is None
+        else _positive("min_frequency_mhz", min_frequency_mhz, integer=True)
+    )
     settings = _Settings(
         window_s=_positive("window_s", window_s),
         windows=_positive("windows", windows, integer=True),
-        repetitions=None if repetitions is None else _positive("repetitions", repetitions, integer=True),
+        repetitions=None
+        if repetitions is None
+        else _positive("repetitions", repetitions, integer=True),
         warmup_s=_positive("warmup_s", warmup_s, allow_zero=True),
         patience=None if patience is None else _positive("patience", patience, integer=True),
         min_frequency_mhz=floor,
@@ -430,13 +459,23 @@ def profile_stages(
     def save() -> None:
         assert store is not None
         metadata["updated"] = _now()
-        metadata["frequencies_tried_mhz"] = sorted({m.frequency_mhz for m in measurements}, reverse=True)
+        metadata["frequencies_tried_mhz"] = sorted(
+            {m.frequency_mhz for m in measurements}, reverse=True
+        )
         store.save(metadata, measurements)
 
     try:
         nvml = backend.nvml
+        try:
+            supported = sorted((int(f) for f in nvml.supported_graphics_clocks()), reverse=True)
+        except NvmlError:  # some GPUs do not list their clocks
+            supported = []
+        if lock_clocks:
+            switcher = FrequencySwitcher(int(device))  # locks nothing until the first set()
+        plan = _plan(
+            switcher, frequencies, floor, supported[0] if supported else nvml.clock_mhz("sm")
+        )
         store = Store(csv_path, resume=resume)
-        supported = sorted((int(f) for f in nvml.supported_graphics_clocks()), reverse=True)
         device_info = {
             "index": int(device),
             "nvml_index": nvml.nvml_index,
@@ -450,9 +489,6 @@ def profile_stages(
         if previous is not None:
             _check_resume(previous, device_info, mode, keys, csv_path)
             measurements = list(previous["measurements"])
-        if lock_clocks:
-            switcher = FrequencySwitcher(int(device))
-        plan = _plan(switcher, frequencies, floor, supported[0] if supported else nvml.clock_mhz("sm"))
 
         metadata = {
             "format": FORMAT,
@@ -488,7 +524,11 @@ def profile_stages(
                     "profile at the default clock only"
                 ) from error
 
-        done = {(m.stage, m.instruction, m.frequency_mhz) for m in measurements}
+        done = {
+            (m.stage, m.instruction, m.frequency_mhz)
+            for m in measurements
+            if m.frequency_mhz in plan
+        }
         total = len(plan) * len(keys)
         say.say(
             f"{nvml.name} (GPU {device}), mode {mode}, {len(keys)} computations x "
@@ -502,9 +542,13 @@ def profile_stages(
             metadata["blocking_power"] = {"watts": blocking_power_w, "source": "user"}
         elif not metadata["blocking_power"]:
             lock(plan[0])
-            blocking = _measure_blocking(backend, blocking_window_s, plan[0] if lock_clocks else None)
+            blocking = _measure_blocking(
+                backend, blocking_window_s, plan[0] if lock_clocks else None
+            )
             metadata["blocking_power"] = blocking.to_json()
-            say.say(f"blocking power {blocking.watts:.4g} W over {blocking.window_s:.3g} s ({blocking.method})")
+            say.say(
+                f"blocking power {blocking.watts:.4g} W over {blocking.window_s:.3g} s ({blocking.method})"
+            )
         save()
 
         # -- the sweep
@@ -564,6 +608,7 @@ def profile_stages(
             if failure is None:
                 raise
         finally:
+            nvml = None  # a traceback keeps this frame; NVML shuts down with the last reference
             backend.close()
             if store is not None:
                 store.close()
