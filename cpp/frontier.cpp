@@ -370,11 +370,15 @@ class CandidateWalk {
 constexpr std::size_t kMaxGrid = 512;
 constexpr double kMaxUnitDivisor = 16.0;
 constexpr double kQuantumWork = 4e6;   // min-cut steps times (nodes + edges)
-constexpr double kDensifyWork = 1.5e8;  // evaluator work units, all deadlines together
+// Evaluator work units for all deadlines together: this many per DAG node
+// and edge, up to a cap.
+constexpr double kDensifyWorkPerElement = 2e4;
+constexpr double kDensifyWorkCap = 1.5e8;
 constexpr std::size_t kStarts = 8;
 constexpr std::size_t kAllFastest = SIZE_MAX;  // a start that is not a frontier row
 
-void densify(FrontierResult& r, Evaluator& evaluator, double unit_time_s, double blocking_w) {
+void densify(FrontierResult& r, Evaluator& evaluator, double unit_time_s, double blocking_w,
+             std::size_t elements) {
   const std::size_t n = static_cast<std::size_t>(r.num_computations);
   const std::size_t plans = r.iteration_time_s.size();
   const double first = r.iteration_time_s.front(), last = r.iteration_time_s.back();
@@ -383,7 +387,8 @@ void densify(FrontierResult& r, Evaluator& evaluator, double unit_time_s, double
   for (double d = first + spacing; d < last; d += spacing) deadlines.push_back(d);
   std::sort(deadlines.begin(), deadlines.end());
 
-  const std::int64_t budget_end = evaluator.work() + static_cast<std::int64_t>(kDensifyWork);
+  const double work = std::min(kDensifyWorkCap, kDensifyWorkPerElement * static_cast<double>(elements));
+  const std::int64_t budget_end = evaluator.work() + static_cast<std::int64_t>(work);
   std::vector<OptionIndex> a(n), b(n);
   std::vector<OptionIndex> rows;
   std::vector<Evaluation> found;
@@ -582,7 +587,8 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
               result.choices.begin() + static_cast<std::ptrdiff_t>(rank[c] * nn));
   }
   if (options.refine) {
-    densify(result, evaluator, effective.unit_time_s, blocking_w);
+    densify(result, evaluator, effective.unit_time_s, blocking_w,
+            static_cast<std::size_t>(dag.num_nodes() + dag.num_edges()));
     drop_dominated(result, blocking_w);
   }
   return result;

@@ -80,7 +80,11 @@ def _optimize(args: argparse.Namespace) -> int:
     print(f"baseline       {s['baseline_time_s']:.4f} s  {s['baseline_energy_j']:.1f} J  (all maximum frequency)")
     print(f"fastest plan   {s['fastest_time_s']:.4f} s  {s['fastest_energy_j']:.1f} J  "
           f"({s['saving_percent']:.2f}% less energy)")
-    print(f"slowest plan   {frontier.iteration_times[-1]:.4f} s  {frontier.energies[-1]:.1f} J")
+    slowest = frontier[-1]
+    waiting = frontier.fastest.energy_at(slowest.iteration_time)
+    print(f"slowest plan   {slowest.iteration_time:.4f} s  {slowest.energy:.1f} J  "
+          f"(the fastest plan over that time: {waiting:.1f} J, so "
+          f"{100 * (1 - slowest.energy / waiting):.2f}% saved when a straggler sets the pace)")
     print(f"plans          {len(frontier)}  ({frontier.steps} solver steps, {s['solve_time_s']:.2f} s)")
     print(f"written        {path}")
     return 0

@@ -3,7 +3,9 @@
 A plan's computations are identified by (profile stage, instruction,
 microbatch). Internally they are kept in the core's id order,
 ``id = (stage * microbatches + microbatch) * 2 + (0 forward | 1 backward)``,
-which is also the order of ``frequencies_mhz`` in saved frontier files.
+which is also the order of ``frequencies_mhz`` in saved frontier files (the
+first plan lists them all; each later plan lists ``changes``, the
+``[id, MHz]`` pairs that differ from the plan before it).
 """
 
 from __future__ import annotations
@@ -78,6 +80,27 @@ def _current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _encode_frequencies(frequencies: np.ndarray, previous: Plan | None) -> dict[str, Any]:
+    """A plan's MHz for a frontier file: all of them for the first plan, then
+    only ``[computation id, MHz]`` pairs that differ from the previous plan
+    (neighbouring plans differ in a few computations, so files stay small)."""
+    if previous is None:
+        return {"frequencies_mhz": frequencies.tolist()}
+    (changed,) = np.nonzero(frequencies != previous.frequencies_mhz)
+    return {"changes": [[int(i), int(frequencies[i])] for i in changed]}
+
+
+def _decode_frequencies(entry: dict[str, Any], previous: Plan | None) -> np.ndarray:
+    if "frequencies_mhz" in entry:
+        return np.asarray(entry["frequencies_mhz"], dtype=np.int32)
+    if previous is None:
+        raise ValueError("the first plan must list all its frequencies")
+    frequencies = previous.frequencies_mhz.copy()
+    for computation, mhz in entry["changes"]:
+        frequencies[computation] = mhz
+    return frequencies
 
 
 @functools.lru_cache(maxsize=16)
@@ -363,9 +386,9 @@ class Frontier(Sequence[Plan]):
                     "iteration_time_s": p.iteration_time,
                     "energy_j": p.energy,
                     "energy_before_reclaim_j": p.energy_before_reclaim,
-                    "frequencies_mhz": p.frequencies_mhz.tolist(),
+                    **_encode_frequencies(p.frequencies_mhz, previous),
                 }
-                for p in self._plans
+                for previous, p in zip([None, *self._plans[:-1]], self._plans)
             ],
         }
         path = os.fspath(path)
@@ -405,17 +428,19 @@ class Frontier(Sequence[Plan]):
             )
         try:
             spec = PipelineSpec(**document["pipeline"])
-            plans = [
-                Plan(
-                    spec,
-                    np.asarray(p["frequencies_mhz"]),
-                    p["iteration_time_s"],
-                    p["energy_j"],
-                    p.get("energy_before_reclaim_j"),
-                    document["blocking_power_w"],
+            plans: list[Plan] = []
+            for p in document["plans"]:
+                frequencies = _decode_frequencies(p, plans[-1] if plans else None)
+                plans.append(
+                    Plan(
+                        spec,
+                        frequencies,
+                        p["iteration_time_s"],
+                        p["energy_j"],
+                        p.get("energy_before_reclaim_j"),
+                        document["blocking_power_w"],
+                    )
                 )
-                for p in document["plans"]
-            ]
             return cls(
                 plans,
                 baseline=Evaluation(
