@@ -371,8 +371,10 @@ constexpr std::size_t kMaxGrid = 512;
 constexpr double kMaxUnitDivisor = 16.0;
 constexpr double kQuantumWork = 4e6;   // min-cut steps times (nodes + edges)
 // Evaluator work units for all deadlines together: this many per DAG node
-// and edge, up to a cap.
+// and edge, within bounds (tiny pipelines get a floor: their search is cheap
+// and pays off most).
 constexpr double kDensifyWorkPerElement = 2e4;
+constexpr double kDensifyWorkFloor = 2e7;
 constexpr double kDensifyWorkCap = 1.5e8;
 constexpr std::size_t kStarts = 8;
 constexpr std::size_t kAllFastest = SIZE_MAX;  // a start that is not a frontier row
@@ -387,7 +389,8 @@ void densify(FrontierResult& r, Evaluator& evaluator, double unit_time_s, double
   for (double d = first + spacing; d < last; d += spacing) deadlines.push_back(d);
   std::sort(deadlines.begin(), deadlines.end());
 
-  const double work = std::min(kDensifyWorkCap, kDensifyWorkPerElement * static_cast<double>(elements));
+  const double work = std::clamp(kDensifyWorkPerElement * static_cast<double>(elements),
+                                 kDensifyWorkFloor, kDensifyWorkCap);
   const std::int64_t budget_end = evaluator.work() + static_cast<std::int64_t>(work);
   std::vector<OptionIndex> a(n), b(n);
   std::vector<OptionIndex> rows;
