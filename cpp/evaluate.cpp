@@ -1,11 +1,15 @@
 #include "evaluate.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <limits>
 
 namespace perseus {
 namespace {
+
+// Relative squeezes below the deadline tried by the local search.
+constexpr double kSqueezes[] = {0.001, 0.003, 0.01, 0.03};
 
 // Pair exchanges are tried among this many computations on longest paths.
 constexpr std::size_t kPairCandidates = 24;
@@ -221,9 +225,9 @@ Evaluation Evaluator::improve(OptionIndex* choice, double deadline_s, std::int64
     // (several paths may need to shrink at once), and then reclaim.
     const std::size_t singles = critical_.size();
     const std::size_t pairs_of = std::min(singles, kPairCandidates);
-    auto try_exchange = [&](Index j, Index k) {
+    auto try_exchange = [&](Index j, Index k, Index jump = 1) {
       std::copy(choice, choice + n, trial_.begin());
-      trial_[static_cast<std::size_t>(j)] = static_cast<OptionIndex>(choice[j] - 1);
+      trial_[static_cast<std::size_t>(j)] = static_cast<OptionIndex>(std::max(0, choice[j] - jump));
       if (k != j) trial_[static_cast<std::size_t>(k)] = static_cast<OptionIndex>(choice[k] - 1);
       const Evaluation e = reclaim_both(trial_.data(), deadline);
       if (energy_at(e, deadline) < energy_at(best, deadline) - 1e-12 * std::abs(best.energy_j) &&
@@ -236,9 +240,28 @@ Evaluation Evaluator::improve(OptionIndex* choice, double deadline_s, std::int64
     };
     for (std::size_t a = 0; a < singles && !improved && work_ < limit; ++a)
       improved = try_exchange(critical_[a], critical_[a]);
+    // Bigger single jumps: one computation much faster, its time spent elsewhere.
+    for (const Index jump : {2, 4, 8})
+      for (std::size_t a = 0; a < singles && !improved && work_ < limit; ++a)
+        if (choice[critical_[a]] >= jump) improved = try_exchange(critical_[a], critical_[a], jump);
     for (std::size_t a = 0; a < pairs_of && !improved && work_ < limit; ++a)
       for (std::size_t b = a + 1; b < pairs_of && !improved && work_ < limit; ++b)
         improved = try_exchange(critical_[a], critical_[b]);
+    // Squeezes: tighten the whole plan below the deadline (cheapest speed-ups
+    // first, on every path that is too long), then reclaim up to it again.
+    // This moves many computations at once, where single and pair exchanges
+    // stall.
+    for (std::size_t q = 0; q < std::size(kSqueezes) && !improved && work_ < limit; ++q) {
+      std::copy(choice, choice + n, trial_.begin());
+      if (!tighten(trial_.data(), deadline * (1.0 - kSqueezes[q]))) break;
+      const Evaluation e = reclaim_both(trial_.data(), deadline);
+      if (energy_at(e, deadline) < energy_at(best, deadline) - 1e-12 * std::abs(best.energy_j) &&
+          e.iteration_time_s <= deadline) {
+        std::copy(trial_.begin(), trial_.end(), choice);
+        best = e;
+        improved = true;
+      }
+    }
   }
   return best;
 }

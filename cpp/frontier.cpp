@@ -376,6 +376,7 @@ constexpr double kQuantumWork = 4e6;   // min-cut steps times (nodes + edges)
 constexpr double kDensifyWorkPerElement = 2e4;
 constexpr double kDensifyWorkFloor = 2e7;
 constexpr double kDensifyWorkCap = 1.5e8;
+constexpr int kDensifyRounds = 2;
 constexpr std::size_t kStarts = 8;
 constexpr std::size_t kAllFastest = SIZE_MAX;  // a start that is not a frontier row
 
@@ -408,8 +409,9 @@ void densify(FrontierResult& r, Evaluator& evaluator, double unit_time_s, double
         r.iteration_time_s.begin()) - 1;
     // Starts, most promising first: plan k and the next slower one tightened
     // to the deadline (always), then while half the share lasts, more
-    // frontier plans faster than the deadline, the fastest one, and every
-    // computation at its fastest option, all reclaimed up to the deadline.
+    // frontier plans on both sides (faster ones reclaimed up to the deadline,
+    // slower ones tightened to it), the fastest one, and every computation at
+    // its fastest option.
     // The best start gets the local search with what is left of the share.
     Evaluation best{kInfinity, kInfinity};
     auto consider = [&](std::size_t from, bool tighten) {
@@ -429,8 +431,10 @@ void densify(FrontierResult& r, Evaluator& evaluator, double unit_time_s, double
     consider(k, false);
     if (k + 1 < plans) consider(k + 1, true);
     const std::int64_t starts_end = evaluator.work() + (share_end - evaluator.work()) / 2;
-    for (std::size_t back = 1; back < kStarts && back <= k && evaluator.work() < starts_end; ++back)
-      consider(k - back, false);
+    for (std::size_t step = 1; step < kStarts && evaluator.work() < starts_end; ++step) {
+      if (step <= k) consider(k - step, false);
+      if (k + 1 + step < plans) consider(k + 1 + step, true);
+    }
     if (k >= kStarts && evaluator.work() < starts_end) consider(0, false);
     if (evaluator.work() < starts_end) consider(kAllFastest, false);
     best = evaluator.improve(a.data(), deadline, std::max<std::int64_t>(0, share_end - evaluator.work()));
@@ -590,9 +594,13 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
               result.choices.begin() + static_cast<std::ptrdiff_t>(rank[c] * nn));
   }
   if (options.refine) {
-    densify(result, evaluator, effective.unit_time_s, blocking_w,
-            static_cast<std::size_t>(dag.num_nodes() + dag.num_edges()));
-    drop_dominated(result, blocking_w);
+    // Two rounds: the second starts from the first one's plans, so a good
+    // structure found at one deadline spreads to its neighbours.
+    for (int round = 0; round < kDensifyRounds; ++round) {
+      densify(result, evaluator, effective.unit_time_s, blocking_w,
+              static_cast<std::size_t>(dag.num_nodes() + dag.num_edges()));
+      drop_dominated(result, blocking_w);
+    }
   }
   return result;
 }
