@@ -373,9 +373,9 @@ constexpr double kQuantumWork = 4e6;   // min-cut steps times (nodes + edges)
 // Evaluator work units for all deadlines together: this many per DAG node
 // and edge, within bounds (tiny pipelines get a floor: their search is cheap
 // and pays off most).
-constexpr double kDensifyWorkPerElement = 2e4;
-constexpr double kDensifyWorkFloor = 2e7;
-constexpr double kDensifyWorkCap = 1.5e8;
+constexpr double kDensifyWorkPerElement = 5e3;
+constexpr double kDensifyWorkFloor = 1e7;
+constexpr double kDensifyWorkCap = 1e8;
 constexpr int kDensifyRounds = 2;
 constexpr std::size_t kStarts = 8;
 constexpr std::size_t kAllFastest = SIZE_MAX;  // a start that is not a frontier row
