@@ -153,7 +153,11 @@ class Attachment:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if on_mismatch not in ("raise", "warn"):
             raise ValueError(f"on_mismatch must be 'raise' or 'warn', not {on_mismatch!r}")
-        if isinstance(warmup_iterations, bool) or not isinstance(warmup_iterations, int) or warmup_iterations < 0:
+        if (
+            isinstance(warmup_iterations, bool)
+            or not isinstance(warmup_iterations, int)
+            or warmup_iterations < 0
+        ):
             raise ValueError(f"warmup_iterations must be an integer >= 0, not {warmup_iterations!r}")
         if mode == "run":
             if frontier is None and plan is None:
@@ -216,8 +220,14 @@ class Attachment:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        self.detach()
-        return exc_type is not None and issubclass(exc_type, ProfilingFinished)
+        finished = exc_type is not None and issubclass(exc_type, ProfilingFinished)
+        try:
+            self.detach()
+        except Exception:
+            if exc_type is None or finished:
+                raise
+            # The switcher's error is on stderr already; keep the original one.
+        return finished
 
     def attach(self) -> None:
         """Wrap the schedule functions (``with attach(...)`` calls this)."""
@@ -241,10 +251,10 @@ class Attachment:
         self._gpu = bool(torch.cuda.is_available())
         self._forward_args = _Arguments(schedules.forward_step)
         self._backward_args = _Arguments(schedules.backward_step)
-        if self.mode == "run" and self._switcher is None:
-            self._switcher = FrequencySwitcher(self._resolve_device())
         if self._profile is not None and self._profile.group is None:
             self._profile.group = self._long_group()
+        if self.mode == "run" and self._switcher is None:
+            self._switcher = FrequencySwitcher(self._resolve_device())
         self._originals = {
             name: getattr(schedules, name) for name in (*STEP_FUNCTIONS, *SCHEDULE_FUNCTIONS)
         }
@@ -259,7 +269,9 @@ class Attachment:
             setattr(schedules, name, wrapper)
         self._attached = True
         logger.info(
-            "perseus attached to megatron-core %s in %s mode%s", version, self.mode,
+            "perseus attached to megatron-core %s in %s mode%s",
+            version,
+            self.mode,
             f" (plan {self._plan.iteration_time:.6g} s)" if self._plan is not None else "",
         )
 
@@ -271,12 +283,13 @@ class Attachment:
         for name, original in self._originals.items():
             setattr(self._schedules, name, original)
         self._current = None
-        if self._switcher is not None:
+        switcher, self._last_mhz = self._switcher, None
+        if switcher is not None:
             if self._owns_switcher:
-                self._switcher.close()
                 self._switcher = None
+                switcher.close()
             else:
-                self._switcher.reset()
+                switcher.reset()
 
     def _resolve_device(self) -> int:
         if self._device is not None:
@@ -465,9 +478,7 @@ class Attachment:
         if spec.schedule != wanted:
             problems.append(f"schedule: the plan's is {spec.schedule!r}, Megatron runs {label}")
         if spec.num_gpus != it.pp_size:
-            problems.append(
-                f"pipeline size: the plan's is {spec.num_gpus}, Megatron's is {it.pp_size}"
-            )
+            problems.append(f"pipeline size: the plan's is {spec.num_gpus}, Megatron's is {it.pp_size}")
         if spec.virtual_stages != it.chunks:
             problems.append(
                 f"virtual stages per GPU: the plan's is {spec.virtual_stages}, Megatron's model has "
@@ -652,14 +663,21 @@ class Attachment:
         tp_size = parallel_state.get_tensor_model_parallel_world_size()
         payload: Optional[dict[str, Any]] = None
         if dp_rank == 0:
-            payload = {"pp_rank": it.pp_rank, "error": None, "measurements": [], "blocking_power_w": math.nan}
+            payload = {
+                "pp_rank": it.pp_rank,
+                "error": None,
+                "measurements": [],
+                "blocking_power_w": math.nan,
+            }
             try:
                 if tp_size != 1:
                     raise MegatronIntegrationError(
                         f"profile mode needs tensor_model_parallel_size=1 (it is {tp_size}): the "
                         "ranks of a tensor-parallel group would have to replay in lock step"
                     )
-                missing = sorted(set(range(it.chunks)) - {c for c, k in run.captures.items() if k.have_backward})
+                missing = sorted(
+                    set(range(it.chunks)) - {c for c, k in run.captures.items() if k.have_backward}
+                )
                 if missing:
                     raise MegatronIntegrationError(
                         f"profile mode saw no forward and backward of microbatch 0 for chunk(s) {missing}"
@@ -717,12 +735,16 @@ class Attachment:
             options = dict(run.options)
             options.setdefault("progress", False)
             result = profile_stages(
-                computations, run.rank_path(it.pp_rank), mode=run.mode, device=self._resolve_device(), **options
+                computations,
+                run.rank_path(it.pp_rank),
+                mode=run.mode,
+                device=self._resolve_device(),
+                **options,
             )
         finally:
             _profile.restore_rng_state(torch, state)
         return {
-            "measurements": [m.to_json() for m in result.measurements],
+            "measurements": _profile.backward_rows([m.to_json() for m in result.measurements]),
             "blocking_power_w": float(result.blocking_power_w),
         }
 
@@ -861,7 +883,11 @@ def attach(
             raise ValueError("profile mode needs profile_path (where the profile CSV goes)")
         if after not in ("stop", "continue"):
             raise ValueError(f"after must be 'stop' or 'continue', not {after!r}")
-        if isinstance(profile_iteration, bool) or not isinstance(profile_iteration, int) or profile_iteration < 0:
+        if (
+            isinstance(profile_iteration, bool)
+            or not isinstance(profile_iteration, int)
+            or profile_iteration < 0
+        ):
             raise ValueError(f"profile_iteration must be an integer >= 0, not {profile_iteration!r}")
         if not (isinstance(profile_timeout_s, (int, float)) and profile_timeout_s > 0):
             raise ValueError(f"profile_timeout_s must be > 0 seconds, not {profile_timeout_s!r}")

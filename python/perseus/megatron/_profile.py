@@ -8,10 +8,14 @@ iteration it hands :func:`perseus.profile_stages` two callables per chunk:
 
 * forward: megatron-core's own ``forward_step`` again, on the same batch and
   a copy of the same input activation, writing into a scratch store;
-* backward: one backward pass through a graph built once by such a forward,
-  computing the gradients of the chunk's parameters and input with
-  ``torch.autograd.grad`` (so nothing accumulates into the training's
-  gradients and megatron's gradient hooks do not fire).
+* forward and backward: such a forward, then the backward pass with
+  ``torch.autograd.grad`` on the captured output gradient, for the chunk's
+  parameters and input (so nothing accumulates into the training's
+  gradients and megatron's gradient hooks do not fire). A graph cannot be
+  reused: megatron's cross-entropy backward works in place. The backward's
+  time and energy are this pair's minus the forward's, at each frequency
+  (:func:`backward_rows`); the per-rank sweep files keep the pair under
+  ``backward``.
 
 Each pipeline rank of data-parallel replica 0 sweeps its own chunks on its own
 GPU, in parallel; the ranks then gather their measurements over a gloo group
@@ -138,29 +142,19 @@ def make_computations(
     def forward() -> None:
         run_forward()
 
-    graph: dict[str, Any] = {}
+    def forward_backward() -> None:
+        output, inputs = run_forward()
+        first = output[0] if isinstance(output, list) else output
+        model = capture.arguments["model"]
+        targets = [p for p in model.parameters() if p.requires_grad]
+        targets += [t for t in _tensors(inputs, torch) if t.requires_grad]
+        grad = capture.output_grad
+        grad = grad[0] if isinstance(grad, list) else grad
+        if grad is None and grad_scale_func is not None:
+            first = grad_scale_func(first)
+        torch.autograd.grad(first, targets, grad_outputs=grad, allow_unused=True)
 
-    def backward() -> None:
-        if not graph:
-            output, inputs = run_forward()
-            first = output[0] if isinstance(output, list) else output
-            model = capture.arguments["model"]
-            targets = [p for p in model.parameters() if p.requires_grad]
-            targets += [t for t in _tensors(inputs, torch) if t.requires_grad]
-            grad = capture.output_grad
-            grad = grad[0] if isinstance(grad, list) else grad
-            if grad is None and grad_scale_func is not None:
-                first = grad_scale_func(first)
-            graph.update(output=first, targets=targets, grad=grad)
-        torch.autograd.grad(
-            graph["output"],
-            graph["targets"],
-            grad_outputs=graph["grad"],
-            retain_graph=True,
-            allow_unused=True,
-        )
-
-    return {"forward": forward, "backward": backward}
+    return {"forward": forward, "backward": forward_backward}
 
 
 @dataclass
@@ -242,6 +236,32 @@ def merged_profile(payloads: list[Optional[dict[str, Any]]]) -> tuple[list[dict[
     return rows, blocking
 
 
+def backward_rows(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Turn measured forward+backward pairs (under ``backward``) into backward alone.
+
+    At each frequency, backward = pair - forward, in time and energy; kept
+    at least 1 % of the pair's (noise can make the difference tiny). Pairs
+    without a forward at the same frequency (the forward's sweep stopped
+    earlier) are dropped.
+    """
+    forwards = {
+        (m["stage"], m["frequency_mhz"]): m for m in measurements if m["instruction"] == "forward"
+    }
+    rows = []
+    for m in measurements:
+        if m["instruction"] == "forward":
+            rows.append(dict(m))
+            continue
+        forward = forwards.get((m["stage"], m["frequency_mhz"]))
+        if forward is None:
+            continue
+        row = dict(m)
+        row["time_s"] = max(m["time_s"] - forward["time_s"], 0.01 * m["time_s"])
+        row["energy_j"] = max(m["energy_j"] - forward["energy_j"], 0.01 * m["energy_j"])
+        rows.append(row)
+    return rows
+
+
 def stage_of(chunk: int, pp_rank: int, pp_size: int) -> int:
     """Profile stage (model chunk index) of virtual chunk ``chunk`` on pipeline rank ``pp_rank``."""
     return chunk * pp_size + pp_rank
@@ -252,4 +272,3 @@ def profile_from_rows(rows: list[dict[str, Any]], blocking_power_w: float) -> Pr
         [(r["stage"], r["instruction"], r["frequency_mhz"], r["time_s"], r["energy_j"]) for r in rows],
         blocking_power=blocking_power_w,
     )
-

@@ -73,14 +73,21 @@ class StragglerPolicy:
     """
 
     def __init__(
-        self, frontier: Frontier, base: Plan, *, tolerance: float = 0.05, recovery: Optional[float] = None
+        self,
+        frontier: Frontier,
+        base: Plan,
+        *,
+        tolerance: float = 0.05,
+        recovery: Optional[float] = None,
     ) -> None:
         if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
             raise ValueError(f"tolerance must be a number > 0, not {tolerance!r}")
         if recovery is None:
             recovery = tolerance / 2
         if not (isinstance(recovery, (int, float)) and 0 <= recovery < tolerance):
-            raise ValueError(f"recovery must be a number in [0, tolerance={tolerance}), not {recovery!r}")
+            raise ValueError(
+                f"recovery must be a number in [0, tolerance={tolerance}), not {recovery!r}"
+            )
         self.frontier = frontier
         self.base = base
         self.tolerance = float(tolerance)
@@ -118,11 +125,16 @@ class StragglerPolicy:
             return None  # this replica is the straggler: it keeps the fastest plan it has
         if slowdown > 1 + self.tolerance:
             deadline = base_time * slowdown
-            if self.deadline_s is not None and abs(deadline - self.deadline_s) <= self.tolerance * self.deadline_s:
+            if (
+                self.deadline_s is not None
+                and abs(deadline - self.deadline_s) <= self.tolerance * self.deadline_s
+            ):
                 return None  # still following about the same straggler
             reason = "straggler" if self.deadline_s is None else "straggler changed"
             self.deadline_s = deadline
-            return self._switch(iteration, self.frontier.plan_for(deadline), slowest_base_s, deadline, reason)
+            return self._switch(
+                iteration, self.frontier.plan_for(deadline), slowest_base_s, deadline, reason
+            )
         if self.deadline_s is not None and slowdown > 1 + self.recovery:
             return None  # inside the hysteresis band: keep following
         if self.deadline_s is None:
