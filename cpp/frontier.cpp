@@ -142,6 +142,12 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag,
   min_units_ = compute_times(-1);
   for (Index i = 0; i < n_; ++i) d_[static_cast<std::size_t>(i)] = quant(i).max_duration();
   max_units_ = compute_times(-1);
+  // The step log is the only thing the loop appends to: size it for the
+  // expected steps (a step changes a few computations) so it rarely grows.
+  const auto expected_steps = static_cast<std::size_t>(max_units_ - min_units_ + 1);
+  step_end_.reserve(expected_steps);
+  step_units_.reserve(expected_steps);
+  log_.reserve(expected_steps * 8);
 }
 
 Units PhillipsDessouky::compute_times(Units deadline) {
