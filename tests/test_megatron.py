@@ -145,7 +145,9 @@ def _dedupe(values):
 
 
 def test_runs_the_megatron_under_test(job):
-    assert {r["megatron_version"] for r in job} == {job.version}
+    # package_info may carry a local build tag ("0.19.2+ecdc23d") that the
+    # distribution's metadata does not.
+    assert {r["megatron_version"].split("+")[0] for r in job} == {job.version.split("+")[0]}
     low, high = perseus.megatron.SUPPORTED_VERSIONS
     assert low <= parse_version(job.version) < high
 
