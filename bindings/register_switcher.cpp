@@ -134,7 +134,7 @@ void register_switcher(py::module_& m) {
     return t;
   });
   library_error_type.call_once_and_store_result([&]() {
-    py::object t = py::exception<nvml::LibraryError>(m, "LibraryLoadError", PyExc_OSError);
+    py::object t = py::exception<perseus::LibraryError>(m, "LibraryLoadError", PyExc_OSError);
     t.attr("__doc__") =
         "The NVML or CUDA driver library could not be loaded; the message names the library "
         "and the environment variable (PERSEUS_NVML_LIBRARY, PERSEUS_CUDA_LIBRARY) that "
@@ -149,9 +149,7 @@ void register_switcher(py::module_& m) {
                  py::dict("code"_a = e.code(), "function"_a = e.function()));
     } catch (const cuda::Error& e) {
       raise_with(cuda_error_type.get_stored(), e.what(), py::dict("code"_a = e.code()));
-    } catch (const nvml::LibraryError& e) {
-      raise_with(library_error_type.get_stored(), e.what(), py::dict());
-    } catch (const cuda::LibraryError& e) {
+    } catch (const perseus::LibraryError& e) {
       raise_with(library_error_type.get_stored(), e.what(), py::dict());
     }
   });

@@ -1,6 +1,6 @@
 #include "cuda_loader.hpp"
 
-#include <dlfcn.h>
+#include "dynamic_library.hpp"
 
 #include <cstdlib>
 #include <map>
@@ -16,24 +16,17 @@ constexpr const char* kLibraryVariable = "PERSEUS_CUDA_LIBRARY";
 
 template <typename Fn>
 void bind(void* handle, const char* symbol, Fn& out, const std::string& path) {
-  dlerror();
-  void* p = dlsym(handle, symbol);
-  if (p == nullptr)
-    throw LibraryError("the CUDA driver library '" + path + "' has no symbol " + symbol +
-                       " (driver older than CUDA 10?); set " + kLibraryVariable +
-                       " to a newer libcuda.so.1");
-  out = reinterpret_cast<Fn>(p);
+  out = reinterpret_cast<Fn>(library_symbol(
+      handle, symbol, true, path, "the CUDA driver library",
+      std::string("driver older than CUDA 10? Set ") + kLibraryVariable +
+          " to a newer libcuda.so.1"));
 }
 
 std::unique_ptr<Api> load(const std::string& path) {
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    throw LibraryError("could not load the CUDA driver library '" + path + "' (" +
-                       (why != nullptr ? why : "unknown dlopen error") +
-                       "). Stream-ordered switching needs the NVIDIA driver; install it, "
-                       "or set " + kLibraryVariable + " to the path of libcuda.so.1.");
-  }
+  void* handle = open_library(path, "the CUDA driver library",
+                              std::string("Stream-ordered switching needs the NVIDIA driver; "
+                                          "install it, or set ") +
+                                  kLibraryVariable + " to the path of libcuda.so.1.");
   auto a = std::make_unique<Api>();
   a->path = path;
   bind(handle, "cuInit", a->init, path);

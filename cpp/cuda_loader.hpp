@@ -19,6 +19,8 @@
 // hands a number to another thread.
 #pragma once
 
+#include "dynamic_library.hpp"
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -50,12 +52,8 @@ struct Api {
   Result (*launch_host_func)(Stream, HostFn, void*);     // cuLaunchHostFunc
 };
 
-// The driver library or a required symbol could not be loaded; the message
-// names the library and $PERSEUS_CUDA_LIBRARY.
-class LibraryError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// The library or a required symbol could not be loaded (dynamic_library.hpp).
+using LibraryError = perseus::LibraryError;
 
 // A driver call failed: "<function>: <CUDA_ERROR_NAME>: <description>. <hint>".
 class Error : public std::runtime_error {

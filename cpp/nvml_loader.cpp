@@ -1,6 +1,6 @@
 #include "nvml_loader.hpp"
 
-#include <dlfcn.h>
+#include "dynamic_library.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -20,24 +20,15 @@ constexpr const char* kLibraryVariable = "PERSEUS_NVML_LIBRARY";
 
 template <typename Fn>
 void bind(void* handle, const char* symbol, Fn& out, bool required, const std::string& path) {
-  dlerror();
-  void* p = dlsym(handle, symbol);
-  if (p == nullptr && required)
-    throw LibraryError("the NVML library '" + path + "' has no symbol " + symbol +
-                       " (driver too old?); set " + kLibraryVariable +
-                       " to a newer libnvidia-ml.so.1");
-  out = reinterpret_cast<Fn>(p);
+  out = reinterpret_cast<Fn>(library_symbol(
+      handle, symbol, required, path, "the NVML library",
+      std::string("driver too old? Set ") + kLibraryVariable + " to a newer libnvidia-ml.so.1"));
 }
 
 std::unique_ptr<Api> load(const std::string& path) {
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    throw LibraryError("could not load the NVML library '" + path + "' (" +
-                       (why != nullptr ? why : "unknown dlopen error") +
-                       "). Install the NVIDIA driver, or set " + kLibraryVariable +
-                       " to the path of libnvidia-ml.so.1.");
-  }
+  void* handle = open_library(path, "the NVML library",
+                              std::string("Install the NVIDIA driver, or set ") + kLibraryVariable +
+                                  " to the path of libnvidia-ml.so.1.");
   auto a = std::make_unique<Api>();
   a->path = path;
   bind(handle, "nvmlInit_v2", a->init, true, path);

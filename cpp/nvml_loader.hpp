@@ -20,6 +20,8 @@
 // with one GPU model (set CUDA_DEVICE_ORDER=PCI_BUS_ID to be certain).
 #pragma once
 
+#include "dynamic_library.hpp"
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -82,12 +84,8 @@ struct Api {
 
 // ---- Errors. ----------------------------------------------------------------
 
-// The library (or one of its required symbols) could not be loaded. The
-// message names the library and the environment variable that overrides it.
-class LibraryError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// The library or a required symbol could not be loaded (dynamic_library.hpp).
+using LibraryError = perseus::LibraryError;
 
 // An NVML call returned an error. what() is "<function>: <NVML's string>
 // (NVML_ERROR code N). <hint>", the hint saying what usually fixes it.
