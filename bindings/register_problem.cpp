@@ -103,7 +103,6 @@ class Problem {
     out["iteration_time_s"] = to_numpy(std::move(r.iteration_time_s));
     out["energy_j"] = to_numpy(std::move(r.energy_j));
     out["energy_before_reclaim_j"] = to_numpy(std::move(r.energy_before_reclaim_j));
-    out["solver_step"] = to_numpy(std::move(r.solver_step));
     out["baseline_time_s"] = r.baseline.iteration_time_s;
     out["baseline_energy_j"] = r.baseline.energy_j;
     out["steps"] = r.steps;

@@ -280,7 +280,6 @@ constexpr std::size_t kMaxPlans = 1024;  // plans on a frontier, about
 
 struct Candidate {
   double time_s, energy_j, energy_before_j;
-  std::int64_t step;  // min-cut steps behind the plan; -1: not from a step
 };
 
 // Walks the candidate plans in a fixed order, rebuilding each from the step
@@ -346,11 +345,6 @@ class CandidateWalk {
     }
     before = evaluator_.evaluate(choice_.data());
     return deadline;
-  }
-  // Min-cut steps behind candidate c; -1 for the all-fastest plan.
-  std::int64_t step_of(std::size_t c) const {
-    if (c == 0) return -1;
-    return c <= sampled_.size() ? sampled_[c - 1] : sampled_.back();
   }
   OptionIndex* choice() { return choice_.data(); }
 
@@ -453,7 +447,6 @@ void densify(FrontierResult& r, Evaluator& evaluator, double unit_time_s, double
     r.iteration_time_s.push_back(found[f].iteration_time_s);
     r.energy_j.push_back(found[f].energy_j);
     r.energy_before_reclaim_j.push_back(found_before[f]);
-    r.solver_step.push_back(-2);
   }
   r.choices.insert(r.choices.end(), rows.begin(), rows.end());
 }
@@ -507,7 +500,6 @@ void drop_dominated(FrontierResult& r, double blocking_w) {
     kept.iteration_time_s.push_back(r.iteration_time_s[k]);
     kept.energy_j.push_back(r.energy_j[k]);
     kept.energy_before_reclaim_j.push_back(r.energy_before_reclaim_j[k]);
-    kept.solver_step.push_back(r.solver_step[k]);
     kept.choices.insert(kept.choices.end(), r.choices.begin() + static_cast<std::ptrdiff_t>(k * n),
                         r.choices.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
   }
@@ -515,7 +507,6 @@ void drop_dominated(FrontierResult& r, double blocking_w) {
   r.iteration_time_s.swap(kept.iteration_time_s);
   r.energy_j.swap(kept.energy_j);
   r.energy_before_reclaim_j.swap(kept.energy_before_reclaim_j);
-  r.solver_step.swap(kept.solver_step);
 }
 
 }  // namespace
@@ -570,7 +561,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     const Evaluation after = options.refine ? evaluator.reclaim(walk.choice(), deadline) : before;
     // The unrefined plan's energy over an iteration as long as the refined one.
     const double before_j = before.energy_j + blocking_w * (after.iteration_time_s - before.iteration_time_s);
-    candidates[c] = {after.iteration_time_s, after.energy_j, before_j, walk.step_of(c)};
+    candidates[c] = {after.iteration_time_s, after.energy_j, before_j};
   }
 
   // Keep the Pareto-optimal candidates, fastest first.
@@ -586,7 +577,6 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     result.iteration_time_s.push_back(candidates[c].time_s);
     result.energy_j.push_back(candidates[c].energy_j);
     result.energy_before_reclaim_j.push_back(candidates[c].energy_before_j);
-    result.solver_step.push_back(candidates[c].step);
   }
 
   // Regenerate the kept plans (every step is deterministic) into their rows.

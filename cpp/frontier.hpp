@@ -53,7 +53,6 @@ struct FrontierResult {
   // The unrefined plan it came from, replayed, over an iteration of this
   // plan's length (its energy plus blocking power for any difference).
   std::vector<double> energy_before_reclaim_j;
-  std::vector<std::int64_t> solver_step;        // min-cut steps behind it; -1: the all-fastest plan
   Evaluation baseline{};                        // every computation at its fastest option
   std::int64_t steps = 0;                       // min-cut steps run
   double unit_time_s = 0.0;                     // quantum the steps used (may be finer than asked)
