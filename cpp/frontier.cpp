@@ -369,7 +369,7 @@ class CandidateWalk {
 // fast and the plans do not depend on the machine.
 constexpr std::size_t kMaxGrid = 512;
 constexpr double kMaxUnitDivisor = 16.0;
-constexpr double kQuantumWork = 4e6;   // min-cut steps times (nodes + edges)
+constexpr double kQuantumWork = 1e6;   // min-cut steps times (nodes + edges)
 // Evaluator work units for all deadlines together: this many per DAG node
 // and edge, within bounds (tiny pipelines get a floor: their search is cheap
 // and pays off most).
