@@ -16,7 +16,8 @@ namespace {
 using Units = std::int64_t;
 
 // One Phillips-Dessouky run over quantised durations. Owns every working
-// array; step() allocates nothing.
+// array, allocated once; step() only appends to the step log, which is
+// reserved for the expected number of steps.
 class PhillipsDessouky {
  public:
   PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,

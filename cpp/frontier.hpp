@@ -21,8 +21,12 @@
 // Steps cost O(max-flow) each; all working arrays are allocated once.
 //
 // Each step's durations map back to measured options (the slowest option that
-// fits the duration). Every plan is then replayed on measured times, slack is
-// reclaimed, and plans that another plan dominates after replay are dropped.
+// fits the duration). Every plan is then replayed on measured times and, when
+// refining, improved there: slack reclamation up to the plan's model time,
+// tightening of the last plan down to the all-fastest time, and a bounded
+// local search at deadlines one quantum apart (Evaluator). Plans are compared
+// over a common iteration length (effective energy, see pareto_order in
+// frontier.cpp); dominated ones are dropped and about kMaxPlans are kept.
 #pragma once
 
 #include <cstdint>
