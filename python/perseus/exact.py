@@ -121,10 +121,10 @@ def optimal_plan(
             (0.0, inf, np.concatenate([[s_col[v], s_col[u]], cols]),
              np.concatenate([[1.0, -1.0], -t[cols]]))
         )
-    for i in np.flatnonzero(~has_successor):  # T - s[i] - duration(i) >= 0
-        cols = np.arange(x_start[i], x_start[i + 1])
+    for sink in np.flatnonzero(~has_successor):  # T - s[sink] - duration(sink) >= 0
+        cols = np.arange(x_start[sink], x_start[sink + 1])
         rows.append(
-            (0.0, inf, np.concatenate([[t_col, s_col[i]], cols]),
+            (0.0, inf, np.concatenate([[t_col, s_col[sink]], cols]),
              np.concatenate([[1.0, -1.0], -t[cols]]))
         )
     starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)

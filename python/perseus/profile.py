@@ -225,7 +225,7 @@ class Profile:
 
     def frequencies(self) -> list[int]:
         """Return every frequency (MHz) used by some option, ascending."""
-        present = set()
+        present: set[int] = set()
         for opts in self._options.values():
             present.update(int(f) for f in opts.frequency_mhz)
         return sorted(present)
@@ -509,11 +509,11 @@ def _assemble(
         groups.setdefault((row.stage, row.instruction), []).append(row)
     _check_stages(groups.keys(), origin)
 
-    options = {}
+    options: dict[tuple[int, str], StageOptions] = {}
     dropped = 0
-    for key, group in groups.items():
-        options[key] = _pareto(group)
-        dropped += len(group) - len(options[key])
+    for group_key, group in groups.items():
+        options[group_key] = _pareto(group)
+        dropped += len(group) - len(options[group_key])
     return cls(options, blocking_power=blocking_power, source=source, num_dropped=dropped)
 
 

@@ -387,7 +387,7 @@ class _ForkedNative:
 def _after_fork_in_child() -> None:
     for switcher in list(_open):
         native = switcher._native
-        switcher._native = _ForkedNative(native)
+        switcher._native = _ForkedNative(native)  # type: ignore[assignment]
         native.close()  # in a child: forgets the parent's worker without touching it
     _open.clear()
 

@@ -162,6 +162,8 @@ class _DriverWaiter:
             ),
             "cuMemHostAlloc",
         )
+        if pointer.value is None:
+            raise ProfilerError("cuMemHostAlloc returned no memory for the blocking-power flag")
         self.host = pointer.value
         device_address = ctypes.c_uint64()
         self._check(
