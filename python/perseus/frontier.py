@@ -13,13 +13,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, overload
 
 import numpy as np
 
+from ._files import write_text_atomically
 from .profile import INSTRUCTIONS
 from .schedule import build_pipeline
 
@@ -74,12 +74,6 @@ class PipelineSpec:
                 f"microbatch {microbatch} is out of range: this pipeline runs {self.microbatches}"
             )
         return (stage * self.microbatches + microbatch) * 2 + INSTRUCTIONS.index(instruction)
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _encode_frequencies(frequencies: np.ndarray, previous: Plan | None) -> dict[str, Any]:
@@ -391,17 +385,7 @@ class Frontier(Sequence[Plan]):
                 for previous, p in zip([None, *self._plans[:-1]], self._plans)
             ],
         }
-        path = os.fspath(path)
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, temporary = tempfile.mkstemp(prefix=".frontier-", suffix=".json", dir=directory)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(document, handle, separators=(",", ":"))
-            os.chmod(temporary, 0o666 & ~_current_umask())  # mkstemp makes it 0600
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        write_text_atomically(path, json.dumps(document, separators=(",", ":")))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Frontier:

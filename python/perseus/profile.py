@@ -12,18 +12,18 @@ The on-disk format is Zeus's: a CSV file with the header
 
 from __future__ import annotations
 
-import contextlib
 import csv
+import io
 import math
 import numbers
 import os
-import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._files import write_text_atomically
 from .errors import ProfileError
 
 __all__ = ["INSTRUCTIONS", "Profile", "StageOptions"]
@@ -316,24 +316,13 @@ class Profile:
         path : str or os.PathLike
             Destination file; replaced if it exists.
         """
-        name = os.fsdecode(path)
-        directory, base = os.path.split(name)
-        temp = os.path.join(directory, f".{base}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "w", newline="", encoding="utf-8") as file:
-                writer = csv.writer(file, lineterminator="\n")
-                writer.writerow(_COLUMNS)
-                for (stage, instruction), opts in sorted(self._options.items(), key=_key_order):
-                    for f, t, e in zip(opts.frequency_mhz, opts.time_s, opts.energy_j):
-                        writer.writerow((stage, instruction, int(f), float(t), float(e)))
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temp, name)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(_COLUMNS)
+        for (stage, instruction), opts in sorted(self._options.items(), key=_key_order):
+            for f, t, e in zip(opts.frequency_mhz, opts.time_s, opts.energy_j):
+                writer.writerow((stage, instruction, int(f), float(t), float(e)))
+        write_text_atomically(path, text.getvalue())
 
     def __repr__(self) -> str:
         freqs = self.frequencies()

@@ -16,11 +16,10 @@ import errno
 import fcntl
 import io
 import json
-import os
-import secrets
 from pathlib import Path
 from typing import Any, Optional
 
+from .._files import write_text_atomically
 from ..profile import INSTRUCTIONS
 from ._records import Measurement, ProfilerError
 
@@ -29,27 +28,6 @@ __all__ = ["FORMAT", "VERSION", "Store"]
 FORMAT = "perseus-profiler-metadata"
 VERSION = 1
 _COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
 
 
 def _row_order(m: Measurement) -> tuple[int, int, int]:
@@ -135,8 +113,8 @@ class Store:
         """Write the sidecar, then the CSV, each atomically."""
         data = dict(metadata)
         data["measurements"] = [m.to_json() for m in measurements]
-        _atomic_write(self.json_path, json.dumps(data, indent=1) + "\n")
-        _atomic_write(self.csv_path, zeus_csv(measurements))
+        write_text_atomically(self.json_path, json.dumps(data, indent=1) + "\n")
+        write_text_atomically(self.csv_path, zeus_csv(measurements))
 
     def close(self) -> None:
         if not self._lock_file.closed:
