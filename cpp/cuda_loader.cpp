@@ -74,16 +74,7 @@ Error::Error(const Api& a, Result code, const std::string& function)
       }()),
       code_(code) {}
 
-const Api& api() {
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<Api>> loaded;  // never freed
-  const char* env = std::getenv(kLibraryVariable);
-  const std::string path = (env != nullptr && *env != '\0') ? env : kDefaultLibrary;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = loaded.find(path);
-  if (it == loaded.end()) it = loaded.emplace(path, load(path)).first;
-  return *it->second;
-}
+const Api& api() { return load_once<Api>(kLibraryVariable, kDefaultLibrary, &load); }
 
 void launch_host_func(const Api& a, std::uintptr_t stream, HostFn fn, void* data) {
   const Result rc = a.launch_host_func(reinterpret_cast<Stream>(stream), fn, data);

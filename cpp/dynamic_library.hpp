@@ -3,6 +3,10 @@
 // NVML and CUDA driver loaders.
 #pragma once
 
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -24,5 +28,21 @@ void* open_library(const std::string& path, const std::string& library,
 // a missing required symbol throws LibraryError ending with `remedy`.
 void* library_symbol(void* handle, const char* symbol, bool required, const std::string& path,
                      const std::string& library, const std::string& remedy);
+
+// The API table loaded from $`variable` (or `default_path` when unset),
+// loaded once per path by `load` and never freed: host functions and worker
+// threads may still call into it while the process exits. Thread-safe.
+template <typename Api>
+const Api& load_once(const char* variable, const char* default_path,
+                     std::unique_ptr<Api> (*load)(const std::string&)) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<Api>> loaded;
+  const char* env = std::getenv(variable);
+  const std::string path = (env != nullptr && *env != '\0') ? env : default_path;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = loaded.find(path);
+  if (it == loaded.end()) it = loaded.emplace(path, load(path)).first;
+  return *it->second;
+}
 
 }  // namespace perseus

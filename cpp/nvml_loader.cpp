@@ -150,16 +150,7 @@ Error::Error(const Api& a, Return code, const std::string& function)
       code_(code),
       function_(function) {}
 
-const Api& api() {
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<Api>> loaded;  // never freed (see header)
-  const char* env = std::getenv(kLibraryVariable);
-  const std::string path = (env != nullptr && *env != '\0') ? env : kDefaultLibrary;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = loaded.find(path);
-  if (it == loaded.end()) it = loaded.emplace(path, load(path)).first;
-  return *it->second;
-}
+const Api& api() { return load_once<Api>(kLibraryVariable, kDefaultLibrary, &load); }
 
 Session::Session() : api_(&nvml::api()) { check(*api_, api_->init(), "nvmlInit_v2"); }
 
