@@ -172,7 +172,9 @@ def check_environment(gpu: NvmlDevice) -> tuple[list[int], list[int]]:
         supported_sm_mhz=sm,
         sm_clock_now_mhz=gpu.clock_mhz("sm"),
     )
-    say(f"GPU            {gpu.name} (CUDA {gpu.index}, NVML {gpu.nvml_index}), driver {report['driver']}")
+    say(
+        f"GPU            {gpu.name} (CUDA {gpu.index}, NVML {gpu.nvml_index}), driver {report['driver']}"
+    )
     say(f"memory clocks  {mem} MHz")
     if sm:
         say(f"SM clocks      {len(sm)} between {sm[0]} and {sm[-1]} MHz: {sm[:4]} ... {sm[-4:]}")
@@ -270,7 +272,11 @@ def check_switcher_latency(device: int, high: int, low: int) -> None:
         log = sw.records()
     ns.sort()
     worker_ms = [x / 1e6 for x in log.latency_ns]
-    report["switcher_set_ns"] = {"median": ns[len(ns) // 2], "p99": ns[int(len(ns) * 0.99)], "max": ns[-1]}
+    report["switcher_set_ns"] = {
+        "median": ns[len(ns) // 2],
+        "p99": ns[int(len(ns) * 0.99)],
+        "max": ns[-1],
+    }
     report["switcher_worker_nvml_ms"] = worker_ms
     say(
         f"set() caller   median {ns[len(ns) // 2]} ns, p99 {ns[int(len(ns) * 0.99)]} ns "
@@ -281,8 +287,10 @@ def check_switcher_latency(device: int, high: int, low: int) -> None:
 
 def check_stream_order(device: int, backend: Any, high: int, low: int, can_lock: bool) -> None:
     if backend is None:
-        report["stream_order"] = {"skipped": "neither torch nor cupy usable",
-                                  "errors": report.get("backend_errors")}
+        report["stream_order"] = {
+            "skipped": "neither torch nor cupy usable",
+            "errors": report.get("backend_errors"),
+        }
         say("stream order   SKIPPED: neither torch nor CuPy could drive the GPU")
         return
     sw = FrequencySwitcher(device)
@@ -392,7 +400,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", type=int, default=0, help="CUDA device index")
     parser.add_argument("--json", metavar="PATH", help="write the report here")
-    parser.add_argument("--timeout", type=float, default=240.0, help="give up after this many seconds")
+    parser.add_argument(
+        "--timeout", type=float, default=240.0, help="give up after this many seconds"
+    )
     args = parser.parse_args()
     out_dir = os.environ.get("OUT")
     json_path = args.json or (str(Path(out_dir) / "gpu_check_switcher.json") if out_dir else None)

@@ -128,9 +128,9 @@ def preload() -> None:
     The memory benchmark calls this before it resets the peak-RSS mark, so that
     importing libraries is not counted as memory of the solve.
     """
-    import lowtime.cost_model  # noqa: F401  (pulls in scipy and matplotlib)
-    import lowtime.graph_utils  # noqa: F401  (pulls in networkx)
-    import lowtime.perseus.schedule  # noqa: F401
+    import lowtime.cost_model
+    import lowtime.graph_utils
+    import lowtime.perseus.schedule
     import lowtime.solver  # noqa: F401
 
 
@@ -165,7 +165,9 @@ def _operation_specs(profile: Any, unit_time: float, noise_factor: float) -> lis
                 option.cost -= blocking_power * option.quant_time * option.unit_time
             candidates = CandidateExecutionOptions[int](options=options)
             if len(candidates.options) <= 3:
-                candidates = CandidateExecutionOptions[int](options=options, noise_factor=noise_factor)
+                candidates = CandidateExecutionOptions[int](
+                    options=options, noise_factor=noise_factor
+                )
             model = ExponentialModel(candidates, search_strategy="best")
             specs[stage][classes[name]] = OperationSpec[int](options=candidates, cost_model=model)
     return specs
@@ -199,7 +201,9 @@ def _build_dag(specs: list[dict[Any, Any]], microbatches: int) -> tuple[Any, lis
         dag.add_edges_from(zip(ids, ids[1:]))
         per_stage.append(insts)
 
-    resolver = DependencyResolver(dependency_rules=[forward_dep, backward_dep], node_type=Instruction)
+    resolver = DependencyResolver(
+        dependency_rules=[forward_dep, backward_dep], node_type=Instruction
+    )
     nodes = list(dag.nodes(data="op"))
     for (u, op_u), (v, op_v) in itertools.product(nodes, nodes):
         if resolver.is_dependent(op_u, op_v):
@@ -236,7 +240,10 @@ def stage_orders(num_stages: int, microbatches: int) -> list[list[tuple[str, int
     orders = []
     for stage in range(num_stages):
         sched = Synchronous1F1B(
-            num_stages=num_stages, num_micro_batches=microbatches, stage_id=stage, operation_spec_map=spec_map
+            num_stages=num_stages,
+            num_micro_batches=microbatches,
+            stage_id=stage,
+            operation_spec_map=spec_map,
         )
         orders.append(
             [("forward" if isinstance(i, Forward) else "backward", i.micro_batch_id) for i in sched]

@@ -70,7 +70,9 @@ class SuiteCase:
 
     @property
     def label(self) -> str:
-        return f"suite{self.index:02d} {self.stages}x{self.microbatches}" + ("" if self.lowtime_fit else " 3opt")
+        return f"suite{self.index:02d} {self.stages}x{self.microbatches}" + (
+            "" if self.lowtime_fit else " 3opt"
+        )
 
 
 # (stages, microbatches, lowtime can fit). lowtime fits a 3-parameter curve and
@@ -78,15 +80,30 @@ class SuiteCase:
 # cases are redrawn until they have them; cases marked False have at least one
 # 3-option group, which lowtime cannot fit: they are compared with the exact optimum only.
 _SUITE = [
-    (2, 2, True), (2, 3, True), (2, 4, True), (2, 6, True), (3, 2, True), (3, 3, False),
-    (3, 4, True), (3, 5, True), (3, 6, True), (4, 2, True), (4, 3, True), (4, 4, True),
-    (4, 5, False), (4, 6, True), (2, 5, False), (4, 6, True),
+    (2, 2, True),
+    (2, 3, True),
+    (2, 4, True),
+    (2, 6, True),
+    (3, 2, True),
+    (3, 3, False),
+    (3, 4, True),
+    (3, 5, True),
+    (3, 6, True),
+    (4, 2, True),
+    (4, 3, True),
+    (4, 4, True),
+    (4, 5, False),
+    (4, 6, True),
+    (2, 5, False),
+    (4, 6, True),
 ]
 SUITE = [SuiteCase(i, s, m, fit) for i, (s, m, fit) in enumerate(_SUITE)]
 QUICK_SUITE = [SUITE[i] for i in (1, 4, 5, 6, 10, 11)]
 
 
-def _draw_group(rng: np.random.Generator, t0: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _draw_group(
+    rng: np.random.Generator, t0: float, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """n Pareto-optimal (MHz, s, J) options of one (stage, instruction) with time t0 at F_MAX."""
     for _ in range(1000):
         step = int(rng.choice(GRID_STEPS))
@@ -129,7 +146,9 @@ def make_profile(case: SuiteCase) -> Any:
 
     rng = np.random.default_rng([SUITE_SEED, case.index])
     blocking_power = float(rng.uniform(30.0, 90.0))
-    heavy = rng.choice(case.stages, size=1 if case.stages == 2 else int(rng.integers(1, 3)), replace=False)
+    heavy = rng.choice(
+        case.stages, size=1 if case.stages == 2 else int(rng.integers(1, 3)), replace=False
+    )
     groups = [(s, name) for s in range(case.stages) for name in ("forward", "backward")]
     low = 4 if case.lowtime_fit else 3
     counts = {g: int(rng.integers(low, 9)) for g in groups}
@@ -200,8 +219,13 @@ def _blocking_w(frontier: Any) -> float:
 
 
 def _lowtime_side(lt_t: np.ndarray, lt_e: np.ndarray, frontier: Any) -> LowtimeSide:
-    out = bench.compare(lt_t, lt_e, np.asarray(frontier.iteration_times), np.asarray(frontier.energies),
-                        _blocking_w(frontier))
+    out = bench.compare(
+        lt_t,
+        lt_e,
+        np.asarray(frontier.iteration_times),
+        np.asarray(frontier.energies),
+        _blocking_w(frontier),
+    )
     diffs = np.array([p["diff_pct"] for p in out["points"] if p["diff_pct"] is not None])
     return LowtimeSide(
         mean_pct=out["energy_diff_mean_pct"],
@@ -219,14 +243,22 @@ def _dominated(frontier: Any) -> int:
     the same W*length for every plan (W: the pipeline's blocking power), so
     the effective energies must strictly fall along the frontier.
     """
-    effective = np.asarray(frontier.energies) - _blocking_w(frontier) * np.asarray(frontier.iteration_times)
+    effective = np.asarray(frontier.energies) - _blocking_w(frontier) * np.asarray(
+        frontier.iteration_times
+    )
     return int(np.sum(effective[1:] >= np.minimum.accumulate(effective)[:-1]))
 
 
-def _cheapest_within(times: np.ndarray, energies: np.ndarray, deadline: float, blocking_w: float) -> float | None:
+def _cheapest_within(
+    times: np.ndarray, energies: np.ndarray, deadline: float, blocking_w: float
+) -> float | None:
     """Least energy of an iteration lasting `deadline` s among these plans (those done early wait, blocking)."""
     ok = times <= deadline * (1 + bench.TIME_RTOL)
-    return float(np.min(energies[ok] + blocking_w * np.maximum(0.0, deadline - times[ok]))) if ok.any() else None
+    return (
+        float(np.min(energies[ok] + blocking_w * np.maximum(0.0, deadline - times[ok])))
+        if ok.any()
+        else None
+    )
 
 
 def _in_lowtime_fit(error: BaseException) -> bool:
@@ -244,15 +276,27 @@ def run_case(label: str, profile: Any, microbatches: int, *, exact: bool) -> Cas
     t = time.perf_counter()
     before = perseus.optimize(profile, microbatches=microbatches, unit_time=UNIT_TIME, refine=False)
     t_before = time.perf_counter() - t
-    counts = [len(profile.options(s, n)) for s in range(profile.num_stages) for n in ("forward", "backward")]
+    counts = [
+        len(profile.options(s, n))
+        for s in range(profile.num_stages)
+        for n in ("forward", "backward")
+    ]
     rep = CaseReport(
-        case=label, stages=profile.num_stages, microbatches=microbatches,
-        computations=2 * profile.num_stages * microbatches, options=[min(counts), max(counts)],
-        blocking_power_w=float(profile.blocking_power), plans_after=len(after), plans_before=len(before),
-        perseus_s=t_after, perseus_unrefined_s=t_before,
+        case=label,
+        stages=profile.num_stages,
+        microbatches=microbatches,
+        computations=2 * profile.num_stages * microbatches,
+        options=[min(counts), max(counts)],
+        blocking_power_w=float(profile.blocking_power),
+        plans_after=len(after),
+        plans_before=len(before),
+        perseus_s=t_after,
+        perseus_unrefined_s=t_before,
     )
     rep.dominated_after, rep.dominated_before = _dominated(after), _dominated(before)
-    bench.log(f"  perseus {t_after:.3f} s ({len(after)} plans), unrefined {t_before:.3f} s ({len(before)} plans)")
+    bench.log(
+        f"  perseus {t_after:.3f} s ({len(after)} plans), unrefined {t_before:.3f} s ({len(before)} plans)"
+    )
 
     # lowtime, driven exactly as bench/run.py drives it, every plan replayed by perseus.
     import lowtime_reference as ref
@@ -261,16 +305,20 @@ def run_case(label: str, profile: Any, microbatches: int, *, exact: bool) -> Cas
     t = time.perf_counter()
     try:
         lt = ref.solve(profile, microbatches=microbatches, unit_time=UNIT_TIME)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         if not _in_lowtime_fit(error):
             raise
-        rep.lowtime = "cannot fit"  # e.g. a (stage, instruction) with fewer than 4 distinct durations
+        rep.lowtime = (
+            "cannot fit"  # e.g. a (stage, instruction) with fewer than 4 distinct durations
+        )
         bench.log(f"  lowtime: its cost model cannot fit ({type(error).__name__}: {error})")
     else:
         rep.lowtime_s = time.perf_counter() - t
         if lt.stage_orders != bench.perseus_order(profile.num_stages, microbatches):
             rep.bugs.append("lowtime's and perseus's 1F1B orders differ")
-        replay = [perseus.evaluate(profile, p.frequencies, microbatches=microbatches) for p in lt.plans]
+        replay = [
+            perseus.evaluate(profile, p.frequencies, microbatches=microbatches) for p in lt.plans
+        ]
         lt_t = np.array([r.iteration_time for r in replay])
         lt_e = np.array([r.energy for r in replay])
         front = bench.pareto_points(lt_t, lt_e, _blocking_w(after))
@@ -278,7 +326,9 @@ def run_case(label: str, profile: Any, microbatches: int, *, exact: bool) -> Cas
         if front.size:
             rep.after = _lowtime_side(lt_t[front], lt_e[front], after)
             rep.before = _lowtime_side(lt_t[front], lt_e[front], before)
-        bench.log(f"  lowtime {rep.lowtime_s:.2f} s ({len(lt.plans)} plans, {front.size} on its frontier)")
+        bench.log(
+            f"  lowtime {rep.lowtime_s:.2f} s ({len(lt.plans)} plans, {front.size} on its frontier)"
+        )
 
     if not exact:
         return rep
@@ -288,10 +338,16 @@ def run_case(label: str, profile: Any, microbatches: int, *, exact: bool) -> Cas
     for deadline in np.linspace(after.iteration_times[0], after.iteration_times[-1], DEADLINES):
         opt = optimal_plan(profile, microbatches=microbatches, deadline=float(deadline))
         rep.not_proven += not opt.optimal
-        row: dict[str, Any] = {"deadline_s": float(deadline), "exact_j": opt.energy, "exact_optimal": opt.optimal}
+        row: dict[str, Any] = {
+            "deadline_s": float(deadline),
+            "exact_j": opt.energy,
+            "exact_optimal": opt.optimal,
+        }
         for key, frontier in (("after", after), ("before", before)):
             try:
-                energy = frontier.energy_at(deadline)  # plan_for(deadline), over an iteration lasting it
+                energy = frontier.energy_at(
+                    deadline
+                )  # plan_for(deadline), over an iteration lasting it
             except ValueError:
                 rep.missing_before += key == "before"
                 row[f"{key}_j"] = row[f"gap_{key}_pct"] = None
@@ -299,13 +355,19 @@ def run_case(label: str, profile: Any, microbatches: int, *, exact: bool) -> Cas
             row[f"{key}_j"] = energy
             row[f"gap_{key}_pct"] = (energy - opt.energy) / opt.energy * 100
             if opt.optimal and energy < opt.energy * (1 - BUG_RTOL):
-                rep.bugs.append(f"{key} plan at {deadline:.6f} s: {energy:.6f} J < exact {opt.energy:.6f} J")
+                rep.bugs.append(
+                    f"{key} plan at {deadline:.6f} s: {energy:.6f} J < exact {opt.energy:.6f} J"
+                )
         w = _blocking_w(after)
-        cheapest = _cheapest_within(np.asarray(after.iteration_times), np.asarray(after.energies), deadline, w)
+        cheapest = _cheapest_within(
+            np.asarray(after.iteration_times), np.asarray(after.energies), deadline, w
+        )
         row["gap_cheapest_pct"] = (cheapest - opt.energy) / opt.energy * 100
         lt_best = None if lt_t is None else _cheapest_within(lt_t, lt_e, deadline, w)
         row["lowtime_j"] = lt_best
-        row["gap_lowtime_pct"] = None if lt_best is None else (lt_best - opt.energy) / opt.energy * 100
+        row["gap_lowtime_pct"] = (
+            None if lt_best is None else (lt_best - opt.energy) / opt.energy * 100
+        )
         rep.deadlines.append(row)
     rep.exact_s = time.perf_counter() - t
     bench.log(f"  exact {rep.exact_s:.2f} s ({DEADLINES} deadlines)")
@@ -326,74 +388,130 @@ def _share(n: int, total: int | None) -> str:
 
 
 def print_exact_table(reports: list[CaseReport]) -> None:
-    header = ["case", "opts", "Pb W", "plans a/b", "mean after", "worst after", "mean before",
-              "worst before", "missing b", "mean lt", "worst lt", "exact s"]
+    header = [
+        "case",
+        "opts",
+        "Pb W",
+        "plans a/b",
+        "mean after",
+        "worst after",
+        "mean before",
+        "worst before",
+        "missing b",
+        "mean lt",
+        "worst lt",
+        "exact s",
+    ]
     rows = []
     for r in reports:
         if not r.deadlines:
             continue
         lt_gaps = r.gaps("gap_lowtime_pct")
         lt_missing = sum(d["gap_lowtime_pct"] is None for d in r.deadlines)
-        rows.append([
-            r.case, f"{r.options[0]}-{r.options[1]}", f"{r.blocking_power_w:.0f}", f"{r.plans_after}/{r.plans_before}",
-            _stat(r.gaps("gap_after_pct"), "mean"), _stat(r.gaps("gap_after_pct"), "max"),
-            _stat(r.gaps("gap_before_pct"), "mean"), _stat(r.gaps("gap_before_pct"), "max"),
-            f"{r.missing_before}/{len(r.deadlines)}",
-            _stat(lt_gaps, "mean") + (f" ({lt_missing} miss)" if lt_missing and lt_gaps else ""),
-            _stat(lt_gaps, "max"),
-            f"{r.exact_s:.2f}",
-        ])
-    print(f"Gap to the exact optimum, % ((perseus - exact) / exact), energy of an iteration lasting the deadline, "
-          f"at {DEADLINES} deadlines from the fastest to the slowest refined plan")
+        rows.append(
+            [
+                r.case,
+                f"{r.options[0]}-{r.options[1]}",
+                f"{r.blocking_power_w:.0f}",
+                f"{r.plans_after}/{r.plans_before}",
+                _stat(r.gaps("gap_after_pct"), "mean"),
+                _stat(r.gaps("gap_after_pct"), "max"),
+                _stat(r.gaps("gap_before_pct"), "mean"),
+                _stat(r.gaps("gap_before_pct"), "max"),
+                f"{r.missing_before}/{len(r.deadlines)}",
+                _stat(lt_gaps, "mean")
+                + (f" ({lt_missing} miss)" if lt_missing and lt_gaps else ""),
+                _stat(lt_gaps, "max"),
+                f"{r.exact_s:.2f}",
+            ]
+        )
+    print(
+        f"Gap to the exact optimum, % ((perseus - exact) / exact), energy of an iteration lasting the deadline, "
+        f"at {DEADLINES} deadlines from the fastest to the slowest refined plan"
+    )
     print(bench.table(rows, header))
-    print("after = refine=True, before = refine=False (plain Phillips-Dessouky plans); missing b = deadlines the "
-          "unrefined frontier cannot meet; lt = lowtime's cheapest replayed plan within the deadline, for context.")
+    print(
+        "after = refine=True, before = refine=False (plain Phillips-Dessouky plans); missing b = deadlines the "
+        "unrefined frontier cannot meet; lt = lowtime's cheapest replayed plan within the deadline, for context."
+    )
 
 
 def print_lowtime_table(reports: list[CaseReport]) -> None:
-    header = ["case", "plans lt", "plans a/b", "dom a/b", "mean after", "worst after", "match/beat after", "mean before", "worst before",
-              "match/beat before", "too fast a/b", "perseus s a/b", "lowtime s"]
+    header = [
+        "case",
+        "plans lt",
+        "plans a/b",
+        "dom a/b",
+        "mean after",
+        "worst after",
+        "match/beat after",
+        "mean before",
+        "worst before",
+        "match/beat before",
+        "too fast a/b",
+        "perseus s a/b",
+        "lowtime s",
+    ]
     rows = []
     for r in reports:
         if r.after is None or r.before is None:
             rows.append([r.case, r.lowtime if r.error is None else "error"] + ["-"] * 11)
             continue
         a, b = r.after, r.before
-        rows.append([
-            r.case, f"{r.lowtime_plans}/{r.lowtime_frontier}", f"{r.plans_after}/{r.plans_before}",
-            f"{r.dominated_after}/{r.dominated_before}",
-            bench.fmt(a.mean_pct, "+.3f"), bench.fmt(a.worst_pct, "+.3f"),
-            f"{_share(a.matched, r.lowtime_frontier)} {_share(a.beaten, r.lowtime_frontier)}",
-            bench.fmt(b.mean_pct, "+.3f"), bench.fmt(b.worst_pct, "+.3f"),
-            f"{_share(b.matched, r.lowtime_frontier)} {_share(b.beaten, r.lowtime_frontier)}",
-            f"{a.too_fast}/{b.too_fast}", f"{r.perseus_s:.3f}/{r.perseus_unrefined_s:.3f}",
-            bench.fmt(r.lowtime_s, ".2f"),
-        ])
-    print("Energy difference to lowtime, % ((perseus - lowtime) / lowtime), per plan on lowtime's replayed frontier, "
-          "against perseus's cheapest plan at least as fast, both over an iteration as long as the lowtime plan")
+        rows.append(
+            [
+                r.case,
+                f"{r.lowtime_plans}/{r.lowtime_frontier}",
+                f"{r.plans_after}/{r.plans_before}",
+                f"{r.dominated_after}/{r.dominated_before}",
+                bench.fmt(a.mean_pct, "+.3f"),
+                bench.fmt(a.worst_pct, "+.3f"),
+                f"{_share(a.matched, r.lowtime_frontier)} {_share(a.beaten, r.lowtime_frontier)}",
+                bench.fmt(b.mean_pct, "+.3f"),
+                bench.fmt(b.worst_pct, "+.3f"),
+                f"{_share(b.matched, r.lowtime_frontier)} {_share(b.beaten, r.lowtime_frontier)}",
+                f"{a.too_fast}/{b.too_fast}",
+                f"{r.perseus_s:.3f}/{r.perseus_unrefined_s:.3f}",
+                bench.fmt(r.lowtime_s, ".2f"),
+            ]
+        )
+    print(
+        "Energy difference to lowtime, % ((perseus - lowtime) / lowtime), per plan on lowtime's replayed frontier, "
+        "against perseus's cheapest plan at least as fast, both over an iteration as long as the lowtime plan"
+    )
     print(bench.table(rows, header))
-    print(f"plans lt = lowtime iterations / plans on its replayed frontier; plans a/b = perseus's plans after/"
-          "before refinement; dom = those a faster plan of the same frontier matches or beats over their length; "
-          "match = perseus within "
-          f"+{bench.MATCH_TOLERANCE_PCT} %, beat = strictly cheaper; too fast = lowtime plans faster than "
-          "perseus's fastest (after/before).")
+    print(
+        f"plans lt = lowtime iterations / plans on its replayed frontier; plans a/b = perseus's plans after/"
+        "before refinement; dom = those a faster plan of the same frontier matches or beats over their length; "
+        "match = perseus within "
+        f"+{bench.MATCH_TOLERANCE_PCT} %, beat = strictly cheaper; too fast = lowtime plans faster than "
+        "perseus's fastest (after/before)."
+    )
 
 
 def summarise(reports: list[CaseReport], walls: dict[str, float]) -> dict[str, Any]:
     """Print the summary and the targets; return them for the JSON."""
     done = [r for r in reports if r.error is None]
-    gaps = {k: [g for r in done for g in r.gaps(f"gap_{k}_pct")] for k in ("after", "before", "lowtime")}
+    gaps = {
+        k: [g for r in done for g in r.gaps(f"gap_{k}_pct")] for k in ("after", "before", "lowtime")
+    }
     points = sum(len(r.deadlines) for r in done)
     missing = sum(r.missing_before for r in done)
     vs = [r for r in done if r.after is not None]
-    summary: dict[str, Any] = {"deadlines": points, "missing_before": missing,
-                               "not_proven": sum(r.not_proven for r in done),
-                               "dominated_after": sum(r.dominated_after for r in done),
-                               "dominated_before": sum(r.dominated_before for r in done),
-                               "plans_after": sum(r.plans_after for r in done)}
+    summary: dict[str, Any] = {
+        "deadlines": points,
+        "missing_before": missing,
+        "not_proven": sum(r.not_proven for r in done),
+        "dominated_after": sum(r.dominated_after for r in done),
+        "dominated_before": sum(r.dominated_before for r in done),
+        "plans_after": sum(r.plans_after for r in done),
+    }
     print(f"\nSummary ({len(done)} cases, {points} exact deadlines, {len(vs)} cases with lowtime)")
-    for key, name in (("after", "after  (refine=True) "), ("before", "before (refine=False)"),
-                      ("lowtime", "lowtime              ")):
+    for key, name in (
+        ("after", "after  (refine=True) "),
+        ("before", "before (refine=False)"),
+        ("lowtime", "lowtime              "),
+    ):
         g = gaps[key]
         summary[f"gap_{key}_mean_pct"] = float(np.mean(g)) if g else None
         summary[f"gap_{key}_worst_pct"] = float(np.max(g)) if g else None
@@ -402,15 +520,22 @@ def summarise(reports: list[CaseReport], walls: dict[str, float]) -> dict[str, A
             extra = f"   ({missing}/{points} deadlines unmet, left out)"
         if key == "lowtime" and len(g) < points:
             extra = f"   ({points - len(g)}/{points} deadlines without a lowtime plan or lowtime run, left out)"
-        print(f"  gap to exact, {name}: mean {_stat(g, 'mean')} %, worst {_stat(g, 'max')} %{extra}")
+        print(
+            f"  gap to exact, {name}: mean {_stat(g, 'mean')} %, worst {_stat(g, 'max')} %{extra}"
+        )
     dominated = summary["dominated_after"]
     if dominated:
         g = [g for r in done for g in r.gaps("gap_cheapest_pct")]
-        summary["gap_cheapest_mean_pct"], summary["gap_cheapest_worst_pct"] = float(np.mean(g)), float(np.max(g))
-        print(f"  {dominated}/{summary['plans_after']} refined plans are dominated (a faster plan costs no more over "
-              f"their length); with the cheapest plan within each deadline instead of plan_for(D): mean "
-              f"{_stat(g, 'mean')} %, "
-              f"worst {_stat(g, 'max')} %")
+        summary["gap_cheapest_mean_pct"], summary["gap_cheapest_worst_pct"] = (
+            float(np.mean(g)),
+            float(np.max(g)),
+        )
+        print(
+            f"  {dominated}/{summary['plans_after']} refined plans are dominated (a faster plan costs no more over "
+            f"their length); with the cheapest plan within each deadline instead of plan_for(D): mean "
+            f"{_stat(g, 'mean')} %, "
+            f"worst {_stat(g, 'max')} %"
+        )
     if summary["not_proven"]:
         print(f"  {summary['not_proven']} exact solves hit the time limit (not proven optimal)")
     for key in ("after", "before"):
@@ -420,12 +545,19 @@ def summarise(reports: list[CaseReport], walls: dict[str, float]) -> dict[str, A
         total = sum(r.lowtime_frontier or 0 for r in vs)
         matched, beaten = sum(s.matched for s in sides), sum(s.beaten for s in sides)
         too_fast = sum(s.too_fast for s in sides)
-        summary[f"lowtime_{key}"] = {"mean_of_case_means_pct": float(np.mean(means)) if means else None,
-                                     "worst_pct": float(np.max(worst)) if worst else None,
-                                     "points": total, "matched": matched, "beaten": beaten, "too_fast": too_fast}
-        print(f"  vs lowtime, {key:6}: mean of case means {_stat(means, 'mean')} %, worst {_stat(worst, 'max')} %, "
-              f"matched {matched}/{total} ({100 * matched / max(total, 1):.1f} %), "
-              f"beaten {beaten}/{total} ({100 * beaten / max(total, 1):.1f} %), too fast for perseus {too_fast}")
+        summary[f"lowtime_{key}"] = {
+            "mean_of_case_means_pct": float(np.mean(means)) if means else None,
+            "worst_pct": float(np.max(worst)) if worst else None,
+            "points": total,
+            "matched": matched,
+            "beaten": beaten,
+            "too_fast": too_fast,
+        }
+        print(
+            f"  vs lowtime, {key:6}: mean of case means {_stat(means, 'mean')} %, worst {_stat(worst, 'max')} %, "
+            f"matched {matched}/{total} ({100 * matched / max(total, 1):.1f} %), "
+            f"beaten {beaten}/{total} ({100 * beaten / max(total, 1):.1f} %), too fast for perseus {too_fast}"
+        )
     print("  wall: " + ", ".join(f"{k} {v:.1f} s" for k, v in walls.items()))
 
     bugs = [f"{r.case}: {b}" for r in reports for b in r.bugs]
@@ -433,16 +565,31 @@ def summarise(reports: list[CaseReport], walls: dict[str, float]) -> dict[str, A
     after_means = [r.after.mean_pct for r in vs if r.after.mean_pct is not None]
     targets = [
         ("no perseus plan below the exact optimum", not bugs, None),
-        (f"mean gap to exact <= {TARGET_MEAN_GAP_PCT} %", bool(gaps["after"]) and
-         np.mean(gaps["after"]) <= TARGET_MEAN_GAP_PCT, _stat(gaps["after"], "mean")),
-        (f"worst gap to exact <= {TARGET_WORST_GAP_PCT} %", bool(gaps["after"]) and
-         np.max(gaps["after"]) <= TARGET_WORST_GAP_PCT, _stat(gaps["after"], "max")),
-        ("no dominated plan on the refined frontier", not summary["dominated_after"],
-         f"{summary['dominated_after']} dominated"),
-        ("at least as fast as every lowtime frontier plan", all(r.after.too_fast == 0 for r in vs),
-         f"{sum(r.after.too_fast for r in vs)} too fast"),
-        ("cheaper than lowtime on average, every case", bool(after_means) and max(after_means) < 0,
-         f"highest case mean {_stat(after_means, 'max')} %"),
+        (
+            f"mean gap to exact <= {TARGET_MEAN_GAP_PCT} %",
+            bool(gaps["after"]) and np.mean(gaps["after"]) <= TARGET_MEAN_GAP_PCT,
+            _stat(gaps["after"], "mean"),
+        ),
+        (
+            f"worst gap to exact <= {TARGET_WORST_GAP_PCT} %",
+            bool(gaps["after"]) and np.max(gaps["after"]) <= TARGET_WORST_GAP_PCT,
+            _stat(gaps["after"], "max"),
+        ),
+        (
+            "no dominated plan on the refined frontier",
+            not summary["dominated_after"],
+            f"{summary['dominated_after']} dominated",
+        ),
+        (
+            "at least as fast as every lowtime frontier plan",
+            all(r.after.too_fast == 0 for r in vs),
+            f"{sum(r.after.too_fast for r in vs)} too fast",
+        ),
+        (
+            "cheaper than lowtime on average, every case",
+            bool(after_means) and max(after_means) < 0,
+            f"highest case mean {_stat(after_means, 'max')} %",
+        ),
     ]
     print("\nTargets (after refinement)")
     for name, ok, value in targets:
@@ -461,8 +608,12 @@ def summarise(reports: list[CaseReport], walls: dict[str, float]) -> dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help=f"{len(QUICK_SUITE)} suite cases, fewer examples")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help=f"{len(QUICK_SUITE)} suite cases, fewer examples"
+    )
     parser.add_argument("--json", metavar="OUT", help="also write every number as JSON")
     args = parser.parse_args(argv)
 
@@ -473,19 +624,27 @@ def main(argv: list[str] | None = None) -> int:
         for c in (QUICK_SUITE if args.quick else SUITE)
     ]
     small, gpt3 = bench.example(bench.SMALL_PROFILE), bench.example(bench.GPT3_PROFILE)
-    examples = [(small, 4, 8), (small, 4, 16), (gpt3, 8, 8)] + ([] if args.quick else [(gpt3, 8, 32)])
-    jobs += [(f"{spec.name} {s}x{m}", s, m, lambda spec=spec, s=s: bench.load_profile(spec, s), False)
-             for spec, s, m in examples]
+    examples = [(small, 4, 8), (small, 4, 16), (gpt3, 8, 8)] + (
+        [] if args.quick else [(gpt3, 8, 32)]
+    )
+    jobs += [
+        (f"{spec.name} {s}x{m}", s, m, lambda spec=spec, s=s: bench.load_profile(spec, s), False)
+        for spec, s, m in examples
+    ]
 
     reports = []
     for label, stages, m, load, exact in jobs:
         bench.log(label)
         try:
             reports.append(run_case(label, load(), m, exact=exact))
-        except Exception:  # report it, go on, fail at the end
+        except Exception:  # noqa: BLE001 - report it, go on, fail at the end
             text = traceback.format_exc()
             bench.log(text)
-            reports.append(CaseReport(label, stages, m, 2 * stages * m, [0, 0], 0.0, 0, 0, 0.0, 0.0, error=text))
+            reports.append(
+                CaseReport(
+                    label, stages, m, 2 * stages * m, [0, 0], 0.0, 0, 0, 0.0, 0.0, error=text
+                )
+            )
 
     print()
     print_exact_table(reports)
@@ -506,7 +665,11 @@ def main(argv: list[str] | None = None) -> int:
         import perseus
 
         payload = {
-            "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+            "machine": {
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+            },
             "versions": {"perseus": perseus.__version__, "lowtime": ref.lowtime_version()},
             "mode": "quick" if args.quick else "full",
             "suite_seed": SUITE_SEED,

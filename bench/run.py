@@ -87,7 +87,9 @@ def parse_sizes(text: str) -> list[tuple[int, int]]:
             s, m = item.split("x")
             sizes.append((int(s), int(m)))
         except ValueError:
-            raise SystemExit(f"bad size {item!r}: expected STAGESxMICROBATCHES, e.g. 8x32") from None
+            raise SystemExit(
+                f"bad size {item!r}: expected STAGESxMICROBATCHES, e.g. 8x32"
+            ) from None
     return sizes
 
 
@@ -104,7 +106,9 @@ def select_cases(args: argparse.Namespace) -> tuple[list[Case], list[Case]]:
         stages = load_profile(spec).num_stages
         sizes = parse_sizes(args.sizes) if args.sizes else [(stages, stages), (stages, 4 * stages)]
         cases = [Case(spec, s, m) for s, m in sizes]
-        ladder_sizes = parse_sizes(args.ladder) if args.ladder else [(stages, m) for m in (8, 32, 64, 96)]
+        ladder_sizes = (
+            parse_sizes(args.ladder) if args.ladder else [(stages, m) for m in (8, 32, 64, 96)]
+        )
         ladder = [Case(spec, s, m) for s, m in ladder_sizes]
         return cases, ladder
 
@@ -154,7 +158,9 @@ def load_profile(spec: ProfileSpec, stages: int | None = None) -> Any:
                 )
         profile = perseus.Profile.from_records(records, blocking_power=spec.blocking_power)
     else:
-        raise SystemExit(f"{spec.path.name} has {full.num_stages} stages; cannot run {stages} stages")
+        raise SystemExit(
+            f"{spec.path.name} has {full.num_stages} stages; cannot run {stages} stages"
+        )
     _PROFILES[key] = profile
     return profile
 
@@ -238,16 +244,30 @@ def compare(
         idx = int(np.searchsorted(p_times, t * (1 + TIME_RTOL), side="right")) - 1
         if idx < 0:
             too_fast += 1
-            points.append({"lowtime_s": float(t), "lowtime_j": float(e), "perseus_s": None, "perseus_j": None,
-                           "diff_pct": None})
+            points.append(
+                {
+                    "lowtime_s": float(t),
+                    "lowtime_j": float(e),
+                    "perseus_s": None,
+                    "perseus_j": None,
+                    "diff_pct": None,
+                }
+            )
             continue
         j = idx - int(np.argmin(p_effective[idx::-1]))  # the cheapest plan among the first idx+1
         at_t = cheapest_so_far[idx] + blocking_w * max(float(t), float(p_times[j]))
         diff = (at_t - e) / e * 100.0
         diffs.append(diff)
-        points.append({"lowtime_s": float(t), "lowtime_j": float(e), "perseus_s": float(p_times[j]),
-                       "perseus_j": float(p_energies[j]), "perseus_j_at_lowtime_s": float(at_t),
-                       "diff_pct": float(diff)})
+        points.append(
+            {
+                "lowtime_s": float(t),
+                "lowtime_j": float(e),
+                "perseus_s": float(p_times[j]),
+                "perseus_j": float(p_energies[j]),
+                "perseus_j_at_lowtime_s": float(at_t),
+                "diff_pct": float(diff),
+            }
+        )
     d = np.asarray(diffs)
     return {
         "points": points,
@@ -262,7 +282,10 @@ def compare(
 def perseus_order(stages: int, microbatches: int) -> list[list[tuple[str, int]]]:
     from perseus.schedule import pipeline_order
 
-    return [[(ins, mb) for ins, _chunk, mb in gpu] for gpu in pipeline_order("1f1b", stages, microbatches)]
+    return [
+        [(ins, mb) for ins, _chunk, mb in gpu]
+        for gpu in pipeline_order("1f1b", stages, microbatches)
+    ]
 
 
 def log(msg: str) -> None:
@@ -306,8 +329,10 @@ def run_case(case: Case, args: argparse.Namespace, lowtime_limit: float) -> Case
     # Spot-check that perseus's frontier values are what its evaluator says.
     for i in {0, len(frontier) // 2, len(frontier) - 1}:
         ev = perseus.evaluate(profile, frontier[i].frequencies(), microbatches=m, schedule="1f1b")
-        if not (math.isclose(ev.iteration_time, p_times[i], rel_tol=1e-9, abs_tol=1e-12)
-                and math.isclose(ev.energy, p_energies[i], rel_tol=1e-9, abs_tol=1e-9)):
+        if not (
+            math.isclose(ev.iteration_time, p_times[i], rel_tol=1e-9, abs_tol=1e-12)
+            and math.isclose(ev.energy, p_energies[i], rel_tol=1e-9, abs_tol=1e-9)
+        ):
             res.notes.append(
                 f"perseus plan {i}: frontier ({p_times[i]:.6f} s, {p_energies[i]:.3f} J) != "
                 f"evaluate ({ev.iteration_time:.6f} s, {ev.energy:.3f} J)"
@@ -346,7 +371,10 @@ def run_case(case: Case, args: argparse.Namespace, lowtime_limit: float) -> Case
         return res
 
     # Replay every lowtime plan with perseus's evaluator: these are the values compared.
-    replay = [perseus.evaluate(profile, plan.frequencies, microbatches=m, schedule="1f1b") for plan in lt.plans]
+    replay = [
+        perseus.evaluate(profile, plan.frequencies, microbatches=m, schedule="1f1b")
+        for plan in lt.plans
+    ]
     lt_times = np.array([ev.iteration_time for ev in replay])
     lt_energies = np.array([ev.energy for ev in replay])
     blocking_w = profile.blocking_power * profile.num_stages  # one GPU per stage (1F1B)
@@ -354,7 +382,9 @@ def run_case(case: Case, args: argparse.Namespace, lowtime_limit: float) -> Case
     res.lowtime_frontier_plans = int(front.size)
     res.lowtime_fastest_s = float(lt_times.min())
     res.lowtime_fastest_quantised_s = float(min(p.iteration_time for p in lt.plans))
-    for key, value in compare(lt_times[front], lt_energies[front], p_times, p_energies, blocking_w).items():
+    for key, value in compare(
+        lt_times[front], lt_energies[front], p_times, p_energies, blocking_w
+    ).items():
         setattr(res, key, value)
     res.perseus_fastest_ok = bool(p_times[0] <= res.lowtime_fastest_s * (1 + TIME_RTOL))
     return res
@@ -377,7 +407,11 @@ def _status_kib(field_name: str) -> int | None:
 def memory_worker(spec_json: str) -> None:
     """Entry point of the per-size subprocess: print peak extra memory of one solve."""
     spec = json.loads(spec_json)
-    case = Case(ProfileSpec(Path(spec["path"]), spec["blocking_power"]), spec["stages"], spec["microbatches"])
+    case = Case(
+        ProfileSpec(Path(spec["path"]), spec["blocking_power"]),
+        spec["stages"],
+        spec["microbatches"],
+    )
     import perseus
 
     profile = load_profile(case.profile, case.stages)
@@ -387,11 +421,15 @@ def memory_worker(spec_json: str) -> None:
         ref.preload()
 
         def solve() -> int:
-            return len(ref.solve(profile, microbatches=case.microbatches, unit_time=UNIT_TIME).plans)
+            return len(
+                ref.solve(profile, microbatches=case.microbatches, unit_time=UNIT_TIME).plans
+            )
     else:
 
         def solve() -> int:
-            return len(perseus.optimize(profile, microbatches=case.microbatches, unit_time=UNIT_TIME))
+            return len(
+                perseus.optimize(profile, microbatches=case.microbatches, unit_time=UNIT_TIME)
+            )
 
     # Reset the peak-RSS mark after imports and profile loading (Linux clear_refs "5");
     # if that is not possible, fall back to the ru_maxrss delta.
@@ -406,9 +444,22 @@ def memory_worker(spec_json: str) -> None:
         method = "ru_maxrss"
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     plans = solve()
-    peak = _status_kib("VmHWM") if method == "VmHWM" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = (
+        _status_kib("VmHWM")
+        if method == "VmHWM"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    )
     assert peak is not None
-    print(json.dumps({"peak_extra_kib": max(0, peak - base), "base_kib": base, "plans": plans, "method": method}))
+    print(
+        json.dumps(
+            {
+                "peak_extra_kib": max(0, peak - base),
+                "base_kib": base,
+                "plans": plans,
+                "method": method,
+            }
+        )
+    )
 
 
 def measure_memory(case: Case, solver: str) -> dict[str, Any]:
@@ -438,7 +489,9 @@ def measure_memory(case: Case, solver: str) -> dict[str, Any]:
         "plans": data["plans"],
         "peak_extra_mib": mib,
         "kib_per_computation": data["peak_extra_kib"] / case.computations,
-        "bytes_per_plan_computation": data["peak_extra_kib"] * 1024 / max(1, data["plans"] * case.computations),
+        "bytes_per_plan_computation": data["peak_extra_kib"]
+        * 1024
+        / max(1, data["plans"] * case.computations),
         "method": data["method"],
     }
 
@@ -457,34 +510,52 @@ def fmt(value: Any, spec: str = "") -> str:
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    lines = [
+        "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))
+    ]
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:
-        lines.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        lines.append(
+            "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        )
     return "\n".join(lines)
 
 
 def print_results(results: list[CaseResult], memory: list[dict[str, Any]]) -> None:
     header = [
-        "case", "lowtime s", "perseus s", "speedup", "plans lt", "plans p",
-        "worst dE%", "mean dE%", "unmatched", "fastest ok",
+        "case",
+        "lowtime s",
+        "perseus s",
+        "speedup",
+        "plans lt",
+        "plans p",
+        "worst dE%",
+        "mean dE%",
+        "unmatched",
+        "fastest ok",
     ]
     rows = []
     for r in results:
         skipped = r.lowtime == "skipped"
-        rows.append([
-            r.case,
-            "skipped" if skipped else f"{r.lowtime_time_s:.3f}",
-            f"{r.perseus_time_s:.4f}",
-            "-" if skipped else (f"{r.speedup:.0f}x" if r.speedup >= 100 else f"{r.speedup:.1f}x"),
-            "-" if skipped else f"{r.lowtime_plans}/{r.lowtime_frontier_plans}",
-            str(r.perseus_plans),
-            fmt(r.energy_diff_worst_pct, "+.3f"),
-            fmt(r.energy_diff_mean_pct, "+.3f"),
-            "-" if skipped else f"{r.unmatched}/{r.lowtime_frontier_plans}",
-            fmt(r.perseus_fastest_ok),
-        ])
+        rows.append(
+            [
+                r.case,
+                "skipped" if skipped else f"{r.lowtime_time_s:.3f}",
+                f"{r.perseus_time_s:.4f}",
+                "-"
+                if skipped
+                else (f"{r.speedup:.0f}x" if r.speedup >= 100 else f"{r.speedup:.1f}x"),
+                "-" if skipped else f"{r.lowtime_plans}/{r.lowtime_frontier_plans}",
+                str(r.perseus_plans),
+                fmt(r.energy_diff_worst_pct, "+.3f"),
+                fmt(r.energy_diff_mean_pct, "+.3f"),
+                "-" if skipped else f"{r.unmatched}/{r.lowtime_frontier_plans}",
+                fmt(r.perseus_fastest_ok),
+            ]
+        )
     print(table(rows, header))
     print(
         "dE% = (perseus - lowtime) / lowtime energy for each plan on lowtime's replayed frontier, "
@@ -499,41 +570,85 @@ def print_results(results: list[CaseResult], memory: list[dict[str, Any]]) -> No
 
     if memory:
         print()
-        header = ["case", "solver", "computations", "plans", "peak MiB", "KiB/comp", "B/(plan*comp)"]
+        header = [
+            "case",
+            "solver",
+            "computations",
+            "plans",
+            "peak MiB",
+            "KiB/comp",
+            "B/(plan*comp)",
+        ]
         rows = [
             [
-                m["case"], m["solver"], str(m["computations"]), str(m["plans"]),
-                f"{m['peak_extra_mib']:.1f}", f"{m['kib_per_computation']:.2f}",
+                m["case"],
+                m["solver"],
+                str(m["computations"]),
+                str(m["plans"]),
+                f"{m['peak_extra_mib']:.1f}",
+                f"{m['kib_per_computation']:.2f}",
                 f"{m['bytes_per_plan_computation']:.3f}",
             ]
             for m in memory
         ]
         print(table(rows, header))
-        print("peak MiB = peak resident memory of one solve above the process's state before it (fresh subprocess).")
+        print(
+            "peak MiB = peak resident memory of one solve above the process's state before it (fresh subprocess)."
+        )
 
 
 # --------------------------------------------------------------------------- main
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small cases only (well under a minute)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small cases only (well under a minute)"
+    )
     parser.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
-    parser.add_argument("--profile", metavar="CSV", help="a Zeus-format profile instead of the examples")
-    parser.add_argument("--blocking-power", type=float, metavar="W", help="P2P blocking power of --profile, W")
-    parser.add_argument("--sizes", metavar="SxM,...", help="cases as STAGESxMICROBATCHES, e.g. 8x32,8x96")
+    parser.add_argument(
+        "--profile", metavar="CSV", help="a Zeus-format profile instead of the examples"
+    )
+    parser.add_argument(
+        "--blocking-power", type=float, metavar="W", help="P2P blocking power of --profile, W"
+    )
+    parser.add_argument(
+        "--sizes", metavar="SxM,...", help="cases as STAGESxMICROBATCHES, e.g. 8x32,8x96"
+    )
     parser.add_argument("--ladder", metavar="SxM,...", help="sizes of the memory ladder")
-    parser.add_argument("--repeat", type=int, default=None, metavar="N",
-                        help="perseus runs per case, the median is reported (default 5, 3 with --quick)")
-    parser.add_argument("--lowtime-repeat", type=int, default=None, metavar="N",
-                        help="most lowtime runs per case (default: --repeat, 1 with --quick); "
-                        f"a run of {LOWTIME_REPEAT_BELOW_S:g} s or more is never repeated")
-    parser.add_argument("--no-lowtime-above", type=int, default=600, metavar="N",
-                        help="skip lowtime for cases with more than N computations (2*stages*microbatches)")
-    parser.add_argument("--lowtime-big", action="store_true", help="run lowtime on every case (slow)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        metavar="N",
+        help="perseus runs per case, the median is reported (default 5, 3 with --quick)",
+    )
+    parser.add_argument(
+        "--lowtime-repeat",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most lowtime runs per case (default: --repeat, 1 with --quick); "
+        f"a run of {LOWTIME_REPEAT_BELOW_S:g} s or more is never repeated",
+    )
+    parser.add_argument(
+        "--no-lowtime-above",
+        type=int,
+        default=600,
+        metavar="N",
+        help="skip lowtime for cases with more than N computations (2*stages*microbatches)",
+    )
+    parser.add_argument(
+        "--lowtime-big", action="store_true", help="run lowtime on every case (slow)"
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the memory ladder")
-    parser.add_argument("--memory-lowtime", action="store_true",
-                        help="also measure lowtime's memory on ladder sizes it is not skipped for")
+    parser.add_argument(
+        "--memory-lowtime",
+        action="store_true",
+        help="also measure lowtime's memory on ladder sizes it is not skipped for",
+    )
     parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -542,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     try:
-        import perseus  # noqa: F401
+        import perseus
     except ImportError as e:
         raise SystemExit(f"cannot import perseus ({e}); install it first: pip install .") from e
 
@@ -576,9 +691,15 @@ def main(argv: list[str] | None = None) -> int:
         import perseus
 
         payload = {
-            "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                        "cpus": os.cpu_count()},
-            "versions": {"perseus": getattr(perseus, "__version__", None), "lowtime": ref.lowtime_version()},
+            "machine": {
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+            },
+            "versions": {
+                "perseus": getattr(perseus, "__version__", None),
+                "lowtime": ref.lowtime_version(),
+            },
             "unit_time_s": UNIT_TIME,
             "match_tolerance_pct": MATCH_TOLERANCE_PCT,
             "cases": [asdict(r) for r in results],

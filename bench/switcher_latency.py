@@ -55,7 +55,16 @@ def build_fakes(directory: Path) -> None:
         sys.exit("switcher_latency: needs a C compiler (cc) to build the fake NVML")
     for name, source in FAKE_SOURCES.items():
         subprocess.run(
-            [compiler, "-shared", "-fPIC", "-O2", "-o", str(directory / name), str(source), "-lpthread"],
+            [
+                compiler,
+                "-shared",
+                "-fPIC",
+                "-O2",
+                "-o",
+                str(directory / name),
+                str(source),
+                "-lpthread",
+            ],
             check=True,
         )
 
@@ -90,8 +99,15 @@ def summary(name: str, ns: np.ndarray) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls (a few seconds)")
-    parser.add_argument("--calls", type=int, default=None, help="calls per case (default 100000, 10000 with --quick)")
-    parser.add_argument("--nvml-ms", type=float, default=5.0, help="sleep of the fake NVML per clock call (ms)")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=None,
+        help="calls per case (default 100000, 10000 with --quick)",
+    )
+    parser.add_argument(
+        "--nvml-ms", type=float, default=5.0, help="sleep of the fake NVML per clock call (ms)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
     args = parser.parse_args(argv)
     calls = args.calls or (10_000 if args.quick else 100_000)
@@ -104,7 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PERSEUS_NVML_LIBRARY"] = str(directory / "libnvidia-ml.so.1")
         os.environ["PERSEUS_CUDA_LIBRARY"] = str(directory / "libcuda.so.1")
         os.environ["FAKE_NVML_SLEEP_MS"] = str(args.nvml_ms)
-        for key in ("FAKE_NVML_LOG", "FAKE_NVML_FAIL", "FAKE_NVML_STATE", "FAKE_CUDA_LOG", "CUDA_VISIBLE_DEVICES"):
+        for key in (
+            "FAKE_NVML_LOG",
+            "FAKE_NVML_FAIL",
+            "FAKE_NVML_STATE",
+            "FAKE_CUDA_LOG",
+            "CUDA_VISIBLE_DEVICES",
+        ):
             os.environ.pop(key, None)
 
         import ctypes
@@ -125,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(summary("set() same clock", timed(sw.set, [(a,)], calls)))
             stream_calls = min(calls, 20_000)
             rows.append(
-                summary("set_on_stream() [fake libcuda]",
-                        timed(sw.set_on_stream, [(STREAM, a), (STREAM, b)], stream_calls))
+                summary(
+                    "set_on_stream() [fake libcuda]",
+                    timed(sw.set_on_stream, [(STREAM, a), (STREAM, b)], stream_calls),
+                )
             )
             fake_cuda.fake_cuda_synchronize(STREAM, 60_000)
             rows.append(summary("native call baseline (snap)", timed(sw.snap, [(a,)], calls)))
@@ -137,17 +161,22 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(summary("NVML call inside the worker", worker_ns))
         gpu = NvmlDevice(1)
         rows.append(
-            summary("synchronous NVML call",
-                    timed(gpu.set_locked_clocks, [(a, a), (b, b)], sync_calls))
+            summary(
+                "synchronous NVML call", timed(gpu.set_locked_clocks, [(a, a), (b, b)], sync_calls)
+            )
         )
         gpu.reset_locked_clocks()
 
     requests = 2 * calls + paced_calls + stream_calls
-    print(f"perseus FrequencySwitcher: caller-side latency, fake NVML sleeping {args.nvml_ms:g} ms per clock call")
+    print(
+        f"perseus FrequencySwitcher: caller-side latency, fake NVML sleeping {args.nvml_ms:g} ms per clock call"
+    )
     print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs\n")
     print(f"{'case':34s} {'calls':>8s} {'median ns':>12s} {'p99 ns':>12s} {'max ns':>12s}")
     for r in rows:
-        print(f"{r['case']:34s} {r['calls']:8d} {r['median_ns']:12.0f} {r['p99_ns']:12.0f} {r['max_ns']:12.0f}")
+        print(
+            f"{r['case']:34s} {r['calls']:8d} {r['median_ns']:12.0f} {r['p99_ns']:12.0f} {r['max_ns']:12.0f}"
+        )
     sync = rows[-1]["median_ns"]
     first = rows[0]["median_ns"]
     print(f"\nsynchronous NVML call / set() median: {sync / first:,.0f}x")

@@ -86,10 +86,12 @@ def stage_models(num_stages: int, rng: random.Random) -> list[dict[str, tuple]]:
             forward += 0.014
             memory_share -= 0.05
             backward_ratio += 0.08
-        models.append({
-            "forward": (forward, memory_share, 0.80),
-            "backward": (forward * backward_ratio, memory_share - 0.05, 0.85),
-        })
+        models.append(
+            {
+                "forward": (forward, memory_share, 0.80),
+                "backward": (forward * backward_ratio, memory_share - 0.05, 0.85),
+            }
+        )
     return models
 
 

@@ -41,11 +41,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import torch
-import torch.distributed as dist
-
 import perseus
 import perseus.megatron
+import torch
+import torch.distributed as dist
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -77,14 +76,18 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         "--frequencies", type=str, help="profile mode: SM clocks to try, e.g. 1980,1500,1200"
     )
     parser.add_argument("--cpu", action="store_true", help="gloo on the CPU (needs the test shims)")
-    parser.add_argument("--json", type=Path, help="write this rank's losses and gradient digests here")
+    parser.add_argument(
+        "--json", type=Path, help="write this rank's losses and gradient digests here"
+    )
     return parser.parse_args(argv)
 
 
 # -- distributed setup -------------------------------------------------------------
 
 
-def initialize(pipeline: int, virtual: int, *, cpu: bool, seed: int, timeout_s: float = 600.0) -> None:
+def initialize(
+    pipeline: int, virtual: int, *, cpu: bool, seed: int, timeout_s: float = 600.0
+) -> None:
     """torch.distributed from torchrun's environment, then megatron's parallel state."""
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
@@ -165,8 +168,12 @@ class Trainer:
                 transformer_layer_spec=get_gpt_layer_local_spec(),
                 vocab_size=args.vocab,
                 max_sequence_length=args.seq,
-                pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=chunk),
-                post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=chunk),
+                pre_process=parallel_state.is_pipeline_first_stage(
+                    ignore_virtual=False, vp_stage=chunk
+                ),
+                post_process=parallel_state.is_pipeline_last_stage(
+                    ignore_virtual=False, vp_stage=chunk
+                ),
                 vp_stage=chunk,
             )
             if not args.cpu:
@@ -198,7 +205,9 @@ class Trainer:
             for _ in range(a.microbatches)
         ]
 
-    def forward_step(self, data_iterator: Any, model: Any) -> tuple[torch.Tensor, Callable[..., Any]]:
+    def forward_step(
+        self, data_iterator: Any, model: Any
+    ) -> tuple[torch.Tensor, Callable[..., Any]]:
         """megatron's ``forward_step_func``: one microbatch through one chunk."""
         delay = self.delay_s(self.iteration)
         if delay > 0:
@@ -337,7 +346,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             train()
         if rank == 0 and attached.profile is not None:
             print(
-                f"profile of {attached.profile.num_stages} stages written to {args.profile}", flush=True
+                f"profile of {attached.profile.num_stages} stages written to {args.profile}",
+                flush=True,
             )
     else:
         frontier = load_frontier(args)

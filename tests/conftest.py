@@ -30,13 +30,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # compiler and loaded by perseus through PERSEUS_NVML_LIBRARY and
 # PERSEUS_CUDA_LIBRARY, the same code path as the real driver libraries.
 
-import ctypes  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Optional  # noqa: E402
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Optional
 
-import pytest  # noqa: E402
+import pytest
 
 _TESTS_DIR = Path(__file__).resolve().parent
 _FAKE_ENV_PREFIXES = ("FAKE_NVML_", "FAKE_CUDA_")
@@ -150,11 +150,7 @@ class FakeNvml:
 
     def clock_calls(self, path: Optional[Path] = None) -> list[tuple[str, tuple[str, ...], int]]:
         """The clock-changing calls only: (function, args, return code)."""
-        return [
-            (fn, args, rc)
-            for _, _, fn, args, rc in self.log(path)
-            if "LockedClocks" in fn
-        ]
+        return [(fn, args, rc) for _, _, fn, args, rc in self.log(path) if "LockedClocks" in fn]
 
     def cuda_log(self) -> list[tuple[int, str, int]]:
         """Parsed fake CUDA log: (time ns, event, id)."""

@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import perseus
+import pytest
 from perseus.cli import main
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -18,8 +17,19 @@ SMALL = EXAMPLES / "small-4stage.csv"
 
 def test_optimize_prints_summary_and_writes_frontier(tmp_path, capsys):
     out = tmp_path / "out"
-    status = main(["optimize", str(SMALL), "--microbatches", "8", "--blocking-power", "70",
-                   "-o", str(out), "--quiet"])
+    status = main(
+        [
+            "optimize",
+            str(SMALL),
+            "--microbatches",
+            "8",
+            "--blocking-power",
+            "70",
+            "-o",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert status == 0
     printed = capsys.readouterr().out
     frontier = perseus.Frontier.load(out / "frontier.json")
@@ -36,9 +46,25 @@ def test_optimize_prints_summary_and_writes_frontier(tmp_path, capsys):
 
 
 def test_optimize_interleaved_options(tmp_path, capsys):
-    status = main(["optimize", str(SMALL), "--microbatches", "4", "--blocking-power", "50",
-                   "--schedule", "interleaved-1f1b", "--virtual-stages", "2",
-                   "--unit-time", "0.002", "-o", str(tmp_path), "--quiet"])
+    status = main(
+        [
+            "optimize",
+            str(SMALL),
+            "--microbatches",
+            "4",
+            "--blocking-power",
+            "50",
+            "--schedule",
+            "interleaved-1f1b",
+            "--virtual-stages",
+            "2",
+            "--unit-time",
+            "0.002",
+            "-o",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
     assert status == 0
     frontier = perseus.Frontier.load(tmp_path / "frontier.json")
     assert frontier.spec.schedule == "interleaved-1f1b"
@@ -53,8 +79,10 @@ def test_optimize_interleaved_options(tmp_path, capsys):
         (["missing.csv", "--microbatches", "8", "--blocking-power", "70"], "missing.csv"),
         ([str(SMALL), "--microbatches", "0", "--blocking-power", "70"], "microbatches must be"),
         ([str(SMALL), "--microbatches", "8", "--blocking-power", "-1"], "blocking_power"),
-        ([str(SMALL), "--microbatches", "8", "--blocking-power", "70", "--virtual-stages", "3"],
-         "virtual_stages"),
+        (
+            [str(SMALL), "--microbatches", "8", "--blocking-power", "70", "--virtual-stages", "3"],
+            "virtual_stages",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_a_message(tmp_path, capsys, args, message):
@@ -72,8 +100,19 @@ def test_bad_row_names_file_line_and_field(tmp_path, capsys):
     fields[3] = "fast"
     lines[3] = ",".join(fields)
     bad.write_text("\n".join(lines) + "\n")
-    status = main(["optimize", str(bad), "--microbatches", "8", "--blocking-power", "70",
-                   "-o", str(tmp_path), "--quiet"])
+    status = main(
+        [
+            "optimize",
+            str(bad),
+            "--microbatches",
+            "8",
+            "--blocking-power",
+            "70",
+            "-o",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
     assert status == 2
     err = capsys.readouterr().err
     assert "bad.csv" in err and "line 4" in err and "time" in err
@@ -83,9 +122,20 @@ def test_console_script_runs(tmp_path):
     script = shutil.which("perseus", path=str(Path(sys.executable).parent))
     assert script is not None, "the perseus console script is not installed"
     done = subprocess.run(
-        [script, "optimize", str(SMALL), "--microbatches", "8", "--blocking-power", "70",
-         "-o", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        [
+            script,
+            "optimize",
+            str(SMALL),
+            "--microbatches",
+            "8",
+            "--blocking-power",
+            "70",
+            "-o",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     assert "fastest plan" in done.stdout

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import perseus
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import perseus
 from perseus import Profile, ProfileError
 from perseus.exact import optimal_energy, optimal_plan
 from perseus.optimize import _setup
@@ -35,7 +34,9 @@ def gpu_like_profile(rng, stages: int, options: int, blocking_power: float) -> P
             time *= 1 + rng.normal(0, 0.002, options)
             power = 80 + 220 * (mhz / 1410) ** 2.5
             for k in range(options):
-                records.append((stage, instruction, int(mhz[k]), float(time[k]), float(power[k] * time[k])))
+                records.append(
+                    (stage, instruction, int(mhz[k]), float(time[k]), float(power[k] * time[k]))
+                )
     return Profile.from_records(records, blocking_power=blocking_power)
 
 
@@ -97,7 +98,9 @@ def test_exact_plan_replays_to_what_it_reports():
 def test_exact_at_the_fastest_time_matches_the_all_fastest_schedule():
     profile, microbatches = CASES[1]
     frontier = perseus.optimize(profile, microbatches=microbatches)
-    exact = optimal_plan(profile, microbatches=microbatches, deadline=frontier.baseline.iteration_time)
+    exact = optimal_plan(
+        profile, microbatches=microbatches, deadline=frontier.baseline.iteration_time
+    )
     assert exact.iteration_time == pytest.approx(frontier.baseline.iteration_time, rel=1e-9)
     assert exact.energy <= frontier.fastest.energy * (1 + 1e-9)
     assert exact.energy >= frontier.fastest.energy * (1 - 0.002)
@@ -118,14 +121,18 @@ def test_exact_refuses_an_impossible_deadline():
 @given(seed=st.integers(0, 2**32 - 1), stretch=st.floats(0.0, 0.2))
 def test_reclamation_never_lengthens_and_never_costs(seed, stretch):
     rng = np.random.default_rng(seed)
-    profile = gpu_like_profile(rng, int(rng.integers(2, 5)), int(rng.integers(2, 7)), float(rng.uniform(0, 100)))
+    profile = gpu_like_profile(
+        rng, int(rng.integers(2, 5)), int(rng.integers(2, 7)), float(rng.uniform(0, 100))
+    )
     problem, spec, table, group = _setup(profile, int(rng.integers(1, 7)), "1f1b", 1)
     count = table.offsets[group + 1] - table.offsets[group]
     plans = (rng.random((8, spec.num_computations)) * count).astype(np.uint16)
     times, energies, _ = problem.evaluate(plans)
     # At its own time, and with a looser deadline (more slack to use).
     for deadline in (0.0, float(times.max()) * (1 + stretch)):
-        after_times, after_energies, after = problem.evaluate(plans, reclaim=True, deadline_s=deadline)
+        after_times, after_energies, after = problem.evaluate(
+            plans, reclaim=True, deadline_s=deadline
+        )
         bound = np.maximum(times, deadline)
         assert np.all(after_times <= bound * (1 + 1e-12))
         # Never more energy over the iteration's length (the bound); at its

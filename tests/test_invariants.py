@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import perseus
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import perseus
 from perseus import Profile
 
 F, B = "forward", "backward"
@@ -135,7 +134,7 @@ def test_plan_for_picks_cheapest_plan_in_time(problem, data):
     _, frontier = solve(problem)
     times = frontier.iteration_times
     # Each plan's own time, points between plans, and past the slowest.
-    deadlines = list(times) + [float(times[-1]) * 1.5]
+    deadlines = [*times, float(times[-1]) * 1.5]
     deadlines += [float(a + b) / 2 for a, b in zip(times, times[1:])]
     deadlines.append(data.draw(st.floats(float(times[0]), float(times[-1]) * 2)))
     for deadline in deadlines:

@@ -28,9 +28,8 @@ import textwrap
 import types
 from pathlib import Path
 
-import pytest
-
 import perseus
+import pytest
 from perseus.megatron import (
     MegatronVersionError,
     PlanSwitch,
@@ -41,7 +40,7 @@ from perseus.megatron import (
 from perseus.megatron._compat import SCHEDULE_FUNCTIONS, parse_version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from megatron_support.cpu_launch import launch  # noqa: E402
+from megatron_support.cpu_launch import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "megatron_support" / "worker.py"
@@ -78,7 +77,9 @@ needs_megatron = pytest.mark.skipif(
 
 def _version_in(path):
     dist = next(Path(path).glob("megatron_core-*.dist-info"), None)
-    return dist.name.removeprefix("megatron_core-").removesuffix(".dist-info") if dist else "unknown"
+    return (
+        dist.name.removeprefix("megatron_core-").removesuffix(".dist-info") if dist else "unknown"
+    )
 
 
 def _pythonpath(path):
@@ -302,7 +303,10 @@ def test_profile_mode_writes_every_stage_and_leaves_training_alone(job):
     assert rows[0] == "stage,instruction,frequency,time,energy"
     keys = sorted(tuple(row.split(",")[:3]) for row in rows[1:])
     assert keys == sorted(
-        (str(s), i, str(f)) for s in range(2) for i in perseus.INSTRUCTIONS for f in (1980, 1500, 1050)
+        (str(s), i, str(f))
+        for s in range(2)
+        for i in perseus.INSTRUCTIONS
+        for f in (1980, 1500, 1050)
     )
     assert {p.name for p in path.parent.glob("gpt.pp*.csv")} == {"gpt.pp0.csv", "gpt.pp1.csv"}
 
@@ -452,13 +456,16 @@ def test_check_megatron_can_try_an_untested_version_but_still_checks_signatures(
     def forward_step(forward_step_func, data_iterator, model, input_tensor, microbatch=None):
         pass
 
-    with pytest.raises(
-        MegatronVersionError, match="forward_step has no parameter.*current_microbatch, vp_stage"
+    with (
+        pytest.raises(
+            MegatronVersionError,
+            match="forward_step has no parameter.*current_microbatch, vp_stage",
+        ),
+        pytest.warns(UserWarning),
     ):
-        with pytest.warns(UserWarning):
-            check_megatron(
-                _fake_schedules(forward_step=forward_step), "0.21.0", allow_untested_version=True
-            )
+        check_megatron(
+            _fake_schedules(forward_step=forward_step), "0.21.0", allow_untested_version=True
+        )
 
 
 def test_check_megatron_names_a_missing_schedule_function():
@@ -560,12 +567,16 @@ def test_a_computation_out_of_the_plans_order_is_caught_before_its_clock():
     order = perseus.pipeline_order("1f1b", 2, 4)[0]
     it = _Iteration(0, "1f1b", 2, 0, 1, 4, order, [1980] * len(order))
     attachment._before(it, order[0])
-    with pytest.raises(perseus.megatron.ScheduleMismatchError, match="computation 1 of pipeline rank 0"):
+    with pytest.raises(
+        perseus.megatron.ScheduleMismatchError, match="computation 1 of pipeline rank 0"
+    ):
         attachment._before(it, ("backward", 0, 3))
     assert [c.instruction for c in attachment.trace] == ["forward"]
 
 
 def test_a_forward_backward_function_from_before_attaching_is_refused():
     attachment = attach(_frontier(), stragglers=False)
-    with pytest.raises(perseus.megatron.MegatronIntegrationError, match="get_forward_backward_func"):
+    with pytest.raises(
+        perseus.megatron.MegatronIntegrationError, match="get_forward_backward_func"
+    ):
         attachment._outside(lambda: None, "forward_step", (), {})

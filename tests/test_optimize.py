@@ -7,9 +7,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pytest
-
 import perseus
+import pytest
 from perseus import Frontier, Plan, Profile, ProfileError, pipeline_order
 
 F, B = "forward", "backward"
@@ -67,7 +66,10 @@ PIPELINE_ERRORS = [
     (dict(microbatches=True), r"microbatches must be an integer >= 1, got True"),
     (dict(schedule="zb-h1"), r"schedule 'zb-h1' is not known; choose one of: 1f1b, gpipe"),
     (dict(schedule=""), r"schedule '' is not known"),
-    (dict(virtual_stages=3, schedule="interleaved-1f1b"), r"virtual_stages=3 does not divide .* 4 stages"),
+    (
+        dict(virtual_stages=3, schedule="interleaved-1f1b"),
+        r"virtual_stages=3 does not divide .* 4 stages",
+    ),
     (dict(virtual_stages=0), r"virtual_stages must be an integer >= 1, got 0"),
     (dict(virtual_stages=2), r"1f1b schedule has one chunk per GPU; virtual_stages=2"),
     (dict(schedule="interleaved-1f1b"), r"interleaved-1f1b schedule needs virtual_stages >= 2"),
@@ -88,7 +90,9 @@ def test_pipeline_argument_errors(profile, call, kwargs, pattern):
 def test_interleaved_deadlock_is_a_profile_error():
     # 4 GPUs x 3 chunks with 5 microbatches: the ragged last group deadlocks.
     profile = make_profile(stages=12)
-    with pytest.raises(ProfileError, match=r"4 GPUs, 3 virtual stages and 5 microbatches deadlocks"):
+    with pytest.raises(
+        ProfileError, match=r"4 GPUs, 3 virtual stages and 5 microbatches deadlocks"
+    ):
         perseus.optimize(profile, microbatches=5, schedule="interleaved-1f1b", virtual_stages=3)
 
 
@@ -142,7 +146,10 @@ def test_progress_argument_must_be_callable_or_bool(profile):
 
 def full_plan(profile, microbatches, mhz=1410):
     return {
-        (s, i, m): mhz for s in range(profile.num_stages) for i in (F, B) for m in range(microbatches)
+        (s, i, m): mhz
+        for s in range(profile.num_stages)
+        for i in (F, B)
+        for m in range(microbatches)
     }
 
 
@@ -263,7 +270,9 @@ def test_load_unsupported_version(tmp_path, frontier, version):
     document = saved_document(tmp_path, frontier)
     document["version"] = version
     path = write_json(tmp_path, document)
-    with pytest.raises(ValueError, match=rf"^{path}: frontier format version {version!r} is not supported"):
+    with pytest.raises(
+        ValueError, match=rf"^{path}: frontier format version {version!r} is not supported"
+    ):
         Frontier.load(path)
 
 
@@ -314,7 +323,10 @@ def test_frequency_lookup_agrees_with_frequencies(frontier, interleaved, which):
             for instruction in (F, B):
                 for mb in range(spec.microbatches):
                     stage = chunk * spec.num_gpus + gpu
-                    assert plan.frequency(gpu, instruction, mb, chunk) == table[(stage, instruction, mb)]
+                    assert (
+                        plan.frequency(gpu, instruction, mb, chunk)
+                        == table[(stage, instruction, mb)]
+                    )
 
 
 @pytest.mark.parametrize("which", ["1f1b", "interleaved"])
@@ -409,7 +421,9 @@ def test_example_profiles(name, microbatches):
         profile, microbatches=microbatches, progress=lambda d, e: calls.append((d, e))
     )
     assert len(frontier) > 1
-    assert frontier.fastest.iteration_time == pytest.approx(frontier.baseline.iteration_time, rel=1e-12)
+    assert frontier.fastest.iteration_time == pytest.approx(
+        frontier.baseline.iteration_time, rel=1e-12
+    )
     assert frontier.fastest.energy < frontier.baseline.energy
     summary = frontier.summary()
     assert summary["saving_percent"] > 0

@@ -11,12 +11,11 @@ fastest plan must run exactly at the all-maximum-frequency time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
-import pytest
-
 import perseus
+import pytest
 from perseus import Profile
 
 F, B = "forward", "backward"
@@ -43,7 +42,7 @@ class Dag:
     gpus: int
 
 
-@lru_cache(maxsize=None)
+@cache
 def one_f_one_b_dag(stages: int, microbatches: int) -> Dag:
     keys = [(s, i, m) for s in range(stages) for i in (F, B) for m in range(microbatches)]
     index = {k: n for n, k in enumerate(keys)}
@@ -186,10 +185,12 @@ class Exhaustive:
         return np.array([row])
 
     def frequencies_of(self, row):
-        return {key: int(self.groups[n].frequency_mhz[row[n]]) for n, key in enumerate(self.dag.keys)}
+        return {
+            key: int(self.groups[n].frequency_mhz[row[n]]) for n, key in enumerate(self.dag.keys)
+        }
 
 
-@lru_cache(maxsize=None)
+@cache
 def solved(index):
     case = CASES[index]
     frontier = perseus.optimize(case.profile, microbatches=case.microbatches, unit_time=UNIT_TIME)
@@ -210,7 +211,9 @@ def test_replay_agrees_with_perseus_evaluate(index):
     for _ in range(5):
         row = np.array([rng.integers(n) for n in sizes])
         time, energy = oracle.replay(row[np.newaxis, :])
-        result = perseus.evaluate(case.profile, oracle.frequencies_of(row), microbatches=case.microbatches)
+        result = perseus.evaluate(
+            case.profile, oracle.frequencies_of(row), microbatches=case.microbatches
+        )
         assert result.iteration_time == pytest.approx(time[0], rel=1e-12)
         assert result.energy == pytest.approx(energy[0], rel=1e-12)
 
@@ -228,7 +231,7 @@ def test_replay_depends_on_choices():
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids)
 def test_frontier_against_exhaustive_optimum(index):
-    case, oracle, frontier = solved(index)
+    _, oracle, frontier = solved(index)
 
     # (a) the fastest plan keeps the all-maximum-frequency time, which is the
     # fastest any assignment can run.
@@ -253,7 +256,7 @@ def test_frontier_against_exhaustive_optimum(index):
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids)
 def test_plan_for_any_deadline_against_exhaustive_optimum(index):
-    case, oracle, frontier = solved(index)
+    _, oracle, frontier = solved(index)
     for deadline in np.unique(oracle.times):
         if deadline > frontier.iteration_times[-1]:
             break

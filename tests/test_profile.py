@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from perseus.errors import ProfileError
 from perseus.profile import INSTRUCTIONS, Profile, StageOptions
 
@@ -395,11 +394,19 @@ def test_from_records_filters_pareto():
         ((0, "forward", 1200, 0.012), ["records[1]", "expected 5 fields", "got 4"]),
         (42, ["records[1]", "mapping or a 5-tuple", "int"]),
         ("0,forward,1200,0.012,4.0", ["records[1]", "mapping or a 5-tuple", "str"]),
-        ({"stage": 0, "instruction": "forward", "frequency": 1200, "time": 0.012},
-         ["records[1]", "missing field(s) 'energy'"]),
         (
-            {"stage": 0, "instruction": "forward", "frequency": 1200, "time": 0.012, "energy": 4.0,
-             "power": 1},
+            {"stage": 0, "instruction": "forward", "frequency": 1200, "time": 0.012},
+            ["records[1]", "missing field(s) 'energy'"],
+        ),
+        (
+            {
+                "stage": 0,
+                "instruction": "forward",
+                "frequency": 1200,
+                "time": 0.012,
+                "energy": 4.0,
+                "power": 1,
+            },
             ["records[1]", "unexpected field(s) 'power'"],
         ),
         (
@@ -510,10 +517,13 @@ def test_to_csv_failure_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
 # --- example profiles ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "stages", "frequencies"), [
-    ("gpt3-a100-8stage.csv", 8, (810, 1410, 41)),
-    ("small-4stage.csv", 4, (1110, 1410, 11)),
-])
+@pytest.mark.parametrize(
+    ("name", "stages", "frequencies"),
+    [
+        ("gpt3-a100-8stage.csv", 8, (810, 1410, 41)),
+        ("small-4stage.csv", 4, (1110, 1410, 11)),
+    ],
+)
 def test_example_profiles_load(name, stages, frequencies):
     profile = load(EXAMPLES / name)
     assert profile.num_stages == stages

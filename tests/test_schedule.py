@@ -4,11 +4,10 @@ The reference orders below are written from Megatron-LM's formulas, without
 looking at perseus's implementation, and compared element by element.
 """
 
+import perseus
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import perseus
 from perseus import Profile, ProfileError, pipeline_order
 
 F, B = "forward", "backward"
@@ -101,7 +100,9 @@ def simulate(orders, gpus, chunks, microbatches, duration):
                 if need is not None and need not in finish:
                     break
                 start = max(free_at[gpu], finish[need] if need else 0.0)
-                free_at[gpu] = finish[(instruction, stage, mb)] = start + duration(instruction, stage)
+                free_at[gpu] = finish[(instruction, stage, mb)] = start + duration(
+                    instruction, stage
+                )
                 position[gpu] += 1
                 progress = True
     if any(position[g] < len(orders[g]) for g in range(gpus)):
@@ -166,11 +167,29 @@ def test_schedule_table_matches_megatron_docstring_shape():
     # Megatron's docstring example uses group size 3 (PP2 N3 M5 VP2); with our
     # group size G=2 the last group takes the single remaining microbatch.
     assert ref_schedule_table(2, 5, 2) == [
-        (0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0), (2, 1), (3, 1), (4, 0), (4, 1)
+        (0, 0),
+        (1, 0),
+        (0, 1),
+        (1, 1),
+        (2, 0),
+        (3, 0),
+        (2, 1),
+        (3, 1),
+        (4, 0),
+        (4, 1),
     ]
     # Last group absorbs the remainder when start + G >= M (3 + 3 >= 5).
     assert ref_schedule_table(3, 5, 2) == [
-        (0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 0), (4, 0), (3, 1), (4, 1)
+        (0, 0),
+        (1, 0),
+        (2, 0),
+        (0, 1),
+        (1, 1),
+        (2, 1),
+        (3, 0),
+        (4, 0),
+        (3, 1),
+        (4, 1),
     ]
 
 

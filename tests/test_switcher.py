@@ -24,9 +24,8 @@ import types
 import warnings
 
 import numpy as np
-import pytest
-
 import perseus
+import pytest
 from perseus import _core
 from perseus.cli import main as cli_main
 from perseus.switcher import (
@@ -101,7 +100,9 @@ def test_requests_coalesce_to_the_latest(fake_nvml):
         for mhz in (1410, 1305, 1200):
             sw.set(mhz)
         assert sw.wait(timeout=5)
-        applied = [args[1] for fn, args, _ in fake_nvml.clock_calls() if fn.startswith("nvmlDeviceSet")]
+        applied = [
+            args[1] for fn, args, _ in fake_nvml.clock_calls() if fn.startswith("nvmlDeviceSet")
+        ]
         assert applied == ["1500", "1200"]
         assert fake_nvml.locked(0) == 1200
         assert list(sw.records().requested_mhz) == [1500, 1200]
@@ -220,7 +221,11 @@ def test_memory_clock_is_locked_and_given_back(fake_nvml):
 
 def test_nvml_device_reads_clocks_and_energy(fake_nvml):
     gpu = NvmlDevice(1)
-    assert (gpu.index, gpu.nvml_index, gpu.uuid) == (1, 1, "GPU-fa4e0001-0000-0000-0000-000000000001")
+    assert (gpu.index, gpu.nvml_index, gpu.uuid) == (
+        1,
+        1,
+        "GPU-fa4e0001-0000-0000-0000-000000000001",
+    )
     assert gpu.supported_graphics_clocks()[-1] == 1980
     assert list(gpu.supported_memory_clocks()) == [2619]
     e0 = gpu.total_energy_mj()
@@ -249,7 +254,9 @@ def test_nvml_device_reads_clocks_and_energy(fake_nvml):
         ("0,GPU-fa4e0002", 1, 2),  # CUDA also takes a unique UUID prefix
     ],
 )
-def test_cuda_visible_devices_maps_to_nvml_index(fake_nvml, monkeypatch, visible, device, nvml_index):
+def test_cuda_visible_devices_maps_to_nvml_index(
+    fake_nvml, monkeypatch, visible, device, nvml_index
+):
     fake_nvml.configure(devices=3)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert _core.nvml_device_count() == len(visible.split(","))
@@ -455,7 +462,9 @@ def test_stream_switch_lands_between_kernels(fake_nvml, fake_libraries):
     assert events["kernel_end", 1] <= log.requested_ns[0] <= events["kernel_start", 2]
     assert events["kernel_end", 2] <= log.requested_ns[1] <= events["kernel_start", 3]
     # ... and NVML was called after that (never before the GPU got there).
-    sets = [(t, args) for t, _, fn, args, _ in fake_nvml.log() if fn == "nvmlDeviceSetGpuLockedClocks"]
+    sets = [
+        (t, args) for t, _, fn, args, _ in fake_nvml.log() if fn == "nvmlDeviceSetGpuLockedClocks"
+    ]
     assert sets[0][1][1] == "1500" and sets[0][0] >= events["kernel_end", 1]
     assert sets[1][1][1] == "1200" and sets[1][0] >= events["kernel_end", 2]
 
@@ -527,7 +536,7 @@ def test_cuda_error_is_raised_synchronously(fake_nvml):
 
 def _real_cuda_available():
     try:
-        import torch  # noqa: PLC0415
+        import torch
     except ImportError:
         return False
     return torch.cuda.is_available()
@@ -540,7 +549,7 @@ def test_stream_order_on_a_real_gpu(monkeypatch, capfd):  # pragma: no cover - G
     Runs whether or not this process may lock clocks: a refused lock still
     leaves a record of when the host function handed its target over.
     """
-    import torch  # noqa: PLC0415
+    import torch
 
     for key in ("PERSEUS_NVML_LIBRARY", "PERSEUS_CUDA_LIBRARY"):
         monkeypatch.delenv(key, raising=False)
@@ -548,7 +557,9 @@ def test_stream_order_on_a_real_gpu(monkeypatch, capfd):  # pragma: no cover - G
     stream = torch.cuda.current_stream()
     sw = FrequencySwitcher(torch.cuda.current_device())
     try:
-        target = int(sw.supported_mhz[len(sw.supported_mhz) // 2]) if len(sw.supported_mhz) else 1000
+        target = (
+            int(sw.supported_mhz[len(sw.supported_mhz) // 2]) if len(sw.supported_mhz) else 1000
+        )
         torch.cuda._sleep(100_000_000)  # tens of milliseconds
         t_enqueued = time.monotonic_ns()
         sw.set_on_stream(stream.cuda_stream, target)
@@ -783,7 +794,10 @@ def test_sigkill_then_reset_clocks_command(fake_nvml):
     child = Child(script, env)
     child.proc.kill()  # SIGKILL: nothing can run
     child.finish()
-    assert fake_nvml.state_path.read_text().split("\n")[:2] == ["0 1500 1500 0 0", "1 1200 1200 0 0"]
+    assert fake_nvml.state_path.read_text().split("\n")[:2] == [
+        "0 1500 1500 0 0",
+        "1 1200 1200 0 0",
+    ]
     done = subprocess.run(
         [sys.executable, "-m", "perseus", "reset-clocks"],
         capture_output=True,

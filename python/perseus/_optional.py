@@ -15,5 +15,5 @@ def optional_module(name: str, extra: str) -> ModuleType:
     except ImportError as error:
         raise ImportError(
             f"this feature needs the optional package {name!r}; install it with "
-            f"`pip install \"perseus[{extra}]\"` ({error})"
+            f'`pip install "perseus[{extra}]"` ({error})'
         ) from error

@@ -38,23 +38,36 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("profile", help="profile CSV (stage,instruction,frequency,time,energy)")
     opt.add_argument("--microbatches", type=int, required=True, help="microbatches per iteration")
     opt.add_argument(
-        "--blocking-power", type=float, required=True, metavar="WATTS",
+        "--blocking-power",
+        type=float,
+        required=True,
+        metavar="WATTS",
         help="power a GPU draws while it waits on a pipeline neighbour (W)",
     )
     opt.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
-    opt.add_argument("--virtual-stages", type=int, default=1, help="model chunks per GPU (interleaved)")
     opt.add_argument(
-        "--unit-time", type=float, default=1e-3, metavar="SECONDS",
+        "--virtual-stages", type=int, default=1, help="model chunks per GPU (interleaved)"
+    )
+    opt.add_argument(
+        "--unit-time",
+        type=float,
+        default=1e-3,
+        metavar="SECONDS",
         help="solver time quantum (default 0.001 s)",
     )
-    opt.add_argument("-o", "--output", default=".", metavar="DIR", help="directory for frontier.json")
+    opt.add_argument(
+        "-o", "--output", default=".", metavar="DIR", help="directory for frontier.json"
+    )
     opt.add_argument("--quiet", action="store_true", help="no progress bar")
 
     reset = commands.add_parser(
         "reset-clocks", help="give locked GPU clocks back to the driver (e.g. after kill -9)"
     )
     reset.add_argument(
-        "--device", type=int, default=None, metavar="N",
+        "--device",
+        type=int,
+        default=None,
+        metavar="N",
         help="CUDA device index (honours CUDA_VISIBLE_DEVICES); default: every visible GPU",
     )
     return parser
@@ -75,17 +88,27 @@ def _optimize(args: argparse.Namespace) -> int:
     frontier.save(path)
     s = frontier.summary()
     gpus = frontier.spec.num_gpus
-    print(f"profile        {args.profile}: {profile.num_stages} stages on {gpus} GPUs, "
-          f"{args.microbatches} microbatches, {args.schedule}")
-    print(f"baseline       {s['baseline_time_s']:.4f} s  {s['baseline_energy_j']:.1f} J  (all maximum frequency)")
-    print(f"fastest plan   {s['fastest_time_s']:.4f} s  {s['fastest_energy_j']:.1f} J  "
-          f"({s['saving_percent']:.2f}% less energy)")
+    print(
+        f"profile        {args.profile}: {profile.num_stages} stages on {gpus} GPUs, "
+        f"{args.microbatches} microbatches, {args.schedule}"
+    )
+    print(
+        f"baseline       {s['baseline_time_s']:.4f} s  {s['baseline_energy_j']:.1f} J  (all maximum frequency)"
+    )
+    print(
+        f"fastest plan   {s['fastest_time_s']:.4f} s  {s['fastest_energy_j']:.1f} J  "
+        f"({s['saving_percent']:.2f}% less energy)"
+    )
     slowest = frontier[-1]
     waiting = frontier.fastest.energy_at(slowest.iteration_time)
-    print(f"slowest plan   {slowest.iteration_time:.4f} s  {slowest.energy:.1f} J  "
-          f"(the fastest plan over that time: {waiting:.1f} J, so "
-          f"{100 * (1 - slowest.energy / waiting):.2f}% saved when a straggler sets the pace)")
-    print(f"plans          {len(frontier)}  ({frontier.steps} solver steps, {s['solve_time_s']:.2f} s)")
+    print(
+        f"slowest plan   {slowest.iteration_time:.4f} s  {slowest.energy:.1f} J  "
+        f"(the fastest plan over that time: {waiting:.1f} J, so "
+        f"{100 * (1 - slowest.energy / waiting):.2f}% saved when a straggler sets the pace)"
+    )
+    print(
+        f"plans          {len(frontier)}  ({frontier.steps} solver steps, {s['solve_time_s']:.2f} s)"
+    )
     print(f"written        {path}")
     return 0
 
@@ -99,7 +122,9 @@ def _reset_clocks(args: argparse.Namespace) -> int:
         print(f"perseus: error: {error}", file=sys.stderr)
         return 1
     for r in results:
-        print(f"GPU {r.device} (NVML {r.nvml_index}, {r.name}): SM clocks {r.gpu}, memory clocks {r.memory}")
+        print(
+            f"GPU {r.device} (NVML {r.nvml_index}, {r.name}): SM clocks {r.gpu}, memory clocks {r.memory}"
+        )
     return 0 if all(r.ok for r in results) else 1
 
 

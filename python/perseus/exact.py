@@ -118,14 +118,22 @@ def optimal_plan(
     for u, v in zip(src, dst):  # s[v] - s[u] - duration(u) >= 0
         cols = np.arange(x_start[u], x_start[u + 1])
         rows.append(
-            (0.0, inf, np.concatenate([[s_col[v], s_col[u]], cols]),
-             np.concatenate([[1.0, -1.0], -t[cols]]))
+            (
+                0.0,
+                inf,
+                np.concatenate([[s_col[v], s_col[u]], cols]),
+                np.concatenate([[1.0, -1.0], -t[cols]]),
+            )
         )
     for sink in np.flatnonzero(~has_successor):  # T - s[sink] - duration(sink) >= 0
         cols = np.arange(x_start[sink], x_start[sink + 1])
         rows.append(
-            (0.0, inf, np.concatenate([[t_col, s_col[sink]], cols]),
-             np.concatenate([[1.0, -1.0], -t[cols]]))
+            (
+                0.0,
+                inf,
+                np.concatenate([[t_col, s_col[sink]], cols]),
+                np.concatenate([[1.0, -1.0], -t[cols]]),
+            )
         )
     starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)
     index = np.concatenate([r[2] for r in rows]).astype(np.int32)
@@ -147,7 +155,7 @@ def optimal_plan(
     if solution.size != num_cols:
         raise RuntimeError(f"HiGHS found no solution ({h.modelStatusToString(status)})")
     chosen = np.array(
-        [int(np.argmax(solution[x_start[i]: x_start[i + 1]])) for i in range(n)], dtype=np.uint16
+        [int(np.argmax(solution[x_start[i] : x_start[i + 1]])) for i in range(n)], dtype=np.uint16
     )
     # Report the chosen plan replayed by perseus's own evaluator.
     times, energies, _ = problem.evaluate(chosen[np.newaxis, :])

@@ -23,7 +23,7 @@ from ._files import write_text_atomically
 from .profile import INSTRUCTIONS
 from .schedule import build_pipeline
 
-__all__ = ["Evaluation", "Frontier", "Plan", "PipelineSpec"]
+__all__ = ["Evaluation", "Frontier", "PipelineSpec", "Plan"]
 
 FORMAT_NAME = "perseus-frontier"
 FORMAT_VERSION = 1
@@ -66,7 +66,9 @@ class PipelineSpec:
     def computation_id(self, stage: int, instruction: str, microbatch: int) -> int:
         """Core id of a computation, with a clear error for a bad key."""
         if not 0 <= stage < self.num_stages:
-            raise ValueError(f"stage {stage} is out of range: this pipeline has {self.num_stages} stages")
+            raise ValueError(
+                f"stage {stage} is out of range: this pipeline has {self.num_stages} stages"
+            )
         if instruction not in INSTRUCTIONS:
             raise ValueError(f"instruction {instruction!r} is not one of {INSTRUCTIONS}")
         if not 0 <= microbatch < self.microbatches:
@@ -196,7 +198,9 @@ class Plan:
         """
         spec = self.spec
         if not 0 <= stage < spec.num_gpus:
-            raise ValueError(f"stage {stage} is out of range: this pipeline has {spec.num_gpus} GPUs")
+            raise ValueError(
+                f"stage {stage} is out of range: this pipeline has {spec.num_gpus} GPUs"
+            )
         if not 0 <= chunk < spec.virtual_stages:
             raise ValueError(
                 f"chunk {chunk} is out of range: this pipeline has {spec.virtual_stages} "
@@ -209,7 +213,9 @@ class Plan:
         """All frequencies, keyed by (profile stage, instruction, microbatch), in MHz."""
         spec = self.spec
         return {
-            (stage, instruction, mb): int(self._frequencies[spec.computation_id(stage, instruction, mb)])
+            (stage, instruction, mb): int(
+                self._frequencies[spec.computation_id(stage, instruction, mb)]
+            )
             for stage in range(spec.num_stages)
             for instruction in INSTRUCTIONS
             for mb in range(spec.microbatches)

@@ -75,12 +75,12 @@ def _check_unit_time(unit_time: float, table: _OptionTable) -> float:
     unit_time = float(unit_time)
     if not math.isfinite(unit_time) or unit_time <= 0:
         raise ProfileError(f"unit_time must be a positive number of seconds, got {unit_time!r}")
-    if all(
-        len(np.unique(np.ceil(g.time_s / unit_time * (1 - 1e-12)))) == 1 for g in table.groups
-    ):
-        shortest = min(float(np.min(np.diff(g.time_s))) for g in table.groups if len(g) > 1) if any(
-            len(g) > 1 for g in table.groups
-        ) else None
+    if all(len(np.unique(np.ceil(g.time_s / unit_time * (1 - 1e-12)))) == 1 for g in table.groups):
+        shortest = (
+            min(float(np.min(np.diff(g.time_s))) for g in table.groups if len(g) > 1)
+            if any(len(g) > 1 for g in table.groups)
+            else None
+        )
         hint = (
             f"; the closest options differ by {shortest:.3g} s"
             if shortest is not None
@@ -229,9 +229,7 @@ def evaluate(
     virtual_stages = 1 if virtual_stages is None else virtual_stages
     problem, spec, table, _ = _setup(profile, microbatches, schedule, virtual_stages)
     choices = np.empty(spec.num_computations, dtype=np.uint16)
-    lookup = [
-        {int(f): k for k, f in enumerate(g.frequency_mhz)} for g in table.groups
-    ]
+    lookup = [{int(f): k for k, f in enumerate(g.frequency_mhz)} for g in table.groups]
     for stage in range(spec.num_stages):
         for kind, instruction in enumerate(INSTRUCTIONS):
             options = lookup[2 * stage + kind]

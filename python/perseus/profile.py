@@ -375,7 +375,7 @@ def _record_fields(record: Any, where: str) -> Mapping[str, Any]:
     """Turn one record (mapping or 5-sequence) into a column -> value mapping."""
     if isinstance(record, Mapping):
         missing = [c for c in _COLUMNS if c not in record]
-        extra = sorted((repr(k) for k in record if k not in _COLUMNS))
+        extra = sorted(repr(k) for k in record if k not in _COLUMNS)
         if missing or extra:
             problems = []
             if missing:

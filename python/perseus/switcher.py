@@ -37,6 +37,7 @@ from . import _core
 from ._core import CudaError, LibraryLoadError, NvmlDevice, NvmlError
 
 __all__ = [
+    "SOURCES",
     "ClockSnapWarning",
     "CudaError",
     "FrequencySwitcher",
@@ -44,7 +45,6 @@ __all__ = [
     "NvmlDevice",
     "NvmlError",
     "ResetResult",
-    "SOURCES",
     "SwitchLog",
     "SwitchRecord",
     "reset_clocks",

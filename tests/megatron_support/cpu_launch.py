@@ -95,11 +95,13 @@ def launch(
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=port,
             OMP_NUM_THREADS="1",
-            PYTHONPATH=os.pathsep.join(p for p in (child_env.get("PYTHONPATH", ""), str(_TESTS)) if p),
+            PYTHONPATH=os.pathsep.join(
+                p for p in (child_env.get("PYTHONPATH", ""), str(_TESTS)) if p
+            ),
         )
         for key, value in (env or {}).items():
             child_env[key] = value.replace("{rank}", str(rank))
-        log = open(logs / f"rank{rank}.log", "w")
+        log = open(logs / f"rank{rank}.log", "w")  # noqa: SIM115 - closed with the processes
         files.append(log)
         processes.append(
             subprocess.Popen(
@@ -124,7 +126,9 @@ def launch(
         _stop(processes)
         for f in files:
             f.close()
-    codes = [p.returncode if p.returncode is not None and p.returncode >= 0 else None for p in processes]
+    codes = [
+        p.returncode if p.returncode is not None and p.returncode >= 0 else None for p in processes
+    ]
     texts = [(logs / f"rank{r}.log").read_text(errors="replace") for r in range(nproc)]
     return codes, texts
 

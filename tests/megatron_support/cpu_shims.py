@@ -83,7 +83,9 @@ class _StubKernel:
         return self
 
     def __call__(self, *args, **kwargs):
-        raise RuntimeError("a triton kernel was called under the CPU test shims (triton is stubbed)")
+        raise RuntimeError(
+            "a triton kernel was called under the CPU test shims (triton is stubbed)"
+        )
 
 
 def _stub_triton() -> dict[str, types.ModuleType]:
@@ -91,7 +93,7 @@ def _stub_triton() -> dict[str, types.ModuleType]:
     language = types.ModuleType("triton.language")
     triton.jit = lambda fn=None, **kwargs: _StubKernel(fn) if fn is not None else _StubKernel
     triton.autotune = lambda *args, **kwargs: _StubKernel
-    triton.heuristics = lambda *args, **kwargs: (lambda fn: _StubKernel(fn))
+    triton.heuristics = lambda *args, **kwargs: lambda fn: _StubKernel(fn)
     triton.Config = lambda *args, **kwargs: None
     triton.cdiv = lambda a, b: -(-a // b)
     triton.next_power_of_2 = lambda n: 1 << max(0, int(n - 1).bit_length())

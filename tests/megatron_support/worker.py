@@ -25,18 +25,19 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
 import perseus
 import perseus.megatron
+import torch
+import torch.distributed as dist
 from perseus.switcher import FrequencySwitcher
 
 faulthandler.dump_traceback_later(float(os.environ.get("WORKER_TIMEOUT_S", "240")), exit=True)
 torch.set_num_threads(1)
 
 _ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("megatron_gpt", _ROOT / "examples" / "megatron_gpt.py")
+_spec = importlib.util.spec_from_file_location(
+    "megatron_gpt", _ROOT / "examples" / "megatron_gpt.py"
+)
 example = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(example)
 
@@ -69,7 +70,11 @@ def synthetic_profile(stages: int) -> perseus.Profile:
 def frontier_for(schedule: str, pipeline: int, virtual: int, microbatches: int) -> perseus.Frontier:
     profile = synthetic_profile(pipeline * virtual)
     return perseus.optimize(
-        profile, microbatches=microbatches, schedule=schedule, virtual_stages=virtual, progress=False
+        profile,
+        microbatches=microbatches,
+        schedule=schedule,
+        virtual_stages=virtual,
+        progress=False,
     )
 
 
@@ -130,7 +135,8 @@ def train(args: Any, iterations: int, attachment: Any = None, delay=None) -> dic
 
 def trace_of(attachment: Any) -> list[list[Any]]:
     return [
-        [c.iteration, c.instruction, c.chunk, c.microbatch, c.frequency_mhz] for c in attachment.trace
+        [c.iteration, c.instruction, c.chunk, c.microbatch, c.frequency_mhz]
+        for c in attachment.trace
     ]
 
 
@@ -154,7 +160,9 @@ def scenario_pipelines(results: dict[str, Any]) -> None:
         plan = frontier.fastest
         switcher = WaitingSwitcher(0)
         before = len(nvml_clock_calls())
-        attachment = perseus.megatron.attach(frontier, switcher=switcher, record=True, tolerance=10.0)
+        attachment = perseus.megatron.attach(
+            frontier, switcher=switcher, record=True, tolerance=10.0
+        )
         run = train(args, iterations, attachment)
         switcher.close()
         order = perseus.pipeline_order(schedule, pipeline, microbatches, virtual)[run["pp_rank"]]
@@ -175,7 +183,11 @@ def _restored() -> bool:
 
     return not any(
         hasattr(getattr(schedules, name), "__perseus_attachment__")
-        for name in ("forward_step", "backward_step", "forward_backward_pipelining_without_interleaving")
+        for name in (
+            "forward_step",
+            "backward_step",
+            "forward_backward_pipelining_without_interleaving",
+        )
     )
 
 
@@ -226,7 +238,9 @@ def scenario_errors(results: dict[str, Any]) -> None:
             out[name] = {
                 "error": None,
                 "loss": loss,
-                "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)],
+                "warnings": [
+                    str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)
+                ],
             }
         except Exception as error:  # noqa: BLE001 - reported to the test
             out[name] = {"error": type(error).__name__, "message": str(error)}
@@ -237,7 +251,8 @@ def scenario_errors(results: dict[str, Any]) -> None:
         perseus.megatron.attach(frontier_for("1f1b", 2, 1, 8), switcher=FrequencySwitcher(0)),
     )
     attempt(
-        "pipeline", perseus.megatron.attach(frontier_for("1f1b", 4, 1, 4), switcher=FrequencySwitcher(0))
+        "pipeline",
+        perseus.megatron.attach(frontier_for("1f1b", 4, 1, 4), switcher=FrequencySwitcher(0)),
     )
     attempt(
         "schedule",

@@ -60,7 +60,9 @@ class _Arguments:
         names = list(self.signature.parameters)
         self._index = {name: i for i, name in enumerate(names)}
         self._default = {
-            name: p.default for name, p in self.signature.parameters.items() if p.default is not p.empty
+            name: p.default
+            for name, p in self.signature.parameters.items()
+            if p.default is not p.empty
         }
 
     def get(self, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
@@ -158,7 +160,9 @@ class Attachment:
             or not isinstance(warmup_iterations, int)
             or warmup_iterations < 0
         ):
-            raise ValueError(f"warmup_iterations must be an integer >= 0, not {warmup_iterations!r}")
+            raise ValueError(
+                f"warmup_iterations must be an integer >= 0, not {warmup_iterations!r}"
+            )
         if mode == "run":
             if frontier is None and plan is None:
                 raise ValueError("run mode needs a frontier (perseus.optimize(...)) or a plan")
@@ -359,10 +363,14 @@ class Attachment:
             first = output[0] if isinstance(output, list) else output
             found = it.outputs.pop(id(first), None)
             if found is None:
-                self._mismatch(it, "backward_step received an output tensor no forward_step produced")
+                self._mismatch(
+                    it, "backward_step received an output tensor no forward_step produced"
+                )
                 return original(*args, **kwargs)
             _, chunk, microbatch = found
-            self._capture_backward(it, chunk, microbatch, read.get(args, kwargs, "output_tensor_grad"))
+            self._capture_backward(
+                it, chunk, microbatch, read.get(args, kwargs, "output_tensor_grad")
+            )
             self._before(it, ("backward", chunk, microbatch))
             result = original(*args, **kwargs)
             self._after(it)
@@ -425,7 +433,11 @@ class Attachment:
             self.iteration_times_s.append(seconds)
         if self._policy is not None and seconds is not None:
             self._follow_stragglers(it, seconds)
-        if self._profile is not None and it.number == self._profile.iteration and not self._profile.done:
+        if (
+            self._profile is not None
+            and it.number == self._profile.iteration
+            and not self._profile.done
+        ):
             self._run_profile(it, config, kwargs)
         return result
 
@@ -478,7 +490,9 @@ class Attachment:
         if spec.schedule != wanted:
             problems.append(f"schedule: the plan's is {spec.schedule!r}, Megatron runs {label}")
         if spec.num_gpus != it.pp_size:
-            problems.append(f"pipeline size: the plan's is {spec.num_gpus}, Megatron's is {it.pp_size}")
+            problems.append(
+                f"pipeline size: the plan's is {spec.num_gpus}, Megatron's is {it.pp_size}"
+            )
         if spec.virtual_stages != it.chunks:
             problems.append(
                 f"virtual stages per GPU: the plan's is {spec.virtual_stages}, Megatron's model has "
@@ -498,7 +512,9 @@ class Attachment:
         if problems:
             self._mismatch(
                 it,
-                "the plan was not made for what Megatron runs: " + "; ".join(problems) + ". Make the "
+                "the plan was not made for what Megatron runs: "
+                + "; ".join(problems)
+                + ". Make the "
                 "frontier with perseus.optimize(profile, microbatches=M, schedule=..., "
                 "virtual_stages=V) for this pipeline",
             )
@@ -506,9 +522,9 @@ class Attachment:
         key = (id(self._plan), it.pp_rank)
         cached = self._orders.get(key)
         if cached is None:
-            order = pipeline_order(spec.schedule, spec.num_gpus, spec.microbatches, spec.virtual_stages)[
-                it.pp_rank
-            ]
+            order = pipeline_order(
+                spec.schedule, spec.num_gpus, spec.microbatches, spec.virtual_stages
+            )[it.pp_rank]
             plan = self._plan
             frequencies = [plan.frequency(it.pp_rank, i, mb, chunk) for i, chunk, mb in order]
             cached = (order, frequencies)
@@ -519,14 +535,13 @@ class Attachment:
 
     def _before(self, it: _Iteration, key: tuple[str, int, int]) -> None:
         index = it.index
-        if it.expected is not None:
-            if index >= len(it.expected) or it.expected[index] != key:
-                want = it.expected[index] if index < len(it.expected) else "nothing more"
-                self._mismatch(
-                    it,
-                    f"computation {index} of pipeline rank {it.pp_rank} in iteration {it.number} "
-                    f"is {key}, the plan's order has {want} there ((instruction, chunk, microbatch))",
-                )
+        if it.expected is not None and (index >= len(it.expected) or it.expected[index] != key):
+            want = it.expected[index] if index < len(it.expected) else "nothing more"
+            self._mismatch(
+                it,
+                f"computation {index} of pipeline rank {it.pp_rank} in iteration {it.number} "
+                f"is {key}, the plan's order has {want} there ((instruction, chunk, microbatch))",
+            )
         it.index = index + 1
         mhz = None
         if it.following and it.frequencies is not None:
@@ -590,7 +605,9 @@ class Attachment:
         dp_group, mp_group = self._groups()
         if dp_group is None:
             return
-        device = self._torch.device("cuda", self._torch.cuda.current_device()) if self._gpu else "cpu"
+        device = (
+            self._torch.device("cuda", self._torch.cuda.current_device()) if self._gpu else "cpu"
+        )
         pipeline_s, slowest, fastest = exchange_times(
             self._torch,
             seconds,
@@ -624,7 +641,12 @@ class Attachment:
     # -- profile mode ----------------------------------------------------------------
 
     def _capture_forward(
-        self, it: _Iteration, chunk: int, microbatch: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        it: _Iteration,
+        chunk: int,
+        microbatch: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Optional[tuple[tuple[Any, ...], dict[str, Any]]]:
         run = self._profile
         if run is None or microbatch != 0 or it.number != run.iteration or run.done:
@@ -688,7 +710,9 @@ class Attachment:
         payloads: list[Optional[dict[str, Any]]] = [None] * dist.get_world_size()
         dist.all_gather_object(payloads, payload, group=run.group)
         run.captures.clear()
-        errors = [f"pipeline rank {p['pp_rank']}: {p['error']}" for p in payloads if p and p["error"]]
+        errors = [
+            f"pipeline rank {p['pp_rank']}: {p['error']}" for p in payloads if p and p["error"]
+        ]
         if errors:
             raise MegatronIntegrationError("profile mode failed: " + "; ".join(errors))
         rows, blocking_w = _profile.merged_profile(payloads)
@@ -710,13 +734,17 @@ class Attachment:
                     "blocking_power_per_pipeline_rank_w": {
                         str(p["pp_rank"]): p["blocking_power_w"] for p in payloads if p
                     },
-                    "per_rank_sweeps": [str(run.rank_path(p["pp_rank"]).name) for p in payloads if p],
+                    "per_rank_sweeps": [
+                        str(run.rank_path(p["pp_rank"]).name) for p in payloads if p
+                    ],
                     "stage": "chunk * pipeline_size + pipeline_rank",
                 },
             )
         dist.barrier(group=run.group)
         run.done = True
-        logger.info("perseus: profile of %d stage(s) written to %s", self.profile.num_stages, run.path)
+        logger.info(
+            "perseus: profile of %d stage(s) written to %s", self.profile.num_stages, run.path
+        )
         if run.after == "stop":
             raise ProfilingFinished(str(run.path), self.profile)
 
@@ -726,7 +754,10 @@ class Attachment:
         torch = self._torch
         computations = {
             _profile.stage_of(chunk, it.pp_rank, it.pp_size): _profile.make_computations(
-                torch, self._originals["forward_step"], capture, getattr(config, "grad_scale_func", None)
+                torch,
+                self._originals["forward_step"],
+                capture,
+                getattr(config, "grad_scale_func", None),
             )
             for chunk, capture in sorted(run.captures.items())
         }
@@ -888,16 +919,22 @@ def attach(
             or not isinstance(profile_iteration, int)
             or profile_iteration < 0
         ):
-            raise ValueError(f"profile_iteration must be an integer >= 0, not {profile_iteration!r}")
+            raise ValueError(
+                f"profile_iteration must be an integer >= 0, not {profile_iteration!r}"
+            )
         if not (isinstance(profile_timeout_s, (int, float)) and profile_timeout_s > 0):
             raise ValueError(f"profile_timeout_s must be > 0 seconds, not {profile_timeout_s!r}")
         options = dict(profiler_options or {})
         for reserved in ("computations", "output", "mode", "device"):
             if reserved in options:
-                raise ValueError(f"profiler_options cannot set {reserved!r}; perseus.megatron sets it")
+                raise ValueError(
+                    f"profiler_options cannot set {reserved!r}; perseus.megatron sets it"
+                )
         path = Path(profile_path)
         if path.suffix == ".json":
-            raise ValueError(f"profile_path {path} would collide with its .json sidecar; name it .csv")
+            raise ValueError(
+                f"profile_path {path} would collide with its .json sidecar; name it .csv"
+            )
         run = _profile.ProfileRun(
             path=path,
             iteration=profile_iteration,

@@ -12,8 +12,8 @@ from ._errors import MegatronVersionError
 
 __all__ = [
     "SCHEDULE_FUNCTIONS",
-    "SUPPORTED_VERSIONS",
     "STEP_FUNCTIONS",
+    "SUPPORTED_VERSIONS",
     "check_megatron",
     "parse_version",
 ]

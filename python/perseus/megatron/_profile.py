@@ -211,7 +211,13 @@ def merged_csv(rows: list[dict[str, Any]]) -> str:
     )
     for r in order:
         writer.writerow(
-            (r["stage"], r["instruction"], r["frequency_mhz"], repr(r["time_s"]), repr(r["energy_j"]))
+            (
+                r["stage"],
+                r["instruction"],
+                r["frequency_mhz"],
+                repr(r["time_s"]),
+                repr(r["energy_j"]),
+            )
         )
     return out.getvalue()
 
@@ -269,6 +275,9 @@ def stage_of(chunk: int, pp_rank: int, pp_size: int) -> int:
 
 def profile_from_rows(rows: list[dict[str, Any]], blocking_power_w: float) -> Profile:
     return Profile.from_records(
-        [(r["stage"], r["instruction"], r["frequency_mhz"], r["time_s"], r["energy_j"]) for r in rows],
+        [
+            (r["stage"], r["instruction"], r["frequency_mhz"], r["time_s"], r["energy_j"])
+            for r in rows
+        ],
         blocking_power=blocking_power_w,
     )

@@ -181,10 +181,7 @@ def exchange_times(
     if model_parallel_group is not None and dist.get_world_size(model_parallel_group) > 1:
         dist.all_reduce(values, op=dist.ReduceOp.MAX, group=model_parallel_group)
     pipeline_s = float(values.item())
-    if on_base:
-        pair = [pipeline_s, -pipeline_s]
-    else:
-        pair = [0.0, -math.inf]
+    pair = [pipeline_s, -pipeline_s] if on_base else [0.0, -math.inf]
     both = torch.tensor(pair, dtype=torch.float64, device=device)
     dist.all_reduce(both, op=dist.ReduceOp.MAX, group=data_parallel_group)
     slowest, negative_fastest = both.tolist()
