@@ -2,6 +2,7 @@
 #include "pybind11.hpp"
 
 #include "dag.hpp"
+#include "options.hpp"
 #include "pipeline.hpp"
 
 using perseus::Index;
@@ -53,6 +54,29 @@ void register_pipeline(py::module_& m) {
                                return column<std::uint8_t>(
                                    p, [](auto& c) { return static_cast<int>(c.instruction); });
                              })
+      .def_property_readonly("group",
+                             [](const Pipeline& p) {
+                               return column<std::int32_t>(p, [](auto& c) { return perseus::group_of(c); });
+                             })
+      .def(
+          "ids",
+          [](const Pipeline& p, const py::array_t<Index, py::array::forcecast>& stage,
+             const py::array_t<Index, py::array::forcecast>& microbatch,
+             const py::array_t<Index, py::array::forcecast>& instruction) {
+            if (stage.ndim() != 1 || stage.size() != microbatch.size() || stage.size() != instruction.size())
+              throw std::invalid_argument("stage, microbatch and instruction must be 1-D and of one length");
+            std::vector<Index> out(static_cast<std::size_t>(stage.size()));
+            for (py::ssize_t k = 0; k < stage.size(); ++k) {
+              const Index s = stage.at(k), mb = microbatch.at(k), ins = instruction.at(k);
+              if (s < 0 || s >= p.num_stages() || mb < 0 || mb >= p.num_microbatches() || ins < 0 || ins > 1)
+                throw py::index_error("no computation (stage " + std::to_string(s) + ", microbatch " +
+                                      std::to_string(mb) + ", instruction " + std::to_string(ins) + ")");
+              out[static_cast<std::size_t>(k)] = p.id_of(s, mb, static_cast<Instruction>(ins));
+            }
+            return to_numpy(std::move(out));
+          },
+          "stage"_a, "microbatch"_a, "instruction"_a,
+          "Computation ids of (stage, microbatch, instruction 0 forward | 1 backward), vectorised.")
       .def(
           "order",
           [](const Pipeline& p, Index gpu) {

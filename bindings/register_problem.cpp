@@ -1,154 +1,206 @@
-// Bindings for plan replay and the frontier solver (cpp/evaluate.hpp,
-// cpp/frontier.hpp). A Problem ties a pipeline to a profile's options.
+// Bindings for the option filter, plan replay and the frontier solver
+// (cpp/options.hpp, cpp/problem.hpp, cpp/frontier.hpp, cpp/solver_options.hpp).
 #include "pybind11.hpp"
 
-#include <cmath>
 #include <memory>
 #include <mutex>
 
-#include "dag.hpp"
-#include "evaluate.hpp"
 #include "frontier.hpp"
 #include "options.hpp"
-#include "pipeline.hpp"
+#include "pacer.hpp"
+#include "problem.hpp"
+#include "solver_options.hpp"
 
 using namespace perseus;
 
 namespace {
 
-class Problem {
- public:
-  Problem(const Pipeline& pipeline, std::vector<Index> offsets, std::vector<double> time_s,
-          std::vector<double> energy_j, double blocking_power_w)
-      : pipeline_(pipeline),
-        dag_(pipeline_),
-        table_(pipeline_.num_stages(), std::move(offsets), std::move(time_s), std::move(energy_j)),
-        blocking_power_w_(blocking_power_w),
-        evaluator_(pipeline_, dag_, table_, blocking_power_w) {
-    if (!(blocking_power_w >= 0) || !std::isfinite(blocking_power_w))
-      throw std::invalid_argument("blocking_power must be a finite number of watts >= 0");
+template <typename T>
+using CArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+// A Problem with the lock its shared replay scratch needs.
+struct LockedProblem {
+  LockedProblem(const Pipeline& pipeline, std::vector<Index> offsets, std::vector<double> time_s,
+                std::vector<double> energy_j, double blocking_power_w)
+      : problem(pipeline, std::move(offsets), std::move(time_s), std::move(energy_j),
+                blocking_power_w) {}
+  Problem problem;
+  std::mutex mutex;
+};
+
+py::tuple split(const std::vector<Evaluation>& evaluations) {
+  std::vector<double> times, energies;
+  for (const Evaluation& e : evaluations) {
+    times.push_back(e.iteration_time_s);
+    energies.push_back(e.energy_j);
   }
-  Problem(const Problem&) = delete;
-  Problem& operator=(const Problem&) = delete;
+  return py::make_tuple(to_numpy(std::move(times)), to_numpy(std::move(energies)));
+}
 
-  const Pipeline& pipeline() const { return pipeline_; }
+std::size_t rows_of(const py::buffer_info& info, Index n, const char* name) {
+  if (info.ndim != 2 || info.shape[1] != n)
+    throw std::invalid_argument(std::string(name) + " must have shape (plans, " + std::to_string(n) + ")");
+  return static_cast<std::size_t>(info.shape[0]);
+}
 
-  // The DAG's edges as (predecessor ids, successor ids).
-  py::tuple edges() const {
-    std::vector<Index> from, to;
-    from.reserve(static_cast<std::size_t>(dag_.num_edges()));
-    to.reserve(static_cast<std::size_t>(dag_.num_edges()));
-    for (Index u = 0; u < dag_.num_nodes(); ++u)
-      for (const Index* v = dag_.successors_begin(u); v != dag_.successors_end(u); ++v) {
-        from.push_back(u);
-        to.push_back(*v);
-      }
-    return py::make_tuple(to_numpy(std::move(from)), to_numpy(std::move(to)));
+py::tuple evaluate(LockedProblem& self, const CArray<OptionIndex>& choices) {
+  const std::size_t plans = rows_of(choices.request(), self.problem.pipeline().size(), "choices");
+  std::vector<Evaluation> out;
+  {
+    py::gil_scoped_release release;
+    const std::lock_guard<std::mutex> lock(self.mutex);
+    out = self.problem.evaluate(choices.data(), plans);
   }
+  return split(out);
+}
 
-  // Rows of `choices` are plans; returns (iteration times, energies).
-  py::tuple evaluate(py::array_t<OptionIndex, py::array::c_style | py::array::forcecast> choices,
-                     bool reclaim, double deadline_s) {
-    const Index n = pipeline_.size();
-    if (choices.ndim() != 2 || choices.shape(1) != n)
-      throw std::invalid_argument("choices must have shape (plans, " + std::to_string(n) + ")");
-    check_choices(choices);
-    py::array_t<OptionIndex> out(std::vector<py::ssize_t>{choices.shape(0), n});
-    std::copy(choices.data(), choices.data() + choices.size(), out.mutable_data());
-    std::vector<double> times(static_cast<std::size_t>(choices.shape(0)));
-    std::vector<double> energies(times.size());
-    {
-      py::gil_scoped_release release;
-      const std::lock_guard<std::mutex> lock(mutex_);  // the evaluator's scratch is shared
-      for (std::size_t k = 0; k < times.size(); ++k) {
-        OptionIndex* row = out.mutable_data() + k * static_cast<std::size_t>(n);
-        const Evaluation e = reclaim ? evaluator_.reclaim_both(row, deadline_s) : evaluator_.evaluate(row);
-        times[k] = e.iteration_time_s;
-        energies[k] = e.energy_j;
-      }
-    }
-    return py::make_tuple(to_numpy(std::move(times)), to_numpy(std::move(energies)), out);
+py::tuple replay(LockedProblem& self, const CArray<double>& time_s, const CArray<double>& energy_j) {
+  const Index n = self.problem.pipeline().size();
+  const std::size_t plans = rows_of(time_s.request(), n, "time_s");
+  if (rows_of(energy_j.request(), n, "energy_j") != plans)
+    throw std::invalid_argument("time_s and energy_j must have the same shape");
+  std::vector<Evaluation> out;
+  {
+    py::gil_scoped_release release;
+    const std::lock_guard<std::mutex> lock(self.mutex);
+    out = self.problem.replay(time_s.data(), energy_j.data(), plans);
   }
+  return split(out);
+}
 
-  py::dict solve(double unit_time_s, const py::object& progress, bool refine) {
-    SolverOptions options;
-    options.unit_time_s = unit_time_s;
-    options.refine = refine;
-    options.blocking_power_w = blocking_power_w_;
-    // Runs with the GIL released; the hook takes it back to check for Ctrl-C
-    // and to call the user's progress function.
-    std::unique_ptr<py::error_already_set> pending;
-    options.progress = [&](std::int64_t done, std::int64_t expected) {
+// Runs the solve with the GIL released. The hooks take it back: one checks
+// for Ctrl-C (and any other pending signal handler), the other calls the
+// user's progress function; an exception from either ends the solve and is
+// re-raised here with its traceback.
+FrontierResult solve(const LockedProblem& self, double unit_time_s, bool refine,
+                     const SolverBudgets& budgets, const py::object& progress,
+                     double progress_period_s) {
+  SolverOptions options;
+  options.unit_time_s = unit_time_s;
+  options.refine = refine;
+  options.budgets = budgets;
+  options.progress_period_s = progress_period_s;
+  std::unique_ptr<py::error_already_set> pending;
+  options.interrupted = [&]() {
+    py::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() == 0) return false;
+    pending = std::make_unique<py::error_already_set>();
+    return true;
+  };
+  if (!progress.is_none()) {
+    options.progress = [&](Phase phase, std::int64_t done, std::int64_t total) {
       py::gil_scoped_acquire acquire;
       try {
-        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-        if (!progress.is_none()) progress(done, expected);
+        const py::object answer = progress(phase, done, total);
+        return answer.is_none() || answer.cast<bool>();
       } catch (py::error_already_set& e) {
         pending = std::make_unique<py::error_already_set>(std::move(e));
         return false;
       }
-      return true;
     };
-    FrontierResult r;
-    try {
-      py::gil_scoped_release release;
-      r = solve_frontier(pipeline_, dag_, table_, options);
-    } catch (const SolveCancelled&) {
-      if (pending) throw std::move(*pending);
-      throw;
-    }
-    const auto plans = static_cast<py::ssize_t>(r.num_plans());
-    py::dict out;
-    out["choices"] = to_numpy(std::move(r.choices), {plans, static_cast<py::ssize_t>(r.num_computations)});
-    out["iteration_time_s"] = to_numpy(std::move(r.iteration_time_s));
-    out["energy_j"] = to_numpy(std::move(r.energy_j));
-    out["energy_before_reclaim_j"] = to_numpy(std::move(r.energy_before_reclaim_j));
-    out["baseline_time_s"] = r.baseline.iteration_time_s;
-    out["baseline_energy_j"] = r.baseline.energy_j;
-    out["steps"] = r.steps;
-    out["unit_time_s"] = r.unit_time_s;
-    out["min_time_units"] = r.min_time_units;
-    out["max_time_units"] = r.max_time_units;
-    return out;
   }
-
- private:
-  void check_choices(const py::array_t<OptionIndex, py::array::c_style | py::array::forcecast>& choices) {
-    const Index n = pipeline_.size();
-    const OptionIndex* data = choices.data();
-    for (py::ssize_t k = 0; k < choices.shape(0); ++k)
-      for (Index i = 0; i < n; ++i) {
-        const Index g = evaluator_.group(i);
-        if (data[k * n + i] >= table_.num_options(g))
-          throw std::invalid_argument("plan " + std::to_string(k) + ": computation " +
-                                      std::to_string(i) + " chooses option " +
-                                      std::to_string(data[k * n + i]) + " of " +
-                                      std::to_string(table_.num_options(g)));
-      }
+  try {
+    py::gil_scoped_release release;
+    return self.problem.solve(options);
+  } catch (const SolveCancelled&) {
+    if (pending) throw std::move(*pending);
+    throw;
   }
+}
 
-  Pipeline pipeline_;
-  Dag dag_;
-  OptionTable table_;
-  double blocking_power_w_;
-  Evaluator evaluator_;
-  std::mutex mutex_;
-};
+template <typename T>
+py::array_t<T> copy_of(const std::vector<T>& values) {
+  return to_numpy(std::vector<T>(values));
+}
 
 }  // namespace
 
 void register_problem(py::module_& m) {
   py::register_exception<SolveCancelled>(m, "SolveCancelled", PyExc_KeyboardInterrupt);
-  py::class_<Problem>(m, "Problem", "A pipeline together with a profile's measured options.")
+
+  py::enum_<Phase>(m, "Phase", "Phases of a frontier solve, in the order they run.")
+      .value("MIN_CUT", Phase::kMinCut)
+      .value("CANDIDATES", Phase::kCandidates)
+      .value("RECLAIM", Phase::kReclaim)
+      .value("LOCAL_SEARCH", Phase::kLocalSearch);
+  m.def("phase_name", &phase_name, "phase"_a, "Human-readable name of a phase.");
+  py::enum_<StopReason>(m, "StopReason", "Why the min-cut loop stopped.")
+      .value("MINIMUM_TIME", StopReason::kMinimumTime)
+      .value("NO_PROGRESS", StopReason::kNoProgress)
+      .value("INFEASIBLE_FLOW", StopReason::kInfeasibleFlow);
+  m.def("stop_reason_name", &stop_reason_name, "reason"_a);
+
+  py::class_<SolverBudgets>(m, "SolverBudgets", "Work budgets of a solve (cpp/solver_options.hpp).")
+      .def(py::init<>())
+      .def_readwrite("multi_unit_steps", &SolverBudgets::multi_unit_steps)
+      .def_readwrite("max_unit_divisor", &SolverBudgets::max_unit_divisor)
+      .def_readwrite("finer_quantum_work", &SolverBudgets::finer_quantum_work)
+      .def_readwrite("local_search_work_per_element", &SolverBudgets::local_search_work_per_element)
+      .def_readwrite("local_search_work_floor", &SolverBudgets::local_search_work_floor)
+      .def_readwrite("local_search_work_cap", &SolverBudgets::local_search_work_cap)
+      .def_readwrite("plan_energy_resolution", &SolverBudgets::plan_energy_resolution);
+
+  py::class_<FrontierResult>(m, "SolveResult", "What a solve returns (cpp/frontier.hpp).")
+      .def_property_readonly("choices",
+                             [](const FrontierResult& r) {
+                               std::vector<OptionIndex> rows(r.choices);
+                               return to_numpy(std::move(rows), {r.num_plans(), r.num_computations});
+                             })
+      .def_property_readonly("iteration_time_s", [](const FrontierResult& r) { return copy_of(r.iteration_time_s); })
+      .def_property_readonly("energy_j", [](const FrontierResult& r) { return copy_of(r.energy_j); })
+      .def_property_readonly("energy_before_reclaim_j",
+                             [](const FrontierResult& r) { return copy_of(r.energy_before_reclaim_j); })
+      .def_property_readonly("baseline_time_s", [](const FrontierResult& r) { return r.baseline.iteration_time_s; })
+      .def_property_readonly("baseline_energy_j", [](const FrontierResult& r) { return r.baseline.energy_j; })
+      .def_readonly("steps", &FrontierResult::steps)
+      .def_readonly("cuts", &FrontierResult::cuts)
+      .def_readonly("unit_time_s", &FrontierResult::unit_time_s)
+      .def_readonly("min_time_units", &FrontierResult::min_time_units)
+      .def_readonly("max_time_units", &FrontierResult::max_time_units)
+      .def_readonly("stop_reason", &FrontierResult::stop_reason)
+      .def_readonly("candidates", &FrontierResult::candidates)
+      .def_property_readonly("phase_seconds", [](const FrontierResult& r) {
+        py::dict out;
+        for (int p = 0; p < 4; ++p) out[phase_name(static_cast<Phase>(p))] = r.phase_seconds[ix(p)];
+        return out;
+      });
+
+  m.def(
+      "useful_options",
+      [](const CArray<double>& time_s, const CArray<double>& energy_j, double blocking_power_w) {
+        if (time_s.ndim() != 1 || energy_j.ndim() != 1 || time_s.size() != energy_j.size())
+          throw std::invalid_argument("time_s and energy_j must be 1-D and of the same length");
+        return to_numpy(useful_options(time_s.data(), energy_j.data(),
+                                       static_cast<Index>(time_s.size()), blocking_power_w));
+      },
+      "time_s"_a, "energy_j"_a, "blocking_power_w"_a,
+      "Positions of the options worth keeping, fastest first (time strictly increasing, "
+      "energy - blocking_power_w * time strictly decreasing).");
+
+  py::class_<LockedProblem>(m, "Problem", "A pipeline together with a profile's useful options.")
       .def(py::init<const Pipeline&, std::vector<Index>, std::vector<double>, std::vector<double>,
                     double>(),
            "pipeline"_a, "offsets"_a, "time_s"_a, "energy_j"_a, "blocking_power_w"_a)
-      .def_property_readonly("pipeline", &Problem::pipeline, py::return_value_policy::reference_internal)
-      .def("edges", &Problem::edges, "The iteration DAG's edges: (from ids, to ids).")
-      .def("evaluate", &Problem::evaluate, "choices"_a, "reclaim"_a = false, "deadline_s"_a = 0.0,
-           "Replay plans (rows of option indices); with reclaim, first move computations to "
-           "slower options within max(deadline_s, own time). Returns (times s, energies J, "
-           "choices).")
-      .def("solve", &Problem::solve, "unit_time_s"_a, "progress"_a = py::none(), "refine"_a = true,
-           "Compute the frontier; returns a dict of numpy arrays.");
+      .def_property_readonly(
+          "pipeline", [](const LockedProblem& p) -> const Pipeline& { return p.problem.pipeline(); },
+          py::return_value_policy::reference_internal)
+      .def(
+          "edges",
+          [](const LockedProblem& p) {
+            const Dag& dag = p.problem.dag();
+            std::vector<Index> from, to;
+            for (Index u = 0; u < dag.num_nodes(); ++u)
+              for (const Index* v = dag.successors_begin(u); v != dag.successors_end(u); ++v) {
+                from.push_back(u);
+                to.push_back(*v);
+              }
+            return py::make_tuple(to_numpy(std::move(from)), to_numpy(std::move(to)));
+          },
+          "The iteration DAG's edges: (from ids, to ids).")
+      .def("evaluate", &evaluate, "choices"_a,
+           "Replay plans (rows of option indices). Returns (times s, energies J).")
+      .def("replay", &replay, "time_s"_a, "energy_j"_a,
+           "Replay plans given as rows of measured times and energies. Returns (times s, energies J).")
+      .def("solve", &solve, "unit_time_s"_a, "refine"_a, "budgets"_a, "progress"_a = py::none(),
+           "progress_period_s"_a = 0.1, "Compute the frontier.");
 }

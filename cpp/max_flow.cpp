@@ -1,97 +1,163 @@
 #include "max_flow.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace perseus {
 
-FlowNetwork::FlowNetwork(Index num_nodes) : num_nodes_(num_nodes) {}
+void BoundedFlow::reset(Index num_nodes) {
+  num_nodes_ = num_nodes;
+  tail_.clear();
+  head_.clear();
+  lower_.clear();
+  upper_.clear();
+  flow_.clear();
+}
 
-Index FlowNetwork::add_arc(Index from, Index to) {
-  if (finalized_) throw std::logic_error("FlowNetwork: add_arc after finalize");
-  const auto id = static_cast<Index>(head_.size());
+Index BoundedFlow::add_arc(Index from, Index to) {
+  const auto id = static_cast<Index>(tail_.size());
   tail_.push_back(from);
   head_.push_back(to);
-  tail_.push_back(to);
-  head_.push_back(from);
+  lower_.push_back(0.0);
+  upper_.push_back(0.0);
+  flow_.push_back(0.0);
   return id;
 }
 
-void FlowNetwork::finalize() {
-  const auto n = static_cast<std::size_t>(num_nodes_);
+void BoundedFlow::finalize() {
+  const auto n = ix(num_nodes_);
   adj_offset_.assign(n + 1, 0);
-  for (const Index t : tail_) ++adj_offset_[static_cast<std::size_t>(t) + 1];
+  for (std::size_t a = 0; a < tail_.size(); ++a) {
+    ++adj_offset_[ix(tail_[a]) + 1];
+    ++adj_offset_[ix(head_[a]) + 1];
+  }
   for (std::size_t v = 0; v < n; ++v) adj_offset_[v + 1] += adj_offset_[v];
-  adj_.resize(tail_.size());
-  std::vector<Index> fill(adj_offset_.begin(), adj_offset_.end() - 1);
-  for (std::size_t a = 0; a < tail_.size(); ++a)
-    adj_[static_cast<std::size_t>(fill[static_cast<std::size_t>(tail_[a])]++)] =
-        static_cast<Index>(a);
-  residual_.assign(tail_.size(), 0.0);
+  adj_.resize(2 * tail_.size());
+  next_arc_.assign(adj_offset_.begin(), adj_offset_.end() - 1);  // fill cursors
+  for (std::size_t a = 0; a < tail_.size(); ++a) {
+    adj_[ix(next_arc_[ix(tail_[a])]++)] = static_cast<Index>(2 * a);      // forward
+    adj_[ix(next_arc_[ix(head_[a])]++)] = static_cast<Index>(2 * a + 1);  // reverse
+  }
+  imbalance_.assign(n, 0.0);
+  is_imbalanced_.assign(n, 0);
+  imbalanced_.clear();
   level_.assign(n, -1);
-  next_arc_.assign(n, 0);
-  queue_.assign(n, 0);
-  path_.assign(n, 0);
-  finalized_ = true;
+  queue_.resize(n);
+  path_.resize(n);
+  stamp_.assign(n, 0);
+  epoch_ = 0;
 }
 
-template <typename Usable>
-void FlowNetwork::breadth_first(Index source, Usable usable) {
-  std::fill(level_.begin(), level_.end(), -1);
-  std::size_t head = 0, tail = 0;
-  level_[static_cast<std::size_t>(source)] = 0;
-  queue_[tail++] = source;
-  while (head < tail) {
-    const Index u = queue_[head++];
-    for (Index k = adj_offset_[static_cast<std::size_t>(u)];
-         k < adj_offset_[static_cast<std::size_t>(u) + 1]; ++k) {
-      const Index a = adj_[static_cast<std::size_t>(k)];
-      const Index v = head_[static_cast<std::size_t>(a)];
-      if (level_[static_cast<std::size_t>(v)] < 0 && usable(residual_[static_cast<std::size_t>(a)])) {
-        level_[static_cast<std::size_t>(v)] = level_[static_cast<std::size_t>(u)] + 1;
-        queue_[tail++] = v;
-      }
-    }
+double BoundedFlow::residual(Index h) const {
+  const auto a = ix(h >> 1);
+  return (h & 1) == 0 ? upper_[a] - flow_[a] : flow_[a] - lower_[a];
+}
+
+void BoundedFlow::push(Index h, double amount) {
+  const auto a = ix(h >> 1);
+  flow_[a] += (h & 1) == 0 ? amount : -amount;
+}
+
+void BoundedFlow::book(Index node, double amount) {
+  imbalance_[ix(node)] += amount;
+  if (!is_imbalanced_[ix(node)]) {
+    is_imbalanced_[ix(node)] = 1;
+    imbalanced_.push_back(node);
   }
 }
 
-bool FlowNetwork::build_levels(Index source, Index sink, double tolerance) {
-  breadth_first(source, [tolerance](double r) { return r > tolerance; });
-  return level_[static_cast<std::size_t>(sink)] >= 0;
+void BoundedFlow::set_bounds(Index arc, double lower, double upper) {
+  const auto a = ix(arc);
+  lower_[a] = lower;
+  upper_[a] = upper;
+  const double clamped = std::min(std::max(flow_[a], lower), upper);
+  const double delta = clamped - flow_[a];
+  if (delta == 0.0) return;
+  flow_[a] = clamped;
+  // More flow on tail -> head: the head receives more (surplus), the tail sends more (deficit).
+  book(head_[a], delta);
+  book(tail_[a], -delta);
 }
 
-double FlowNetwork::augment_blocking_flow(Index source, Index sink, double tolerance) {
-  for (std::size_t v = 0; v < next_arc_.size(); ++v) next_arc_[v] = adj_offset_[v];
+void BoundedFlow::clear_flows() {
+  for (std::size_t a = 0; a < flow_.size(); ++a) flow_[a] = 0.0;
+  for (const Index v : imbalanced_) {
+    imbalance_[ix(v)] = 0.0;
+    is_imbalanced_[ix(v)] = 0;
+  }
+  imbalanced_.clear();
+  for (std::size_t a = 0; a < flow_.size(); ++a)
+    if (lower_[a] > 0) set_bounds(static_cast<Index>(a), lower_[a], upper_[a]);
+}
+
+template <typename Usable>
+void BoundedFlow::levels_from(std::size_t count, Index target, Usable usable) {
+  if (++epoch_ == 0) {  // the stamps wrapped: start them over
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    epoch_ = 1;
+  }
+  for (std::size_t k = 0; k < count; ++k) {
+    const Index v = queue_[k];
+    stamp_[ix(v)] = epoch_;
+    level_[ix(v)] = 0;
+    next_arc_[ix(v)] = adj_offset_[ix(v)];
+  }
+  std::size_t head = 0, tail = count;
+  while (head < tail) {
+    const Index u = queue_[head++];
+    if (u == target) break;
+    for (Index k = adj_offset_[ix(u)]; k < adj_offset_[ix(u) + 1]; ++k) {
+      const Index h = adj_[ix(k)];
+      const Index v = (h & 1) == 0 ? head_[ix(h >> 1)] : tail_[ix(h >> 1)];
+      if (stamp_[ix(v)] == epoch_ || !usable(residual(h))) continue;
+      stamp_[ix(v)] = epoch_;
+      level_[ix(v)] = level_[ix(u)] + 1;
+      next_arc_[ix(v)] = adj_offset_[ix(v)];
+      queue_[tail++] = v;
+    }
+    work_ += adj_offset_[ix(u) + 1] - adj_offset_[ix(u)];
+  }
+}
+
+double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, double limit,
+                                  double tolerance) {
+  auto on_level = [&](Index v) { return stamp_[ix(v)] == epoch_ && level_[ix(v)] >= 0; };
+  auto is_target = [&](Index v) {
+    return to_deficits ? imbalance_[ix(v)] < -tolerance : v == sink;
+  };
   double total = 0.0;
-  std::size_t depth = 0;  // path_[0 .. depth) are arcs from source
-  Index u = source;
-  while (true) {
-    if (u == sink) {
-      double push = kInfinity;
-      for (std::size_t i = 0; i < depth; ++i)
-        push = std::min(push, residual_[static_cast<std::size_t>(path_[i])]);
-      if (push == kInfinity) throw std::logic_error("FlowNetwork: infinite augmenting path");
+  std::size_t depth = 0;  // path_[0 .. depth) are half-arcs from `from`
+  Index u = from;
+  while (total < limit) {
+    if (depth > 0 && is_target(u)) {
+      double amount = limit - total;
+      for (std::size_t i = 0; i < depth; ++i) amount = std::min(amount, residual(path_[i]));
+      if (to_deficits) amount = std::min(amount, -imbalance_[ix(u)]);
+      if (amount == kInfinity) throw std::logic_error("BoundedFlow: infinite augmenting path");
       std::size_t retreat = depth;
       for (std::size_t i = 0; i < depth; ++i) {
-        const auto a = static_cast<std::size_t>(path_[i]);
-        residual_[a] -= push;
-        residual_[a ^ 1] += push;
-        if (residual_[a] <= tolerance && retreat == depth) retreat = i;
+        push(path_[i], amount);
+        if (residual(path_[i]) <= tolerance && retreat == depth) retreat = i;
       }
-      total += push;
-      if (retreat == depth) retreat = 0;  // nothing saturated (rounding): restart
-      depth = retreat;  // resume from the tail of the first saturated arc
-      u = depth == 0 ? source : tail_[static_cast<std::size_t>(path_[depth])];
+      if (to_deficits) {
+        imbalance_[ix(from)] -= amount;
+        imbalance_[ix(u)] += amount;
+      }
+      total += amount;
+      work_ += static_cast<std::int64_t>(depth);
+      if (retreat == depth) retreat = 0;  // the target was filled, or rounding: restart
+      depth = retreat;
+      u = depth == 0 ? from : ((path_[depth] & 1) == 0 ? tail_[ix(path_[depth] >> 1)] : head_[ix(path_[depth] >> 1)]);
       continue;
     }
     bool advanced = false;
-    const auto us = static_cast<std::size_t>(u);
-    for (Index& k = next_arc_[us]; k < adj_offset_[us + 1]; ++k) {
-      const Index a = adj_[static_cast<std::size_t>(k)];
-      const Index v = head_[static_cast<std::size_t>(a)];
-      if (residual_[static_cast<std::size_t>(a)] > tolerance &&
-          level_[static_cast<std::size_t>(v)] == level_[us] + 1) {
-        path_[depth++] = a;
+    for (Index& k = next_arc_[ix(u)]; k < adj_offset_[ix(u) + 1]; ++k) {
+      const Index h = adj_[ix(k)];
+      const Index v = (h & 1) == 0 ? head_[ix(h >> 1)] : tail_[ix(h >> 1)];
+      ++work_;
+      if (on_level(v) && level_[ix(v)] == level_[ix(u)] + 1 && residual(h) > tolerance) {
+        path_[depth++] = h;
         u = v;
         advanced = true;
         break;
@@ -99,29 +165,71 @@ double FlowNetwork::augment_blocking_flow(Index source, Index sink, double toler
     }
     if (advanced) continue;
     // Dead end: retire u from this level graph and step back.
-    level_[us] = -1;
+    level_[ix(u)] = -1;
     if (depth == 0) break;
     --depth;
-    u = tail_[static_cast<std::size_t>(path_[depth])];
-    ++next_arc_[static_cast<std::size_t>(u)];
+    const Index h = path_[depth];
+    u = (h & 1) == 0 ? tail_[ix(h >> 1)] : head_[ix(h >> 1)];
+    ++next_arc_[ix(u)];
   }
   return total;
 }
 
-double FlowNetwork::max_flow(Index source, Index sink, double tolerance) {
+bool BoundedFlow::restore_balance(double tolerance) {
+  while (true) {
+    std::size_t surplus = 0;
+    bool deficit = false;
+    for (const Index v : imbalanced_) {
+      if (imbalance_[ix(v)] > tolerance) queue_[surplus++] = v;
+      else if (imbalance_[ix(v)] < -tolerance) deficit = true;
+    }
+    if (surplus == 0 || !deficit) break;
+    // Levels from every surplus node at once; the search leaves them at the
+    // front of queue_.
+    levels_from(surplus, -1, [tolerance](double r) { return r > tolerance; });
+    double moved = 0.0;
+    for (std::size_t k = 0; k < surplus; ++k) {
+      const Index v = queue_[k];
+      moved += blocking_flow(v, -1, true, imbalance_[ix(v)], tolerance);
+    }
+    if (moved <= tolerance) break;
+  }
+  for (const Index v : imbalanced_)
+    if (std::abs(imbalance_[ix(v)]) > tolerance) return false;
+  for (const Index v : imbalanced_) {  // what is left is rounding: drop it
+    imbalance_[ix(v)] = 0.0;
+    is_imbalanced_[ix(v)] = 0;
+  }
+  imbalanced_.clear();
+  return true;
+}
+
+double BoundedFlow::augment(Index source, Index sink, Index frozen, double tolerance) {
+  const auto f = ix(frozen);
+  lower_[f] = upper_[f] = flow_[f];  // closed: no residual either way
   double total = 0.0;
-  while (build_levels(source, sink, tolerance)) total += augment_blocking_flow(source, sink, tolerance);
+  while (true) {
+    queue_[0] = source;
+    levels_from(1, sink, [tolerance](double r) { return r > tolerance; });
+    if (stamp_[ix(sink)] != epoch_) break;
+    total += blocking_flow(source, sink, false, kInfinity, tolerance);
+  }
+  // The return arc carries it back, so the flow stays a circulation; it stays
+  // closed until the caller opens it again with set_bounds.
+  flow_[f] += total;
+  lower_[f] = upper_[f] = flow_[f];
   return total;
 }
 
-bool FlowNetwork::has_infinite_path(Index source, Index sink) {
-  breadth_first(source, [](double r) { return r == kInfinity; });
-  return level_[static_cast<std::size_t>(sink)] >= 0;
+bool BoundedFlow::has_infinite_path(Index source, Index sink) {
+  queue_[0] = source;
+  levels_from(1, sink, [](double r) { return r == kInfinity; });
+  return stamp_[ix(sink)] == epoch_;
 }
 
-const std::vector<Index>& FlowNetwork::reachable_from(Index source, double tolerance) {
-  breadth_first(source, [tolerance](double r) { return r > tolerance; });
-  return level_;
+void BoundedFlow::mark_reachable(Index source, double tolerance) {
+  queue_[0] = source;
+  levels_from(1, -1, [tolerance](double r) { return r > tolerance; });
 }
 
 }  // namespace perseus

@@ -1,66 +1,91 @@
-// Maximum flow on a residual network whose shape is fixed once and whose
-// capacities change between solves: Dinic's algorithm (blocking flows on BFS
-// level graphs), O(V^2 E) worst case, far less on the shallow, wide critical
-// subgraphs of pipeline DAGs.
+// A flow with lower and upper bounds on a network of fixed shape, kept from
+// one solve to the next.
 //
-// Capacities are doubles; +infinity is a real capacity (never a stand-in big
-// number). Callers must make sure no augmenting path is infinite (see
-// has_infinite_path) before calling max_flow; residual amounts at or below
-// `tolerance` count as zero.
+// The min-cut loop solves one maximum flow per step on the critical
+// subgraph, and from one step to the next only a few arcs change bounds:
+// the cut computations that reach a new piece of their cost curve, and the
+// arcs of computations that become critical. Solving each flow from zero
+// costs O(network) search phases per step; here the flow persists instead.
+// set_bounds() clamps an arc's flow into its new bounds and books the
+// difference as an imbalance at its two ends; restore_balance() routes the
+// imbalances through the residual network (Dinic from all surplus nodes to
+// all deficit nodes at once, so no super source with an arc to every node);
+// augment() then adds flow from source to sink. A step that changes k arcs
+// costs a few searches over the region they reach, not a solve from zero.
+//
+// Arcs have bounds lower <= flow <= upper; upper may be +infinity (a real
+// infinity, never a stand-in big number); an arc with bounds [0, 0] is
+// absent. Residual amounts at or below `tolerance` count as zero. Searches
+// stamp the nodes they visit, so a search costs what it visits, not O(nodes).
 #pragma once
 
+#include <cstdint>
 #include <limits>
 #include <vector>
 
-#include "pipeline.hpp"
+#include "index.hpp"
 
 namespace perseus {
 
 inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-class FlowNetwork {
+class BoundedFlow {
  public:
-  explicit FlowNetwork(Index num_nodes);
-  FlowNetwork(const FlowNetwork&) = delete;
-  FlowNetwork& operator=(const FlowNetwork&) = delete;
+  BoundedFlow() = default;
+  BoundedFlow(const BoundedFlow&) = delete;
+  BoundedFlow& operator=(const BoundedFlow&) = delete;
 
-  // Adds the arc from -> to (and its reverse, id ^ 1). Only before finalize().
+  // Shape, before finalize(): nodes 0..num_nodes-1, arcs with bounds [0, 0].
+  void reset(Index num_nodes);
   Index add_arc(Index from, Index to);
-  // Freezes the shape and allocates every scratch array.
   void finalize();
 
-  Index num_arcs() const { return static_cast<Index>(head_.size()); }
-  // Sets the arc's capacity with zero flow on it (its reverse gets 0 residual).
-  void set_capacity(Index arc, double capacity) {
-    residual_[static_cast<std::size_t>(arc)] = capacity;
-    residual_[static_cast<std::size_t>(arc ^ 1)] = 0.0;
-  }
-  void clear_arc(Index arc) { set_capacity(arc, 0.0); }
-  double residual(Index arc) const { return residual_[static_cast<std::size_t>(arc)]; }
-  // Flow currently on a forward arc whose capacity was set to `capacity`.
-  double flow(Index arc) const { return residual_[static_cast<std::size_t>(arc ^ 1)]; }
-
-  // Augments a maximum flow from source to sink; returns the amount added.
-  double max_flow(Index source, Index sink, double tolerance);
-  // Whether the sink is reachable from the source through arcs of infinite residual.
+  // Sets an arc's bounds (lower <= upper, lower finite), clamping its flow
+  // into them and booking the change as imbalance at its ends.
+  void set_bounds(Index arc, double lower, double upper);
+  // Every flow back to zero within [0, upper], lower bounds booked as
+  // imbalance (a cold start).
+  void clear_flows();
+  // Routes every imbalance above tolerance from surplus to deficit nodes;
+  // false if some cannot be routed (then no flow meets the bounds).
+  bool restore_balance(double tolerance);
+  // Augments a maximum flow from source to sink, with arc `frozen` (the sink
+  // -> source return arc) closed; returns the amount added and books it on
+  // `frozen`, so the flow stays a circulation. `frozen` stays closed (bounds
+  // equal to its flow) until set_bounds opens it again.
+  double augment(Index source, Index sink, Index frozen, double tolerance);
+  // Whether the sink is reachable from the source through infinite residuals.
   bool has_infinite_path(Index source, Index sink);
-  // BFS levels from source in the residual network: >= 0 exactly for the
-  // reachable nodes (valid until the next call).
-  const std::vector<Index>& reachable_from(Index source, double tolerance);
+  // Marks the nodes reachable from the source in the residual network.
+  void mark_reachable(Index source, double tolerance);
+  bool marked(Index node) const { return stamp_[ix(node)] == epoch_; }
+  double flow(Index arc) const { return flow_[ix(arc)]; }
+  Index num_nodes() const { return num_nodes_; }
+  // Searches and arc visits so far (machine-independent effort).
+  std::int64_t work() const { return work_; }
 
  private:
-  // Fills level_ with BFS distances over arcs whose residual is `usable`.
+  double residual(Index arc_or_reverse) const;  // even id: forward, odd: its reverse
+  void push(Index arc_or_reverse, double amount);
+  void book(Index node, double amount);  // imbalance: + surplus, - deficit
+  // Breadth-first levels from the nodes in queue_[0..count) over residuals
+  // `usable` says yes to; stops early once `target` (if >= 0) is reached.
   template <typename Usable>
-  void breadth_first(Index source, Usable usable);
-  bool build_levels(Index source, Index sink, double tolerance);
-  double augment_blocking_flow(Index source, Index sink, double tolerance);
+  void levels_from(std::size_t count, Index target, Usable usable);
+  // One blocking flow of the current level graph from `from`, at most `limit`.
+  double blocking_flow(Index from, Index sink, bool to_deficits, double limit, double tolerance);
 
-  Index num_nodes_;
-  bool finalized_ = false;
-  std::vector<Index> tail_, head_;
-  std::vector<double> residual_;
-  std::vector<Index> adj_offset_, adj_;  // CSR: arcs leaving each node
+  Index num_nodes_ = 0;
+  std::vector<Index> tail_, head_;          // per arc (even ids; the reverse is id + 1)
+  std::vector<double> lower_, upper_, flow_;  // per arc, indexed by id / 2
+  std::vector<Index> adj_offset_, adj_;      // CSR: arc ids (forward or reverse) leaving each node
+  std::vector<double> imbalance_;
+  std::vector<Index> imbalanced_;            // nodes with a booked imbalance
+  std::vector<char> is_imbalanced_;
   std::vector<Index> level_, next_arc_, queue_, path_;
+  std::vector<std::uint32_t> stamp_;
+  std::uint32_t epoch_ = 0;
+  std::int64_t work_ = 0;
 };
 
 }  // namespace perseus

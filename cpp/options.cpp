@@ -2,56 +2,98 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 namespace perseus {
+namespace {
 
-OptionTable::OptionTable(Index num_stages, std::vector<Index> offsets,
-                         std::vector<double> times, std::vector<double> energies)
+std::string group_name(Index g) {
+  return "stage " + std::to_string(g / 2) + (g % 2 == 0 ? " forward" : " backward");
+}
+
+// Largest quantised duration the loop counts in: well inside int64 and exactly
+// representable as a double, so t / unit round trips.
+constexpr double kMaxUnits = 4503599627370496.0;  // 2^52
+
+}  // namespace
+
+std::vector<Index> useful_options(const double* time_s, const double* energy_j, Index count,
+                                  double blocking_power_w) {
+  for (Index k = 0; k < count; ++k)
+    if (!(std::isfinite(time_s[k]) && time_s[k] > 0 && std::isfinite(energy_j[k]) && energy_j[k] > 0))
+      throw std::invalid_argument("option times and energies must be finite and > 0");
+  std::vector<Index> order(ix(count));
+  std::iota(order.begin(), order.end(), Index{0});
+  auto effective = [&](Index k) { return energy_j[k] - blocking_power_w * time_s[k]; };
+  // Fastest first; at equal time the cheaper one; then the order given.
+  std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) {
+    if (time_s[a] != time_s[b]) return time_s[a] < time_s[b];
+    return energy_j[a] < energy_j[b];
+  });
+  std::vector<Index> kept;
+  for (const Index k : order)
+    if (kept.empty() || effective(k) < effective(kept.back())) kept.push_back(k);
+  // Equal times survive only when cheaper, which the sort rules out: times
+  // are strictly increasing along `kept`.
+  return kept;
+}
+
+OptionTable::OptionTable(Index num_stages, std::vector<Index> offsets, std::vector<double> times,
+                         std::vector<double> energies, double blocking_power_w)
     : num_stages_(num_stages),
       offsets_(std::move(offsets)),
       time_s_(std::move(times)),
-      energy_j_(std::move(energies)) {
+      energy_j_(std::move(energies)),
+      blocking_power_w_(blocking_power_w) {
   if (num_stages_ < 1) throw std::invalid_argument("a profile needs at least one stage");
-  if (offsets_.size() != static_cast<std::size_t>(2 * num_stages_ + 1) || offsets_.front() != 0 ||
-      static_cast<std::size_t>(offsets_.back()) != time_s_.size() ||
-      time_s_.size() != energy_j_.size())
+  if (!(blocking_power_w >= 0) || !std::isfinite(blocking_power_w))
+    throw std::invalid_argument("blocking power must be a finite number of watts >= 0");
+  if (offsets_.size() != ix(2 * num_stages_ + 1) || offsets_.front() != 0 ||
+      ix(offsets_.back()) != time_s_.size() || time_s_.size() != energy_j_.size())
     throw std::invalid_argument("option table: offsets do not match the option arrays");
+  effective_j_.resize(time_s_.size());
   for (Index g = 0; g < num_groups(); ++g) {
-    const std::string where = "stage " + std::to_string(g / 2) +
-                              (g % 2 == 0 ? " forward" : " backward");
     const Index n = num_options(g);
-    if (n < 1) throw std::invalid_argument(where + " has no options");
-    if (n > 65535) throw std::invalid_argument(where + " has more than 65535 options");
+    if (n < 1) throw std::invalid_argument(group_name(g) + " has no options");
+    if (n > 65535) throw std::invalid_argument(group_name(g) + " has more than 65535 options");
     for (Index k = 0; k < n; ++k) {
       const double t = time_s(g, k), e = energy_j(g, k);
       if (!(std::isfinite(t) && t > 0 && std::isfinite(e) && e > 0))
-        throw std::invalid_argument(where + ": times and energies must be finite and > 0");
-      if (k > 0 && !(t > time_s(g, k - 1) && e < energy_j(g, k - 1)))
-        throw std::invalid_argument(where +
-                                    ": options must be Pareto-optimal and sorted fastest first");
+        throw std::invalid_argument(group_name(g) + ": times and energies must be finite and > 0");
+      const double eff = e - blocking_power_w * t;
+      if (!std::isfinite(eff))
+        throw std::invalid_argument(group_name(g) + ": energy minus blocking power times time overflows");
+      effective_j_[ix(offsets_[ix(g)] + k)] = eff;
+      if (k > 0 && !(t > time_s(g, k - 1) && eff < effective_j(g, k - 1)))
+        throw std::invalid_argument(
+            group_name(g) +
+            ": options must be the useful ones, fastest first (time strictly increasing, "
+            "energy minus blocking power times time strictly decreasing)");
     }
   }
 }
 
-QuantisedGroup::QuantisedGroup(const OptionTable& table, Index group, double unit_time_s,
-                               double blocking_power_w) {
+QuantisedGroup::QuantisedGroup(const OptionTable& table, Index group, double unit_time_s) {
   const Index n = table.num_options(group);
-  quantised_.resize(static_cast<std::size_t>(n));
-  for (Index k = 0; k < n; ++k)
-    // Rounded up, so a duration of d units always covers the measured time
-    // and a plan never runs longer than the solver's model says. The tiny
-    // nudge keeps e.g. 0.03 / 0.001 from rounding up to 31.
-    quantised_[static_cast<std::size_t>(k)] = static_cast<std::int64_t>(
-        std::ceil(table.time_s(group, k) / unit_time_s * (1.0 - 1e-12)));
+  quantised_.resize(ix(n));
+  for (Index k = 0; k < n; ++k) {
+    // The tiny nudge keeps e.g. 0.03 / 0.001 from rounding up to 31.
+    const double units = std::ceil(table.time_s(group, k) / unit_time_s * (1.0 - 1e-12));
+    if (!(units <= kMaxUnits))
+      throw std::invalid_argument(group_name(group) + ": an option of " +
+                                  std::to_string(table.time_s(group, k)) + " s is more than 2^52 units of " +
+                                  std::to_string(unit_time_s) + " s; use a larger unit time");
+    quantised_[ix(k)] = static_cast<std::int64_t>(units);
+  }
 
   // One point per distinct duration: its slowest (cheapest) option.
   std::vector<std::pair<std::int64_t, double>> points;
   for (Index k = 0; k < n; ++k) {
-    const double cost = table.energy_j(group, k) - blocking_power_w * table.time_s(group, k);
-    const std::int64_t d = quantised_[static_cast<std::size_t>(k)];
+    const double cost = table.effective_j(group, k);
+    const std::int64_t d = quantised_[ix(k)];
     if (!points.empty() && points.back().first == d)
       points.back().second = cost;
     else
@@ -80,10 +122,10 @@ double QuantisedGroup::cost(std::int64_t d) const {
   const auto it = std::upper_bound(hull_d_.begin(), hull_d_.end(), d);
   if (it == hull_d_.begin()) return hull_cost_.front();
   if (it == hull_d_.end()) return hull_cost_.back();
-  const std::size_t hi = static_cast<std::size_t>(it - hull_d_.begin());
+  const auto hi = static_cast<std::size_t>(it - hull_d_.begin());
   const std::size_t lo = hi - 1;
-  const double frac = static_cast<double>(d - hull_d_[lo]) /
-                      static_cast<double>(hull_d_[hi] - hull_d_[lo]);
+  const double frac =
+      static_cast<double>(d - hull_d_[lo]) / static_cast<double>(hull_d_[hi] - hull_d_[lo]);
   return hull_cost_[lo] + frac * (hull_cost_[hi] - hull_cost_[lo]);
 }
 
@@ -91,6 +133,16 @@ OptionIndex QuantisedGroup::option_for(std::int64_t d) const {
   const auto it = std::upper_bound(quantised_.begin(), quantised_.end(), d);
   const auto k = static_cast<std::ptrdiff_t>(it - quantised_.begin()) - 1;
   return static_cast<OptionIndex>(k < 0 ? 0 : k);
+}
+
+std::int64_t QuantisedGroup::breakpoint_below(std::int64_t d) const {
+  const auto it = std::lower_bound(hull_d_.begin(), hull_d_.end(), d);
+  return it == hull_d_.begin() ? hull_d_.front() : *(it - 1);
+}
+
+std::int64_t QuantisedGroup::breakpoint_above(std::int64_t d) const {
+  const auto it = std::upper_bound(hull_d_.begin(), hull_d_.end(), d);
+  return it == hull_d_.end() ? hull_d_.back() : *it;
 }
 
 }  // namespace perseus

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-namespace perseus {
+#include "index.hpp"
 
-using Index = std::int32_t;
+namespace perseus {
 
 enum class Instruction : std::uint8_t { Forward = 0, Backward = 1 };
 

@@ -289,7 +289,7 @@ def load_frontier(args: argparse.Namespace) -> perseus.Frontier:
         if not sidecar.exists():
             raise SystemExit(f"no {sidecar}: pass --blocking-power (W)")
         blocking_w = json.loads(sidecar.read_text())["blocking_power_w"]
-    profile = perseus.Profile.from_csv(args.profile, blocking_power=blocking_w)
+    profile = perseus.Profile.from_csv(args.profile, blocking_power_w=blocking_w)
     return perseus.optimize(
         profile,
         microbatches=args.microbatches,
@@ -355,8 +355,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             train()
         if rank == 0:
             print(
-                f"plan {attached.base_plan.iteration_time:.4g} s / {attached.base_plan.energy:.4g} J "
-                f"(baseline {frontier.baseline.iteration_time:.4g} s / {frontier.baseline.energy:.4g} J); "
+                f"plan {attached.base_plan.iteration_time_s:.4g} s / {attached.base_plan.energy_j:.4g} J "
+                f"(baseline {frontier.baseline.iteration_time_s:.4g} s / {frontier.baseline.energy_j:.4g} J); "
                 f"{len(attached.switches)} straggler switch(es)",
                 flush=True,
             )

@@ -3,9 +3,9 @@
 Typical use::
 
     import perseus
-    profile = perseus.Profile.from_csv("profile.csv", blocking_power=70.0)
+    profile = perseus.Profile.from_csv("profile.csv", blocking_power_w=70.0)
     frontier = perseus.optimize(profile, microbatches=32)
-    plan = frontier.plan_for(deadline=1.02 * frontier.iteration_times[0])
+    plan = frontier.plan_for(1.02 * frontier.iteration_times_s[0])
     plan.to_zeus()
 """
 
@@ -21,9 +21,10 @@ except ImportError as error:  # pragma: no cover - depends on the install
     ) from error
 
 from .errors import ProfileError
-from .frontier import Evaluation, Frontier, Plan
-from .optimize import evaluate, optimize
-from .profile import INSTRUCTIONS, Profile, StageOptions
+from .frontier import Evaluation, Frontier, FrontierSummary, PipelineSpec, Plan
+from .optimize import SolverBudgets, evaluate, optimize
+from .profile import INSTRUCTIONS, LIMITS, Profile, ProfileWarning, StageOptions
+from .progress import SolveProgress
 from .profiler import ProfilerResult, measure_blocking_power, profile_stages
 from .schedule import SCHEDULES, pipeline_order
 from .switcher import FrequencySwitcher
@@ -36,10 +37,16 @@ __all__ = [
     "Evaluation",
     "FrequencySwitcher",
     "Frontier",
+    "FrontierSummary",
+    "LIMITS",
+    "PipelineSpec",
     "Plan",
     "Profile",
     "ProfileError",
+    "ProfileWarning",
     "ProfilerResult",
+    "SolveProgress",
+    "SolverBudgets",
     "StageOptions",
     "evaluate",
     "measure_blocking_power",

@@ -4,8 +4,9 @@ Choosing one measured frequency per computation is NP-hard; `perseus.optimize`
 solves a convex relaxation. This module states the discrete problem exactly as
 a mixed-integer program and solves it with HiGHS (``pip install "perseus[exact]"``):
 
-- a binary ``x[i,k]`` per computation ``i`` and measured option ``k``, with
-  ``sum_k x[i,k] = 1``;
+- a binary ``x[i,k]`` per computation ``i`` and *measured* option ``k`` (every
+  row of the profile, useful or not: the model does not trust the filter that
+  `Profile.options` applies), with ``sum_k x[i,k] = 1``;
 - a start time ``s[i] >= 0`` per computation, and for every DAG edge
   ``u -> v``: ``s[v] >= s[u] + sum_k t[u,k] x[u,k]``;
 - every computation finishes by the deadline ``D``;
@@ -28,9 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._optional import optional_module
+from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
-from .optimize import _setup
-from .profile import INSTRUCTIONS, Profile
+from .frontier import Plan
+from .optimize import _setup, _spec, evaluate
+from .profile import Profile
 
 __all__ = ["ExactPlan", "optimal_energy", "optimal_plan"]
 
@@ -41,10 +44,10 @@ class ExactPlan:
 
     Attributes
     ----------
-    energy : float
+    energy_j : float
         Minimum energy in joules of an iteration that lasts the deadline,
         among plans that meet it.
-    iteration_time : float
+    iteration_time_s : float
         That plan's own iteration time (critical path) in seconds.
     frequencies : dict
         MHz per (profile stage, instruction, microbatch).
@@ -52,8 +55,8 @@ class ExactPlan:
         True when HiGHS proved optimality within `relative_gap`.
     """
 
-    energy: float
-    iteration_time: float
+    energy_j: float
+    iteration_time_s: float
     frequencies: dict[tuple[int, str, int], int]
     optimal: bool
 
@@ -62,13 +65,13 @@ def optimal_plan(
     profile: Profile,
     *,
     microbatches: int,
-    deadline: float,
+    deadline_s: float,
     schedule: str = "1f1b",
     virtual_stages: int = 1,
     relative_gap: float = 1e-7,
-    time_limit: float = 60.0,
+    time_limit_s: float = 60.0,
 ) -> ExactPlan:
-    """Minimum-energy plan with iteration time at most `deadline` seconds.
+    """Minimum-energy plan with iteration time at most `deadline_s` seconds.
 
     Raises
     ------
@@ -78,27 +81,30 @@ def optimal_plan(
         When highspy is not installed (``pip install "perseus[exact]"``).
     """
     highspy = optional_module("highspy", "exact")
-    problem, spec, table, group = _setup(profile, microbatches, schedule, virtual_stages)
+    spec = _spec(profile, microbatches, schedule, virtual_stages)
+    problem, _, pipeline = _setup(profile, spec)
     n = spec.num_computations
-    first = table.offsets[group]  # first option of each computation in the flat table
-    count = table.offsets[group + 1] - first
+    group = pipeline.group.astype(np.int64)
+    rows_of = [profile.measured(g // 2, INSTRUCTIONS[g % 2]) for g in range(2 * profile.num_stages)]
+    count = np.array([len(rows_of[g]) for g in group])
     x_start = np.concatenate([[0], np.cumsum(count)])  # x columns of computation i
     num_x = int(x_start[-1])
-    option = np.concatenate([np.arange(c) + f for f, c in zip(first, count)])  # flat option per x
-    t, e = table.time_s[option], table.energy_j[option]
+    t = np.concatenate([rows_of[g].time_s for g in group])
+    e = np.concatenate([rows_of[g].energy_j for g in group])
     s_col = num_x + np.arange(n)
     t_col = num_x + n
-    power = profile.blocking_power
+    power = profile.blocking_power_w
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
+    h.setOptionValue("log_to_console", False)
     h.setOptionValue("mip_rel_gap", float(relative_gap))
-    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("time_limit", float(time_limit_s))
     inf = highspy.kHighsInf
     num_cols = num_x + n + 1
     lower = np.zeros(num_cols)
-    lower[-1] = float(deadline)  # T is the deadline itself
-    upper = np.concatenate([np.ones(num_x), np.full(n, inf), [float(deadline)]])
+    lower[-1] = float(deadline_s)  # T is the deadline itself
+    upper = np.concatenate([np.ones(num_x), np.full(n, inf), [float(deadline_s)]])
     h.addVars(num_cols, lower, upper)
     cost = np.concatenate([e - power * t, np.zeros(n), [power * spec.num_gpus]])
     h.changeColsCost(num_cols, np.arange(num_cols, dtype=np.int32), cost)
@@ -150,27 +156,24 @@ def optimal_plan(
     h.run()
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
-        raise ProfileError(f"no plan meets a deadline of {deadline:.6g} s")
+        raise ProfileError(f"no plan meets a deadline of {deadline_s:.6g} s")
     solution = np.asarray(h.getSolution().col_value)
     if solution.size != num_cols:
         raise RuntimeError(f"HiGHS found no solution ({h.modelStatusToString(status)})")
-    chosen = np.array(
-        [int(np.argmax(solution[x_start[i] : x_start[i + 1]])) for i in range(n)], dtype=np.uint16
+    mhz = np.array(
+        [
+            rows_of[group[i]].frequency_mhz[int(np.argmax(solution[x_start[i] : x_start[i + 1]]))]
+            for i in range(n)
+        ]
     )
-    # Report the chosen plan replayed by perseus's own evaluator.
-    times, energies, _ = problem.evaluate(chosen[np.newaxis, :])
-    frequencies = {}
-    for stage in range(spec.num_stages):
-        for kind, instruction in enumerate(INSTRUCTIONS):
-            options = table.groups[2 * stage + kind].frequency_mhz
-            for mb in range(spec.microbatches):
-                i = spec.computation_id(stage, instruction, mb)
-                frequencies[(stage, instruction, mb)] = int(options[chosen[i]])
-    slack = max(0.0, float(deadline) - float(times[0]))
+    # Report the chosen plan replayed on the measured rows.
+    plan = Plan(spec, mhz, 0.0, 0.0)
+    replayed = evaluate(profile, plan)
+    slack = max(0.0, float(deadline_s) - replayed.iteration_time_s)
     return ExactPlan(
-        energy=float(energies[0]) + power * spec.num_gpus * slack,
-        iteration_time=float(times[0]),
-        frequencies=frequencies,
+        energy_j=replayed.energy_j + power * spec.num_gpus * slack,
+        iteration_time_s=replayed.iteration_time_s,
+        frequencies=plan.frequency_map_mhz,
         optimal=status == highspy.HighsModelStatus.kOptimal,
     )
 
@@ -179,19 +182,19 @@ def optimal_energy(
     profile: Profile,
     *,
     microbatches: int,
-    deadline: float,
+    deadline_s: float,
     schedule: str = "1f1b",
     virtual_stages: int = 1,
     relative_gap: float = 1e-7,
-    time_limit: float = 60.0,
+    time_limit_s: float = 60.0,
 ) -> float:
-    """Minimum energy (J) of an iteration lasting `deadline` (s); see `optimal_plan`."""
+    """Minimum energy (J) of an iteration lasting `deadline_s` (s); see `optimal_plan`."""
     return optimal_plan(
         profile,
         microbatches=microbatches,
-        deadline=deadline,
+        deadline_s=deadline_s,
         schedule=schedule,
         virtual_stages=virtual_stages,
         relative_gap=relative_gap,
-        time_limit=time_limit,
-    ).energy
+        time_limit_s=time_limit_s,
+    ).energy_j

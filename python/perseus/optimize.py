@@ -2,28 +2,43 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+import numbers
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
 from . import _core
+from ._deprecation import warn_renamed
+from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .frontier import Evaluation, Frontier, PipelineSpec, Plan
-from .profile import INSTRUCTIONS, Profile
-from .progress import ProgressBar
+from .profile import LIMITS, Profile
+from .progress import ProgressBar, ProgressReporter, SolveProgress
 from .schedule import build_pipeline, count_argument
 
-__all__ = ["evaluate", "optimize"]
+__all__ = ["SolverBudgets", "evaluate", "optimize"]
 
-ProgressArg = Union[None, bool, Callable[[int, int], object]]
+SolverBudgets = _core.SolverBudgets
+"""Work budgets of a solve; every field is documented in ``cpp/solver_options.hpp``."""
+
+ProgressArg = Union[None, bool, Callable[[SolveProgress], object]]
+
+# Up-front size limits: a solve estimated beyond either is refused before it
+# allocates anything large, with a message saying what to change.
+MAX_WORK = 2e11  # computations x min-cut steps (about an hour on one core)
+MAX_MEMORY_BYTES = 16 * 2**30
+_BYTES_PER_COMPUTATION = 400  # pipeline, DAG, solver and improver arrays
+_BYTES_PER_PLAN_COMPUTATION = 6  # a frontier plan: uint16 in the core, int32 in Python
+_EXPECTED_PLANS = 4096
 
 
 class _OptionTable:
-    """A profile's options flattened in the core's group order (2*stage + instruction)."""
+    """A profile's useful options flattened in the core's group order (2*stage + instruction)."""
 
     def __init__(self, profile: Profile) -> None:
         groups = [
@@ -44,63 +59,113 @@ def _check_profile(profile: object) -> Profile:
     return profile
 
 
-def _setup(
-    profile: Profile, microbatches: int, schedule: str, virtual_stages: int
-) -> tuple[_core.Problem, PipelineSpec, _OptionTable, np.ndarray]:
+def _spec(profile: Profile, microbatches: int, schedule: str, virtual_stages: int) -> PipelineSpec:
     _check_profile(profile)
     virtual_stages = count_argument("virtual_stages", virtual_stages)
+    microbatches = count_argument("microbatches", microbatches)
     if profile.num_stages % virtual_stages:
         raise ProfileError(
             f"virtual_stages={virtual_stages} does not divide the profile's "
             f"{profile.num_stages} stages"
         )
-    num_gpus = profile.num_stages // virtual_stages
-    pipeline = build_pipeline(schedule, num_gpus, microbatches, virtual_stages)
-    microbatches = int(microbatches)
+    return PipelineSpec(schedule, profile.num_stages // virtual_stages, virtual_stages, microbatches)
+
+
+def _setup(
+    profile: Profile, spec: PipelineSpec
+) -> tuple[_core.Problem, _OptionTable, _core.Pipeline]:
+    pipeline = build_pipeline(spec.schedule, spec.num_gpus, spec.microbatches, spec.virtual_stages)
     table = _OptionTable(profile)
     try:
         problem = _core.Problem(
-            pipeline, table.offsets, table.time_s, table.energy_j, profile.blocking_power
+            pipeline, table.offsets, table.time_s, table.energy_j, profile.blocking_power_w
         )
     except ValueError as error:
         raise ProfileError(str(error)) from None
-    spec = PipelineSpec(schedule, num_gpus, virtual_stages, microbatches)
-    group = 2 * pipeline.stage.astype(np.int64) + pipeline.instruction
-    return problem, spec, table, group
+    return problem, table, pipeline
 
 
-def _check_unit_time(unit_time: float, table: _OptionTable) -> float:
-    if isinstance(unit_time, bool) or not isinstance(unit_time, (int, float)):
-        raise ProfileError(f"unit_time must be a number of seconds, got {unit_time!r}")
-    unit_time = float(unit_time)
-    if not math.isfinite(unit_time) or unit_time <= 0:
-        raise ProfileError(f"unit_time must be a positive number of seconds, got {unit_time!r}")
-    if all(len(np.unique(np.ceil(g.time_s / unit_time * (1 - 1e-12)))) == 1 for g in table.groups):
-        shortest = (
-            min(float(np.min(np.diff(g.time_s))) for g in table.groups if len(g) > 1)
-            if any(len(g) > 1 for g in table.groups)
-            else None
-        )
-        hint = (
-            f"; the closest options differ by {shortest:.3g} s"
-            if shortest is not None
-            else "; every stage has a single option, so there is nothing to choose"
-        )
+def _unit_time_argument(unit_time_s: Any, legacy: Any) -> float:
+    if legacy is not None:
+        if unit_time_s is not None:
+            raise ProfileError("give unit_time_s only (unit_time is its old name)")
+        warn_renamed("optimize(unit_time=...)", "optimize(unit_time_s=...)", stacklevel=4)
+        unit_time_s = legacy
+    if unit_time_s is None:
+        return 1e-3
+    if isinstance(unit_time_s, bool) or not isinstance(unit_time_s, numbers.Real):
+        raise ProfileError(f"unit_time_s must be a number of seconds, got {unit_time_s!r}")
+    unit = float(unit_time_s)
+    if not math.isfinite(unit) or unit <= 0:
+        raise ProfileError(f"unit_time_s must be a positive number of seconds, got {unit_time_s!r}")
+    return unit
+
+
+def _check_size(profile: Profile, spec: PipelineSpec, unit_time_s: float) -> None:
+    """Refuse a solve whose estimated work or memory is out of reach, before building it."""
+    computations = spec.num_computations
+    # Each of the (microbatches + GPUs) slots of the critical path may slow
+    # down by its stage's range of forward + backward times.
+    widest = max(
+        float(profile.options(s, "forward").time_s[-1] - profile.options(s, "forward").time_s[0])
+        + float(profile.options(s, "backward").time_s[-1] - profile.options(s, "backward").time_s[0])
+        for s in range(profile.num_stages)
+    )
+    steps = (spec.microbatches * spec.virtual_stages + spec.num_gpus) * widest / unit_time_s
+    work = computations * steps
+    memory = computations * (_BYTES_PER_COMPUTATION + _EXPECTED_PLANS * _BYTES_PER_PLAN_COMPUTATION)
+    if work > MAX_WORK:
         raise ProfileError(
-            f"unit_time={unit_time:g} s is so coarse that every stage's options collapse "
-            f"to one duration{hint}"
+            f"this solve would take about {steps:.3g} min-cut steps over {computations} "
+            f"computations ({work:.3g} work units; the limit is {MAX_WORK:.3g}): use a larger "
+            f"unit_time_s than {unit_time_s:g} s, or fewer microbatches"
         )
-    return unit_time
+    if memory > MAX_MEMORY_BYTES:
+        raise ProfileError(
+            f"this solve would need about {memory / 2**30:.1f} GiB for {computations} computations "
+            f"(the limit is {MAX_MEMORY_BYTES / 2**30:.0f} GiB): use fewer microbatches or stages"
+        )
 
 
-def _progress_callback(progress: ProgressArg) -> Callable[[int, int], object] | None:
+def _progress_sinks(progress: ProgressArg) -> tuple[list[Callable[[SolveProgress], object]], Optional[ProgressBar]]:
     if progress is None or progress is False:
-        return None
+        return [], None
     if progress is True:
-        return ProgressBar("solving frontier", unit="steps", stream=sys.stderr)
-    if callable(progress):
-        return progress
-    raise TypeError("progress must be None, a bool, or a callable(done, expected)")
+        bar = ProgressBar(sys.stderr)
+        return [bar], bar
+    if not callable(progress):
+        raise TypeError("progress must be None, a bool, or a callable taking a SolveProgress")
+    if _takes_two_arguments(progress):
+        warn_renamed("progress=callable(done, expected)", "progress=callable(SolveProgress)", stacklevel=4)
+        legacy = progress
+        return [lambda report: legacy(report.done, report.total)], None  # type: ignore[call-arg]
+    return [progress], None
+
+
+def _takes_two_arguments(function: Callable[..., object]) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return len(positional) == 2
+
+
+def _budgets_argument(budgets: Any) -> _core.SolverBudgets:
+    if budgets is None:
+        return _core.SolverBudgets()
+    if isinstance(budgets, _core.SolverBudgets):
+        return budgets
+    if isinstance(budgets, Mapping):
+        out = _core.SolverBudgets()
+        for key, value in budgets.items():
+            if not hasattr(out, key) or key.startswith("_"):
+                raise ProfileError(f"budgets: unknown field {key!r}")
+            setattr(out, key, value)
+        return out
+    raise TypeError(f"budgets must be a perseus.SolverBudgets or a mapping, got {type(budgets).__name__}")
 
 
 def optimize(
@@ -109,9 +174,12 @@ def optimize(
     microbatches: int,
     schedule: str = "1f1b",
     virtual_stages: int = 1,
-    unit_time: float = 1e-3,
+    unit_time_s: Optional[float] = None,
     progress: ProgressArg = None,
     refine: bool = True,
+    budgets: Optional[Union[_core.SolverBudgets, Mapping[str, Any]]] = None,
+    progress_period_s: float = 0.1,
+    unit_time: Optional[float] = None,
 ) -> Frontier:
     """Compute the iteration time-energy Pareto frontier of one training iteration.
 
@@ -128,19 +196,27 @@ def optimize(
         Model chunks per GPU; the profile's stages are chunks and chunk ``k``
         runs on GPU ``k % (stages / virtual_stages)``. Needs the interleaved
         schedule when > 1.
-    unit_time : float
+    unit_time_s : float
         Time quantum of the solver in seconds (default 1 ms). Smaller is finer
         and slower: the solver takes one step per quantum between the fastest
         and the cheapest iteration time.
     progress : None, bool or callable
-        ``True`` draws a progress bar on stderr; a callable receives
-        ``(steps done, steps expected)`` now and then.
+        ``True`` draws a progress line on stderr (a line every few seconds
+        when stderr is not a terminal); a callable receives a
+        `~perseus.progress.SolveProgress` (phase, counts, share, ETA) at most
+        once per `progress_period_s`, and cancels the solve by returning
+        ``False``.
     refine : bool
         Improve the min-cut plans on the measured times (default): slack
-        reclamation, tightening down to the fastest time, and a local search
-        at deadlines one `unit_time` apart. ``False`` returns the plain
-        Phillips-Dessouky plans (each replayed as it is, dominated ones
-        dropped), which is what the refinement is measured against.
+        reclamation, the fast end down to the all-fastest time, and a local
+        search. ``False`` returns the plain Phillips-Dessouky plans (each
+        replayed as it is, dominated ones dropped).
+    budgets : SolverBudgets or mapping, optional
+        Work budgets of the refinement (see ``cpp/solver_options.hpp``);
+        for tests and benchmarks.
+    progress_period_s : float
+        Least time between two progress reports, measured from the end of
+        the previous one.
 
     Returns
     -------
@@ -151,51 +227,100 @@ def optimize(
     ------
     ProfileError
         For arguments the pipeline or the solver cannot use (the message names
-        the argument).
+        the argument), or a solve too large to run.
+    KeyboardInterrupt
+        On Ctrl-C, within a fraction of a second in any phase.
 
     Examples
     --------
-    >>> profile = Profile.from_csv("examples/small-4stage.csv", blocking_power=70.0)
+    >>> profile = Profile.from_csv("examples/small-4stage.csv", blocking_power_w=70.0)
     >>> frontier = optimize(profile, microbatches=8)
-    >>> plan = frontier.plan_for(deadline=1.05 * frontier.iteration_times[0])
-    >>> plan.iteration_time <= 1.05 * frontier.iteration_times[0]
+    >>> plan = frontier.plan_for(1.05 * frontier.iteration_times_s[0])
+    >>> bool(plan.iteration_time_s <= 1.05 * frontier.iteration_times_s[0])
     True
     """
     started = time.perf_counter()
-    problem, spec, table, group = _setup(profile, microbatches, schedule, virtual_stages)
-    unit_time = _check_unit_time(unit_time, table)
-    callback = _progress_callback(progress)
+    if not isinstance(refine, bool):
+        raise TypeError(f"refine must be True or False, got {refine!r}")
+    spec = _spec(profile, microbatches, schedule, virtual_stages)
+    unit = _unit_time_argument(unit_time_s, unit_time)
+    solver_budgets = _budgets_argument(budgets)
+    _check_size(profile, spec, unit)
+    problem, table, pipeline = _setup(profile, spec)
+    sinks, bar = _progress_sinks(progress)
+    reporter = ProgressReporter(refine=refine, sinks=sinks) if sinks else None
     try:
-        result = problem.solve(unit_time, callback, bool(refine))
+        result = problem.solve(unit, refine, solver_budgets, reporter, float(progress_period_s))
+    except ValueError as error:
+        raise ProfileError(str(error)) from None
     finally:
-        if isinstance(callback, ProgressBar):
-            callback.close()
-    frequencies = table.frequency_mhz[table.offsets[group] + result["choices"].astype(np.int64)]
+        if bar is not None:
+            bar.close()
+    group = pipeline.group.astype(np.int64)
+    frequencies = table.frequency_mhz[table.offsets[group] + result.choices.astype(np.int64)]
     plans = [
-        Plan(spec, frequencies[k], t, e, eb, profile.blocking_power)
+        Plan(spec, frequencies[k], t, e, eb, profile.blocking_power_w)
         for k, (t, e, eb) in enumerate(
-            zip(result["iteration_time_s"], result["energy_j"], result["energy_before_reclaim_j"])
+            zip(result.iteration_time_s, result.energy_j, result.energy_before_reclaim_j)
         )
     ]
     return Frontier(
         plans,
-        baseline=Evaluation(result["baseline_time_s"], result["baseline_energy_j"]),
+        baseline=Evaluation(result.baseline_time_s, result.baseline_energy_j),
         spec=spec,
-        unit_time=unit_time,
-        blocking_power=profile.blocking_power,
-        solve_time=time.perf_counter() - started,
-        steps=result["steps"],
-        solver_unit_time=result["unit_time_s"],
+        unit_time_s=unit,
+        blocking_power_w=profile.blocking_power_w,
+        solve_time_s=time.perf_counter() - started,
+        steps=result.steps,
+        cuts=result.cuts,
+        solver_unit_time_s=result.unit_time_s,
+        stop_reason=_core.stop_reason_name(result.stop_reason),
+        phase_times_s=result.phase_seconds,
     )
+
+
+def measured_rows(profile: Profile, spec: PipelineSpec, frequencies_mhz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Measured (time s, energy J) of every computation of plans given as MHz rows.
+
+    `frequencies_mhz` has shape (plans, computations), core id order. Any
+    measured frequency counts, useful or not. Raises `ProfileError` naming
+    the computation for a frequency the profile never measured.
+    """
+    pipeline = spec.pipeline()
+    group = pipeline.group.astype(np.int64)
+    # One sorted key per measured row: group and frequency.
+    keys, times, energies = [], [], []
+    for g in range(2 * profile.num_stages):
+        rows = profile.measured(g // 2, INSTRUCTIONS[g % 2])
+        keys.append(g * (1 << 20) + rows.frequency_mhz)
+        times.append(rows.time_s)
+        energies.append(rows.energy_j)
+    key = np.concatenate(keys)
+    order = np.argsort(key)
+    key, time_s, energy_j = key[order], np.concatenate(times)[order], np.concatenate(energies)[order]
+    wanted = group[np.newaxis, :] * (1 << 20) + np.asarray(frequencies_mhz, dtype=np.int64)
+    at = np.minimum(np.searchsorted(key, wanted), len(key) - 1)
+    missing = key[at] != wanted
+    if np.any(missing):
+        plan_index, i = (int(v[0]) for v in np.nonzero(missing))
+        stage, kind, mb = int(pipeline.stage[i]), INSTRUCTIONS[pipeline.instruction[i]], int(pipeline.microbatch[i])
+        measured = profile.measured(stage, kind).frequency_mhz.tolist()
+        where = f"plan {plan_index}, " if len(wanted) > 1 else ""
+        raise ProfileError(
+            f"{where}(stage {stage}, {kind!r}, microbatch {mb}): "
+            f"{int(np.asarray(frequencies_mhz)[plan_index, i])} MHz was never measured "
+            f"for stage {stage} {kind} (measured: {measured})"
+        )
+    return time_s[at], energy_j[at]
 
 
 def evaluate(
     profile: Profile,
-    frequencies: Mapping[tuple[int, str, int], int] | Plan,
+    frequencies: Union[Mapping[tuple[int, str, int], int], Plan],
     *,
-    microbatches: int | None = None,
-    schedule: str | None = None,
-    virtual_stages: int | None = None,
+    microbatches: Optional[int] = None,
+    schedule: Optional[str] = None,
+    virtual_stages: Optional[int] = None,
 ) -> Evaluation:
     """Replay a plan on the profile's measured options.
 
@@ -205,8 +330,8 @@ def evaluate(
         Measured options and blocking power.
     frequencies : Mapping or Plan
         MHz per ``(profile stage, instruction, microbatch)``, each one of that
-        (stage, instruction)'s Pareto-optimal frequencies; or a `Plan` (whose
-        pipeline is then the default for the other arguments).
+        (stage, instruction)'s measured frequencies (useful or not); or a
+        `Plan` (whose pipeline is then the default for the other arguments).
     microbatches, schedule, virtual_stages
         The pipeline; ``schedule`` defaults to ``"1f1b"`` and
         ``virtual_stages`` to 1 when not given by a `Plan`.
@@ -218,32 +343,44 @@ def evaluate(
         ``sum e + P_block * (GPUs * T - sum t)`` (J).
     """
     if isinstance(frequencies, Plan):
-        spec = frequencies.spec
-        microbatches = spec.microbatches if microbatches is None else microbatches
-        schedule = spec.schedule if schedule is None else schedule
-        virtual_stages = spec.virtual_stages if virtual_stages is None else virtual_stages
-        frequencies = frequencies.frequencies()
+        plan_spec = frequencies.spec
+        microbatches = plan_spec.microbatches if microbatches is None else microbatches
+        schedule = plan_spec.schedule if schedule is None else schedule
+        virtual_stages = plan_spec.virtual_stages if virtual_stages is None else virtual_stages
     if microbatches is None:
         raise ProfileError("evaluate() needs microbatches")
-    schedule = "1f1b" if schedule is None else schedule
-    virtual_stages = 1 if virtual_stages is None else virtual_stages
-    problem, spec, table, _ = _setup(profile, microbatches, schedule, virtual_stages)
-    choices = np.empty(spec.num_computations, dtype=np.uint16)
-    lookup = [{int(f): k for k, f in enumerate(g.frequency_mhz)} for g in table.groups]
-    for stage in range(spec.num_stages):
-        for kind, instruction in enumerate(INSTRUCTIONS):
-            options = lookup[2 * stage + kind]
-            for mb in range(spec.microbatches):
-                key = (stage, instruction, mb)
-                try:
-                    mhz = frequencies[key]
-                except KeyError:
-                    raise ProfileError(f"the plan gives no frequency for {key}") from None
-                if mhz not in options:
-                    raise ProfileError(
-                        f"{key}: {mhz} MHz is not a Pareto-optimal option of stage {stage} "
-                        f"{instruction} (options: {sorted(options, reverse=True)})"
-                    )
-                choices[spec.computation_id(stage, instruction, mb)] = options[mhz]
-    times, energies, _ = problem.evaluate(choices[np.newaxis, :])
+    spec = _spec(profile, microbatches, "1f1b" if schedule is None else schedule,
+                 1 if virtual_stages is None else virtual_stages)
+    if isinstance(frequencies, Plan):
+        if frequencies.spec != spec:
+            raise ProfileError(f"the plan is for {frequencies.spec}, not {spec}")
+        mhz = np.asarray(frequencies.frequencies_mhz, dtype=np.int64)
+    else:
+        mhz = _frequencies_from_mapping(frequencies, spec)
+    problem, _, _ = _setup(profile, spec)
+    time_s, energy_j = measured_rows(profile, spec, mhz[np.newaxis, :])
+    times, energies = problem.replay(time_s, energy_j)
     return Evaluation(float(times[0]), float(energies[0]))
+
+
+def _frequencies_from_mapping(frequencies: Mapping[tuple[int, str, int], int], spec: PipelineSpec) -> np.ndarray:
+    pipeline = spec.pipeline()
+    stage, kind, microbatch = pipeline.stage, pipeline.instruction, pipeline.microbatch
+    out = np.empty(spec.num_computations, dtype=np.int64)
+    for i in range(spec.num_computations):
+        key = (int(stage[i]), INSTRUCTIONS[kind[i]], int(microbatch[i]))
+        try:
+            value = frequencies[key]
+        except KeyError:
+            raise ProfileError(f"the plan gives no frequency for {key}") from None
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, numbers.Integral)
+            or not LIMITS.min_frequency_mhz <= value <= LIMITS.max_frequency_mhz
+        ):
+            raise ProfileError(
+                f"{key}: the frequency must be whole MHz in {LIMITS.min_frequency_mhz}.."
+                f"{LIMITS.max_frequency_mhz}, got {value!r}"
+            )
+        out[i] = int(value)
+    return out

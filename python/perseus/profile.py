@@ -2,9 +2,18 @@
 
 A profile gives, for each pipeline stage (model chunk) and instruction
 (``"forward"`` or ``"backward"``), the time in seconds and the energy in joules
-that one computation takes at each GPU SM frequency in MHz. Only the
-Pareto-optimal options are kept: a frequency that is at least as slow *and* at
-least as costly as another one can never be part of a useful plan.
+that one computation takes at each GPU SM frequency in MHz. Every measured
+row is kept (:meth:`Profile.measured`); the solver works with the *useful*
+ones (:meth:`Profile.options`).
+
+Which options are useful depends on the blocking power ``P_block``, the power
+a GPU draws while it waits on a pipeline neighbour. Over an iteration of
+fixed length an option costs its effective energy ``e - P_block * t``, so an
+option is useless exactly when another one is no slower and has no higher
+effective energy. An option that is slower and uses a little more raw energy
+(less than ``P_block`` times the extra time) is still useful: when the GPU
+would otherwise wait, computing slowly is cheaper than idling.
+:meth:`Profile.with_blocking_power` refilters from the measured rows.
 
 The on-disk format is Zeus's: a CSV file with the header
 ``stage,instruction,frequency,time,energy`` (columns in any order).
@@ -13,50 +22,86 @@ The on-disk format is Zeus's: a CSV file with the header
 from __future__ import annotations
 
 import csv
-import io
 import math
 import numbers
 import os
+import re
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from ._files import write_text_atomically
+from . import _core
+from ._deprecation import warn_renamed
+from ._zeus_format import COLUMNS, INSTRUCTIONS, write_csv
 from .errors import ProfileError
 
-__all__ = ["INSTRUCTIONS", "Profile", "StageOptions"]
+__all__ = [
+    "INSTRUCTIONS",
+    "LIMITS",
+    "Profile",
+    "ProfileWarning",
+    "StageOptions",
+]
 
-INSTRUCTIONS = ("forward", "backward")
-"""Instruction names, in the order a profile lists them."""
-
-_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
 _MAX_LISTED_IDS = 10
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What perseus accepts as a measurement, and why.
+
+    Values outside these ranges are almost always a unit slip (ms written as
+    s, mJ as J) or a corrupt file; inside them every sum the solver forms
+    stays far from overflow.
+    """
+
+    min_time_s: float = 1e-6  # below a microsecond no GPU computation is timed
+    max_time_s: float = 3600.0  # one computation of an hour is a unit slip
+    max_energy_j: float = 1e8  # a 10 kW device for three hours
+    min_frequency_mhz: int = 1
+    max_frequency_mhz: int = 100_000
+    max_blocking_power_w: float = 10_000.0
+    # An option this many times slower (or faster) than both frequency
+    # neighbours is reported: one row in ms among rows in s is 1000x off.
+    outlier_ratio: float = 20.0
+    # Files larger than this are refused before reading (a profile is a few
+    # hundred rows; /dev/zero or a wrong path should not fill the memory).
+    max_file_bytes: int = 256 * 1024 * 1024
+
+
+LIMITS = _Limits()
+"""Accepted ranges of profile values (see `_Limits`)."""
+
+
+class ProfileWarning(UserWarning):
+    """A profile value is suspicious but not invalid (e.g. a likely unit slip)."""
 
 
 @dataclass(frozen=True, eq=False)
 class StageOptions:
-    """Pareto-optimal measured options of one (stage, instruction).
+    """Measured options of one (stage, instruction).
 
     Attributes
     ----------
     frequency_mhz : numpy.ndarray
         SM frequency of each option in MHz (int64).
     time_s : numpy.ndarray
-        Time of one computation at that frequency in seconds (float64),
-        strictly increasing: the fastest option comes first.
+        Time of one computation at that frequency in seconds (float64).
     energy_j : numpy.ndarray
-        Energy of one computation at that frequency in joules (float64),
-        strictly decreasing.
+        Energy of one computation at that frequency in joules (float64).
 
-    The arrays are read-only copies of what was passed in.
+    The arrays are read-only copies of what was passed in, in that order.
+    :meth:`Profile.options` returns the useful options fastest first;
+    :meth:`Profile.measured` every row, highest frequency first.
 
     Raises
     ------
     ValueError
-        If the arrays are empty, differ in length, hold non-positive or
-        non-finite values, or are not a Pareto frontier in the order above.
+        If the arrays are empty, differ in length, or hold values outside
+        `LIMITS`, or a frequency appears twice.
     """
 
     frequency_mhz: np.ndarray
@@ -66,9 +111,16 @@ class StageOptions:
     def __post_init__(self) -> None:
         freq = np.array(self.frequency_mhz, copy=True)
         if freq.dtype.kind not in "iu":
-            as_float = freq.astype(np.float64)
+            as_float = np.asarray(freq, dtype=np.float64)
             if not np.all(np.isfinite(as_float)) or np.any(as_float != np.round(as_float)):
                 raise ValueError("frequency_mhz must hold integers (MHz)")
+        if freq.size and (
+            np.any(freq < LIMITS.min_frequency_mhz) or np.any(freq > LIMITS.max_frequency_mhz)
+        ):
+            raise ValueError(
+                f"frequency_mhz must be between {LIMITS.min_frequency_mhz} and "
+                f"{LIMITS.max_frequency_mhz} MHz"
+            )
         freq = freq.astype(np.int64)
         time = np.array(self.time_s, dtype=np.float64, copy=True)
         energy = np.array(self.energy_j, dtype=np.float64, copy=True)
@@ -78,16 +130,14 @@ class StageOptions:
             raise ValueError(
                 "frequency_mhz, time_s and energy_j must have the same, non-zero length"
             )
-        if np.any(freq <= 0):
-            raise ValueError("frequency_mhz must be > 0 MHz")
-        for name, values in (("time_s", time), ("energy_j", energy)):
-            if not np.all(np.isfinite(values)) or np.any(values <= 0):
-                raise ValueError(f"{name} must be finite and > 0")
-        if np.any(np.diff(time) <= 0) or np.any(np.diff(energy) >= 0):
+        if not np.all((time >= LIMITS.min_time_s) & (time <= LIMITS.max_time_s)):
             raise ValueError(
-                "options must be Pareto-optimal: time_s strictly increasing, "
-                "energy_j strictly decreasing"
+                f"time_s must be between {LIMITS.min_time_s:g} and {LIMITS.max_time_s:g} s"
             )
+        if not np.all((energy > 0) & (energy <= LIMITS.max_energy_j)):
+            raise ValueError(f"energy_j must be > 0 and at most {LIMITS.max_energy_j:g} J")
+        if len(np.unique(freq)) != len(freq):
+            raise ValueError("frequency_mhz lists a frequency twice")
         for name, values in (("frequency_mhz", freq), ("time_s", time), ("energy_j", energy)):
             values.setflags(write=False)
             object.__setattr__(self, name, values)
@@ -107,6 +157,11 @@ class StageOptions:
 
     __hash__ = None  # type: ignore[assignment]  # holds arrays
 
+    def _take(self, positions: np.ndarray) -> StageOptions:
+        return StageOptions(
+            self.frequency_mhz[positions], self.time_s[positions], self.energy_j[positions]
+        )
+
 
 class _Row(NamedTuple):
     """One validated measurement and where it came from."""
@@ -121,53 +176,53 @@ class _Row(NamedTuple):
 
 
 class Profile:
-    """Per-stage Pareto-optimal time/energy options and the blocking power.
+    """Measured time/energy options per stage, and the blocking power.
 
     Build one with :meth:`from_csv` or :meth:`from_records`; they validate
     every value and report problems as :class:`~perseus.errors.ProfileError`.
 
     Parameters
     ----------
-    options : Mapping[tuple[int, str], StageOptions]
-        Options keyed by ``(stage, instruction)``; every stage
+    measured : Mapping[tuple[int, str], StageOptions]
+        Every measured option keyed by ``(stage, instruction)``; every stage
         ``0..num_stages-1`` needs both ``"forward"`` and ``"backward"``.
-    blocking_power : float
-        Power one GPU draws while blocked on communication, in watts (>= 0).
+    blocking_power_w : float
+        Power one GPU draws while blocked on communication, in watts
+        (``0 <= P <= LIMITS.max_blocking_power_w``).
     source : str, optional
         File the profile was read from.
-    num_dropped : int, optional
-        Measured rows dropped because another option dominated them.
-
-    Attributes
-    ----------
-    num_stages : int
-        Number of stages (model chunks); ids run ``0..num_stages-1``.
-    blocking_power : float
-        Blocking power in watts.
-    source : str or None
-        File the profile was read from, if any.
-    num_dropped : int
-        Rows dropped as Pareto-dominated.
     """
 
     def __init__(
         self,
-        options: Mapping[tuple[int, str], StageOptions],
+        measured: Mapping[tuple[int, str], StageOptions],
         *,
-        blocking_power: float,
-        source: str | None = None,
-        num_dropped: int = 0,
+        blocking_power_w: Optional[float] = None,
+        source: Optional[str] = None,
+        blocking_power: Optional[float] = None,
+        num_dropped: Optional[int] = None,
     ) -> None:
-        self._blocking_power = _check_blocking_power(blocking_power)
-        for key, value in options.items():
+        if num_dropped is not None:
+            warn_renamed("Profile(num_dropped=...)", "nothing: it is computed")
+        self._blocking_power_w = _blocking_power_argument(blocking_power_w, blocking_power)
+        for key, value in measured.items():
             if not isinstance(value, StageOptions):
                 raise ProfileError(
-                    f"options[{key!r}] must be StageOptions, got {type(value).__name__}"
+                    f"measured[{key!r}] must be StageOptions, got {type(value).__name__}"
                 )
-        self._num_stages = _check_stages(options.keys(), source or "Profile")
-        self._options = {(int(stage), instr): value for (stage, instr), value in options.items()}
+        self._num_stages = _check_stages(measured.keys(), source or "Profile")
+        # Highest frequency first: among exactly equal options the filter keeps the first.
+        self._measured = {
+            (int(stage), instruction): value._take(np.argsort(-value.frequency_mhz, kind="stable"))
+            for (stage, instruction), value in measured.items()
+        }
         self._source = source
-        self._num_dropped = int(num_dropped)
+        self._options = {
+            key: value._take(
+                _core.useful_options(value.time_s, value.energy_j, self._blocking_power_w)
+            )
+            for key, value in self._measured.items()
+        }
 
     @property
     def num_stages(self) -> int:
@@ -175,40 +230,61 @@ class Profile:
         return self._num_stages
 
     @property
-    def blocking_power(self) -> float:
+    def blocking_power_w(self) -> float:
         """Power drawn by a GPU while it waits on a neighbour, in watts."""
-        return self._blocking_power
+        return self._blocking_power_w
 
     @property
-    def source(self) -> str | None:
+    def blocking_power(self) -> float:
+        """Deprecated: use `blocking_power_w`."""
+        warn_renamed("Profile.blocking_power", "Profile.blocking_power_w")
+        return self._blocking_power_w
+
+    @property
+    def source(self) -> Optional[str]:
         """Path of the file the profile was read from, or None."""
         return self._source
 
     @property
     def num_dropped(self) -> int:
-        """Number of measured rows dropped as Pareto-dominated."""
-        return self._num_dropped
+        """Number of measured rows that are not useful at this blocking power."""
+        return sum(len(self._measured[k]) - len(self._options[k]) for k in self._measured)
+
+    @property
+    def frequencies_mhz(self) -> tuple[int, ...]:
+        """Every measured frequency in MHz, ascending."""
+        present: set[int] = set()
+        for opts in self._measured.values():
+            present.update(int(f) for f in opts.frequency_mhz)
+        return tuple(sorted(present))
+
+    def frequencies(self) -> list[int]:
+        """Deprecated: use `frequencies_mhz`."""
+        warn_renamed("Profile.frequencies()", "Profile.frequencies_mhz")
+        return list(self.frequencies_mhz)
 
     def options(self, stage: int, instruction: str) -> StageOptions:
-        """Return the Pareto-optimal options of one stage and instruction.
+        """The useful options of one stage and instruction, fastest first.
 
-        Parameters
-        ----------
-        stage : int
-            Stage id in ``0..num_stages-1``.
-        instruction : str
-            ``"forward"`` or ``"backward"``.
-
-        Returns
-        -------
-        StageOptions
-            Options sorted fastest first.
+        Time strictly increases and effective energy ``e - P_block * t``
+        strictly falls along them.
 
         Raises
         ------
         ValueError
             If the stage is out of range or the instruction is unknown.
         """
+        return self._options[self._key(stage, instruction)]
+
+    def measured(self, stage: int, instruction: str) -> StageOptions:
+        """Every measured option of one stage and instruction, highest frequency first."""
+        return self._measured[self._key(stage, instruction)]
+
+    def with_blocking_power(self, blocking_power_w: float) -> Profile:
+        """The same measurements with another blocking power (W), refiltered."""
+        return Profile(self._measured, blocking_power_w=blocking_power_w, source=self._source)
+
+    def _key(self, stage: int, instruction: str) -> tuple[int, str]:
         if (
             isinstance(stage, bool)
             or not isinstance(stage, numbers.Integral)
@@ -221,31 +297,31 @@ class Profile:
             raise ValueError(
                 f"unknown instruction {instruction!r}; expected one of {_quoted(INSTRUCTIONS)}"
             )
-        return self._options[(int(stage), instruction)]
-
-    def frequencies(self) -> list[int]:
-        """Return every frequency (MHz) used by some option, ascending."""
-        present: set[int] = set()
-        for opts in self._options.values():
-            present.update(int(f) for f in opts.frequency_mhz)
-        return sorted(present)
+        return int(stage), instruction
 
     @classmethod
-    def from_csv(cls, path: str | os.PathLike[str], *, blocking_power: float) -> Profile:
+    def from_csv(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        blocking_power_w: Optional[float] = None,
+        blocking_power: Optional[float] = None,
+    ) -> Profile:
         """Read a profile in Zeus's CSV format.
 
         The file needs exactly the columns ``stage`` (int >= 0),
-        ``instruction`` (``forward``/``backward``), ``frequency`` (MHz, int > 0),
-        ``time`` (seconds, > 0) and ``energy`` (joules, > 0), in any order.
-        Blank lines are skipped. Dominated rows are dropped (see
-        :attr:`num_dropped`).
+        ``instruction`` (``forward``/``backward``), ``frequency`` (MHz,
+        integer), ``time`` (seconds) and ``energy`` (joules), in any order,
+        with plain ASCII numbers within `LIMITS`. Blank lines are skipped.
+        A row far slower or faster than both its frequency neighbours gets a
+        `ProfileWarning` naming the line (a likely unit slip).
 
         Parameters
         ----------
         path : str or os.PathLike
             CSV file to read (UTF-8).
-        blocking_power : float
-            Power one GPU draws while blocked on communication, in watts (>= 0).
+        blocking_power_w : float
+            Power one GPU draws while blocked on communication, in watts.
 
         Returns
         -------
@@ -254,26 +330,40 @@ class Profile:
         Raises
         ------
         ProfileError
-            If the file or ``blocking_power`` is invalid; the message names
+            If the file or ``blocking_power_w`` is invalid; the message names
             the file, the 1-based line (the header is line 1) and the field.
         OSError
             If the file cannot be opened.
         """
-        power = _check_blocking_power(blocking_power)
+        power = _blocking_power_argument(blocking_power_w, blocking_power)
         name = os.fsdecode(path)
         with open(name, newline="", encoding="utf-8-sig") as file:
-            reader = csv.reader(file)
+            try:
+                size = os.fstat(file.fileno()).st_size
+            except OSError:
+                size = 0
+            if size > LIMITS.max_file_bytes:
+                raise ProfileError(
+                    f"{name}: {size} bytes is too large for a profile "
+                    f"(at most {LIMITS.max_file_bytes} bytes)"
+                )
+            reader = csv.reader(_capped_lines(file, name))
             try:
                 rows = _read_csv(reader, name)
             except csv.Error as err:
-                where = f"{name}, line {reader.line_num}"
-                raise ProfileError(f"{where}: malformed CSV: {err}") from None
+                raise ProfileError(f"{name}, line {reader.line_num}: malformed CSV: {err}") from None
             except UnicodeDecodeError as err:
                 raise ProfileError(f"{name}: not UTF-8 text ({err.reason})") from None
-        return _assemble(cls, rows, origin=name, source=name, blocking_power=power)
+        return _assemble(cls, rows, origin=name, source=name, blocking_power_w=power)
 
     @classmethod
-    def from_records(cls, records: Iterable[Any], *, blocking_power: float) -> Profile:
+    def from_records(
+        cls,
+        records: Iterable[Any],
+        *,
+        blocking_power_w: Optional[float] = None,
+        blocking_power: Optional[float] = None,
+    ) -> Profile:
         """Build a profile from in-memory rows.
 
         Parameters
@@ -283,12 +373,8 @@ class Profile:
             ``instruction``, ``frequency`` (MHz), ``time`` (s) and
             ``energy`` (J), or a 5-sequence in that order. Values may be
             numbers or strings.
-        blocking_power : float
-            Power one GPU draws while blocked on communication, in watts (>= 0).
-
-        Returns
-        -------
-        Profile
+        blocking_power_w : float
+            Power one GPU draws while blocked on communication, in watts.
 
         Raises
         ------
@@ -296,68 +382,83 @@ class Profile:
             On the same problems :meth:`from_csv` reports; the message names
             the record as ``records[i]`` (0-based) and the field.
         """
-        power = _check_blocking_power(blocking_power)
+        power = _blocking_power_argument(blocking_power_w, blocking_power)
         rows = []
         for index, record in enumerate(records):
             where = f"records[{index}]"
             rows.append(_parse_row(_record_fields(record, where), where, where))
-        return _assemble(cls, rows, origin="records", source=None, blocking_power=power)
+        return _assemble(cls, rows, origin="records", source=None, blocking_power_w=power)
 
     def to_csv(self, path: str | os.PathLike[str]) -> None:
-        """Write the Pareto-optimal options in Zeus's CSV format.
+        """Write every measured row in Zeus's CSV format.
 
         The file is written to a temporary file in the same directory and
         then renamed over ``path``, so readers never see a partial file.
         Floats are written exactly, so :meth:`from_csv` reads back the same
-        options.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-            Destination file; replaced if it exists.
+        profile.
         """
-        text = io.StringIO()
-        writer = csv.writer(text, lineterminator="\n")
-        writer.writerow(_COLUMNS)
-        for (stage, instruction), opts in sorted(self._options.items(), key=_key_order):
-            for f, t, e in zip(opts.frequency_mhz, opts.time_s, opts.energy_j):
-                writer.writerow((stage, instruction, int(f), float(t), float(e)))
-        write_text_atomically(path, text.getvalue())
+        write_csv(
+            path,
+            (
+                (stage, instruction, int(f), float(t), float(e))
+                for (stage, instruction), opts in self._measured.items()
+                for f, t, e in zip(opts.frequency_mhz, opts.time_s, opts.energy_j)
+            ),
+        )
 
     def __repr__(self) -> str:
-        freqs = self.frequencies()
-        num_options = sum(len(opts) for opts in self._options.values())
+        freqs = self.frequencies_mhz
+        num_measured = sum(len(opts) for opts in self._measured.values())
+        num_useful = sum(len(opts) for opts in self._options.values())
         return (
             f"Profile(num_stages={self._num_stages}, "
             f"frequencies={len(freqs)} in {freqs[0]}..{freqs[-1]} MHz, "
-            f"options={num_options}, num_dropped={self._num_dropped}, "
-            f"blocking_power={self._blocking_power:g} W, source={self._source!r})"
+            f"measured={num_measured}, useful={num_useful}, "
+            f"blocking_power_w={self._blocking_power_w:g}, source={self._source!r})"
         )
 
 
 # --- parsing -----------------------------------------------------------------
+
+# Plain ASCII numbers only: Python's int() and float() also take Unicode digits
+# ("１４１０", "٣") and underscores ("1_410"), which no profiler writes.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_MAX_FIELD_CHARS = 64  # longer than any number a profiler writes
+_MAX_LINE_CHARS = 4096
+
+
+def _capped_lines(file: Any, name: str) -> Iterable[str]:
+    """The file's lines, refusing absurdly long ones (binary junk, /dev/zero)."""
+    for number, line in enumerate(iter(lambda: file.readline(_MAX_LINE_CHARS + 1), ""), 1):
+        if len(line) > _MAX_LINE_CHARS:
+            raise ProfileError(
+                f"{name}, line {number}: longer than {_MAX_LINE_CHARS} characters; "
+                "is this a profile CSV?"
+            )
+        yield line
 
 
 def _read_csv(reader: Any, name: str) -> list[_Row]:
     """Check the header and parse every data row of a CSV reader."""
     header = next((row for row in reader if not _is_blank(row)), None)
     if header is None:
-        raise ProfileError(f"{name}: file is empty; expected the header {','.join(_COLUMNS)}")
+        raise ProfileError(f"{name}: file is empty; expected the header {','.join(COLUMNS)}")
     header_line = reader.line_num
     names = [field.strip() for field in header]
     where = f"{name}, line {header_line} (header)"
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ProfileError(f"{where}: repeated column(s) {_quoted(repeated)}")
-    missing = [c for c in _COLUMNS if c not in names]
-    extra = [n for n in names if n not in _COLUMNS]
+    missing = [c for c in COLUMNS if c not in names]
+    extra = [n for n in names if n not in COLUMNS]
     if missing or extra:
         problems = []
         if missing:
             problems.append(f"missing column(s) {_quoted(missing)}")
         if extra:
             problems.append(f"unexpected column(s) {_quoted(extra)}")
-        raise ProfileError(f"{where}: {'; '.join(problems)}; expected exactly {','.join(_COLUMNS)}")
+        raise ProfileError(f"{where}: {'; '.join(problems)}; expected exactly {','.join(COLUMNS)}")
 
     rows = []
     for fields in reader:
@@ -374,8 +475,8 @@ def _read_csv(reader: Any, name: str) -> list[_Row]:
 def _record_fields(record: Any, where: str) -> Mapping[str, Any]:
     """Turn one record (mapping or 5-sequence) into a column -> value mapping."""
     if isinstance(record, Mapping):
-        missing = [c for c in _COLUMNS if c not in record]
-        extra = sorted(repr(k) for k in record if k not in _COLUMNS)
+        missing = [c for c in COLUMNS if c not in record]
+        extra = sorted(repr(k) for k in record if k not in COLUMNS)
         if missing or extra:
             problems = []
             if missing:
@@ -392,18 +493,18 @@ def _record_fields(record: Any, where: str) -> Mapping[str, Any]:
         raise ProfileError(
             f"{where}: expected a mapping or a 5-tuple, got {type(record).__name__}"
         ) from None
-    if len(values) != len(_COLUMNS):
+    if len(values) != len(COLUMNS):
         raise ProfileError(
-            f"{where}: expected {len(_COLUMNS)} fields ({', '.join(_COLUMNS)}), got {len(values)}"
+            f"{where}: expected {len(COLUMNS)} fields ({', '.join(COLUMNS)}), got {len(values)}"
         )
-    return dict(zip(_COLUMNS, values))
+    return dict(zip(COLUMNS, values))
 
 
 def _parse_row(fields: Mapping[str, Any], where: str, short: str) -> _Row:
     """Validate one row's values; ``fields`` maps every column to its raw value."""
     stage = _integer(fields["stage"], where, "stage")
-    if stage < 0:
-        raise ProfileError(f"{where}, field 'stage': must be >= 0, got {stage}")
+    if not 0 <= stage < 2**30:
+        raise ProfileError(f"{where}, field 'stage': must be in 0..2^30-1, got {stage}")
     instruction = fields["instruction"]
     if isinstance(instruction, str):
         instruction = instruction.strip()
@@ -413,31 +514,41 @@ def _parse_row(fields: Mapping[str, Any], where: str, short: str) -> _Row:
             f"allowed: {_quoted(INSTRUCTIONS)}"
         )
     frequency = _integer(fields["frequency"], where, "frequency")
-    if frequency <= 0:
-        raise ProfileError(f"{where}, field 'frequency': must be > 0 MHz, got {frequency}")
-    time = float(_number(fields["time"], where, "time"))
-    if time <= 0:
-        raise ProfileError(f"{where}, field 'time': must be > 0 s, got {time!r}")
-    energy = float(_number(fields["energy"], where, "energy"))
-    if energy <= 0:
-        raise ProfileError(f"{where}, field 'energy': must be > 0 J, got {energy!r}")
+    if not LIMITS.min_frequency_mhz <= frequency <= LIMITS.max_frequency_mhz:
+        raise ProfileError(
+            f"{where}, field 'frequency': must be {LIMITS.min_frequency_mhz}.."
+            f"{LIMITS.max_frequency_mhz} MHz, got {frequency}"
+        )
+    time = _real(fields["time"], where, "time")
+    if not LIMITS.min_time_s <= time <= LIMITS.max_time_s:
+        raise ProfileError(
+            f"{where}, field 'time': must be between {LIMITS.min_time_s:g} and "
+            f"{LIMITS.max_time_s:g} s, got {time!r} (a unit slip?)"
+        )
+    energy = _real(fields["energy"], where, "energy")
+    if not 0 < energy <= LIMITS.max_energy_j:
+        raise ProfileError(
+            f"{where}, field 'energy': must be > 0 and at most {LIMITS.max_energy_j:g} J, "
+            f"got {energy!r}"
+        )
     return _Row(where, short, stage, instruction, frequency, time, energy)
 
 
 def _number(value: Any, where: str, field: str) -> int | float:
-    """Parse a finite number from a string or a real number."""
+    """Parse a finite number from an ASCII string or a real number."""
     if isinstance(value, str):
         text = value.strip()
         if not text:
             raise ProfileError(f"{where}, field {field!r}: is empty")
-        try:
+        if len(text) > _MAX_FIELD_CHARS:
+            raise ProfileError(
+                f"{where}, field {field!r}: {len(text)} characters is too long for a number"
+            )
+        if _INTEGER.fullmatch(text):
             return int(text)
-        except ValueError:
-            pass
-        try:
-            number = float(text)
-        except ValueError:
-            raise ProfileError(f"{where}, field {field!r}: {value!r} is not a number") from None
+        if not _DECIMAL.fullmatch(text):
+            raise ProfileError(f"{where}, field {field!r}: {value!r} is not a number")
+        number = float(text)
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ProfileError(f"{where}, field {field!r}: {value!r} is not a number")
     elif isinstance(value, numbers.Integral):
@@ -447,6 +558,15 @@ def _number(value: Any, where: str, field: str) -> int | float:
     if not math.isfinite(number):
         raise ProfileError(f"{where}, field {field!r}: {value!r} is not finite")
     return number
+
+
+def _real(value: Any, where: str, field: str) -> float:
+    """Parse a number as a float; integers too large for a float are out of range."""
+    number = _number(value, where, field)
+    try:
+        return float(number)
+    except OverflowError:
+        raise ProfileError(f"{where}, field {field!r}: {value!r} is out of range") from None
 
 
 def _integer(value: Any, where: str, field: str) -> int:
@@ -459,15 +579,30 @@ def _integer(value: Any, where: str, field: str) -> int:
     return number
 
 
-def _check_blocking_power(value: Any) -> float:
-    """Return ``value`` as float watts, or raise if negative or non-finite."""
+def _blocking_power_argument(value: Optional[float], legacy: Optional[float]) -> float:
+    """The blocking power from `blocking_power_w`, or the deprecated `blocking_power`."""
+    if legacy is not None:
+        if value is not None:
+            raise ProfileError("give blocking_power_w only (blocking_power is its old name)")
+        warn_renamed("blocking_power=", "blocking_power_w=", stacklevel=4)
+        value = legacy
+    if value is None:
+        raise ProfileError("blocking_power_w is required: the power (W) a GPU draws while it waits")
+    return check_blocking_power_w(value)
+
+
+def check_blocking_power_w(value: Any) -> float:
+    """`value` as float watts in ``0..LIMITS.max_blocking_power_w``, or `ProfileError`."""
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
         or not math.isfinite(value)
-        or value < 0
+        or not 0 <= value <= LIMITS.max_blocking_power_w
     ):
-        raise ProfileError(f"blocking_power must be a finite number >= 0 (W), got {value!r}")
+        raise ProfileError(
+            f"blocking_power_w must be a number of watts in 0..{LIMITS.max_blocking_power_w:g}, "
+            f"got {value!r}"
+        )
     return float(value)
 
 
@@ -479,10 +614,10 @@ def _assemble(
     rows: list[_Row],
     *,
     origin: str,
-    source: str | None,
-    blocking_power: float,
+    source: Optional[str],
+    blocking_power_w: float,
 ) -> Profile:
-    """Group validated rows, check them as a whole, keep the Pareto options."""
+    """Group validated rows, check them as a whole, build the profile."""
     if not rows:
         raise ProfileError(f"{origin}: no data rows")
     first_seen: dict[tuple[int, str, int], _Row] = {}
@@ -497,31 +632,35 @@ def _assemble(
         first_seen[key] = row
         groups.setdefault((row.stage, row.instruction), []).append(row)
     _check_stages(groups.keys(), origin)
+    for group in groups.values():
+        _warn_outliers(group)
+    measured = {
+        key: StageOptions(
+            frequency_mhz=np.array([r.frequency for r in group], dtype=np.int64),
+            time_s=np.array([r.time for r in group]),
+            energy_j=np.array([r.energy for r in group]),
+        )
+        for key, group in groups.items()
+    }
+    return cls(measured, blocking_power_w=blocking_power_w, source=source)
 
-    options: dict[tuple[int, str], StageOptions] = {}
-    dropped = 0
-    for group_key, group in groups.items():
-        options[group_key] = _pareto(group)
-        dropped += len(group) - len(options[group_key])
-    return cls(options, blocking_power=blocking_power, source=source, num_dropped=dropped)
 
-
-def _pareto(group: list[_Row]) -> StageOptions:
-    """Keep the rows no other row matches or beats in both time and energy.
-
-    Sorting by (time, energy, -frequency) puts, among equal options, the
-    highest frequency first; a row then survives only if it is cheaper than
-    every faster-or-equal row before it.
-    """
-    kept: list[_Row] = []
-    for row in sorted(group, key=lambda r: (r.time, r.energy, -r.frequency)):
-        if not kept or row.energy < kept[-1].energy:
-            kept.append(row)
-    return StageOptions(
-        frequency_mhz=np.array([r.frequency for r in kept], dtype=np.int64),
-        time_s=np.array([r.time for r in kept]),
-        energy_j=np.array([r.energy for r in kept]),
-    )
+def _warn_outliers(group: list[_Row]) -> None:
+    """Warn about a row far slower or faster than both its frequency neighbours."""
+    ordered = sorted(group, key=lambda r: r.frequency)
+    for k, row in enumerate(ordered):
+        neighbours = [ordered[j].time for j in (k - 1, k + 1) if 0 <= j < len(ordered)]
+        if not neighbours:
+            continue
+        ratio = LIMITS.outlier_ratio
+        if all(row.time > ratio * t for t in neighbours) or all(row.time * ratio < t for t in neighbours):
+            warnings.warn(
+                f"{row.where}: stage {row.stage} {row.instruction} at {row.frequency} MHz takes "
+                f"{row.time:g} s, over {ratio:g}x off its neighbouring frequencies "
+                f"({', '.join(f'{t:g} s' for t in neighbours)}); a unit slip (ms for s)?",
+                ProfileWarning,
+                stacklevel=4,
+            )
 
 
 def _check_stages(keys: Iterable[tuple[int, str]], origin: str) -> int:
@@ -576,8 +715,3 @@ def _is_blank(fields: list[str]) -> bool:
 
 def _quoted(names: Iterable[str]) -> str:
     return ", ".join(repr(n) for n in names)
-
-
-def _key_order(item: tuple[tuple[int, str], StageOptions]) -> tuple[int, int]:
-    (stage, instruction), _ = item
-    return stage, INSTRUCTIONS.index(instruction)

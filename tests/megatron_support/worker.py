@@ -171,7 +171,7 @@ def scenario_pipelines(results: dict[str, Any]) -> None:
             "run": run,
             "trace": trace_of(attachment),
             "expected_order": [list(key) for key in order],
-            "planned_mhz": [plan.frequency(run["pp_rank"], i, mb, chunk) for i, chunk, mb in order],
+            "planned_mhz": [plan.frequency(gpu=run["pp_rank"], instruction=i, microbatch=mb, chunk=chunk) for i, chunk, mb in order],
             "nvml": nvml_clock_calls()[before:],
             "switches": [str(s) for s in attachment.switches],
             "restored": _restored(),
@@ -209,9 +209,9 @@ def scenario_straggler(results: dict[str, Any]) -> None:
         **run,
         "switches": [s.__dict__ for s in attachment.switches],
         "times": list(attachment.iteration_times_s),
-        "base_time_s": frontier.fastest.iteration_time,
+        "base_time_s": frontier.fastest.iteration_time_s,
         "plan_for": {
-            repr(s.deadline_s): frontier.plan_for(s.deadline_s).iteration_time
+            repr(s.deadline_s): frontier.plan_for(s.deadline_s).iteration_time_s
             for s in attachment.switches
         },
     }

@@ -276,7 +276,7 @@ class Attachment:
             "perseus attached to megatron-core %s in %s mode%s",
             version,
             self.mode,
-            f" (plan {self._plan.iteration_time:.6g} s)" if self._plan is not None else "",
+            f" (plan {self._plan.iteration_time_s:.6g} s)" if self._plan is not None else "",
         )
 
     def detach(self) -> None:
@@ -526,7 +526,7 @@ class Attachment:
                 spec.schedule, spec.num_gpus, spec.microbatches, spec.virtual_stages
             )[it.pp_rank]
             plan = self._plan
-            frequencies = [plan.frequency(it.pp_rank, i, mb, chunk) for i, chunk, mb in order]
+            frequencies = [plan.frequency(gpu=it.pp_rank, instruction=i, microbatch=mb, chunk=chunk) for i, chunk, mb in order]
             cached = (order, frequencies)
             if len(self._orders) >= 16:
                 self._orders.clear()

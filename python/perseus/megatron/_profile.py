@@ -279,5 +279,5 @@ def profile_from_rows(rows: list[dict[str, Any]], blocking_power_w: float) -> Pr
             (r["stage"], r["instruction"], r["frequency_mhz"], r["time_s"], r["energy_j"])
             for r in rows
         ],
-        blocking_power=blocking_power_w,
+        blocking_power_w=blocking_power_w,
     )

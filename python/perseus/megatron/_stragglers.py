@@ -11,7 +11,7 @@ Measured times include work the plan does not model (Python, communication,
 the data loader), so they are never compared with plan times directly. The
 *reference* is the fastest time any replica measured while running the base
 plan; a replica's slowdown is its time over the reference, and the plan
-deadline for a slowdown ``r`` is ``base.iteration_time * r``. Only replicas
+deadline for a slowdown ``r`` is ``base.iteration_time_s * r``. Only replicas
 running the base plan report times: a replica running a slower plan on
 purpose would otherwise look like a straggler and drag everyone slower.
 A straggler itself keeps the base plan (slowing it would slow everyone).
@@ -120,7 +120,7 @@ class StragglerPolicy:
         if not (slowest_base_s > 0 and math.isfinite(self.reference_s)):
             return None  # nobody ran the base plan: nothing to compare
         slowdown = slowest_base_s / self.reference_s
-        base_time = self.base.iteration_time
+        base_time = self.base.iteration_time_s
         if self.on_base and own_s > self.reference_s * (1 + self.tolerance):
             return None  # this replica is the straggler: it keeps the fastest plan it has
         if slowdown > 1 + self.tolerance:
@@ -149,8 +149,8 @@ class StragglerPolicy:
             return None
         switch = PlanSwitch(
             iteration=iteration,
-            from_time_s=self.plan.iteration_time,
-            to_time_s=plan.iteration_time,
+            from_time_s=self.plan.iteration_time_s,
+            to_time_s=plan.iteration_time_s,
             slowest_s=slowest_s,
             reference_s=self.reference_s,
             deadline_s=deadline_s,

@@ -11,37 +11,25 @@ starts from the sidecar.
 from __future__ import annotations
 
 import contextlib
-import csv
 import errno
 import fcntl
-import io
 import json
 from pathlib import Path
 from typing import Any, Optional
 
 from .._files import write_text_atomically
-from ..profile import INSTRUCTIONS
+from .._zeus_format import format_csv
 from ._records import Measurement, ProfilerError
 
 __all__ = ["FORMAT", "VERSION", "Store"]
 
 FORMAT = "perseus-profiler-metadata"
 VERSION = 1
-_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
-
-
-def _row_order(m: Measurement) -> tuple[int, int, int]:
-    return (m.stage, INSTRUCTIONS.index(m.instruction), -m.frequency_mhz)
 
 
 def zeus_csv(measurements: list[Measurement]) -> str:
     """Every measurement as Zeus's ``stage,instruction,frequency,time,energy`` CSV."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(_COLUMNS)
-    for m in sorted(measurements, key=_row_order):
-        writer.writerow((m.stage, m.instruction, m.frequency_mhz, repr(m.time_s), repr(m.energy_j)))
-    return out.getvalue()
+    return format_csv((m.stage, m.instruction, m.frequency_mhz, m.time_s, m.energy_j) for m in measurements)
 
 
 class Store:

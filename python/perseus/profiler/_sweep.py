@@ -630,7 +630,7 @@ def _to_profile(measurements: list[Measurement], blocking_power_w: float) -> Opt
     try:
         return Profile.from_records(
             [(m.stage, m.instruction, m.frequency_mhz, m.time_s, m.energy_j) for m in measurements],
-            blocking_power=blocking_power_w,
+            blocking_power_w=blocking_power_w,
         )
     except ProfileError:  # pragma: no cover - every stage has both instructions
         return None

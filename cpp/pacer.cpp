@@ -1,0 +1,53 @@
+#include "pacer.hpp"
+
+namespace perseus {
+namespace {
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(s > 0 ? s : 0.0));
+}
+
+}  // namespace
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::kMinCut: return "min cut";
+    case Phase::kCandidates: return "candidates";
+    case Phase::kReclaim: return "reclamation";
+    case Phase::kLocalSearch: return "local search";
+  }
+  return "?";
+}
+
+const char* stop_reason_name(StopReason reason) {
+  switch (reason) {
+    case StopReason::kMinimumTime: return "minimum_time";
+    case StopReason::kNoProgress: return "no_progress";
+    case StopReason::kInfeasibleFlow: return "infeasible_flow";
+  }
+  return "?";
+}
+
+Pacer::Pacer(const SolverOptions& options)
+    : options_(options),
+      poll_period_(seconds(options.interrupt_poll_s)),
+      report_period_(seconds(options.progress_period_s)) {
+  const Clock::time_point now = Clock::now();
+  next_poll_ = options_.interrupted ? now : Clock::time_point::max();
+  next_report_ = options_.progress ? now + report_period_ : Clock::time_point::max();
+}
+
+void Pacer::due(Clock::time_point now, Phase phase, std::int64_t done, std::int64_t total) {
+  if (now >= next_poll_) {
+    if (options_.interrupted()) throw SolveCancelled();
+    next_poll_ = Clock::now() + poll_period_;
+  }
+  if (now >= next_report_) {
+    if (!options_.progress(phase, done, total)) throw SolveCancelled();
+    // Measured after the callback: a slow callback is not called back to back.
+    next_report_ = Clock::now() + report_period_;
+  }
+}
+
+}  // namespace perseus

@@ -1,0 +1,141 @@
+// The Phillips-Dessouky min-cut loop over quantised durations.
+//
+// Phillips & Dessouky, "Solving the project time/cost tradeoff problem using
+// the minimal cut concept" (Management Science, 1977), as used by Perseus
+// (Chung et al., SOSP '24). Every computation has a convex cost curve over
+// integer durations (QuantisedGroup). Starting from every computation at its
+// cheapest (longest) duration, each step
+//   1. takes the critical subgraph (computations on a longest path) of the
+//      activity-on-arc DAG: computation i is the arc a_i -> b_i, a dependency
+//      u -> v the arc b_u -> a_v, plus arcs from the source and to the sink;
+//   2. gives each critical computation flow bounds: lower = refund for
+//      lengthening by one unit, upper = cost of shortening by one unit
+//      (infinite at the shortest duration, and on dependency arcs);
+//   3. finds a minimum cut under these bounds: a feasible flow (a super source
+//      and sink carry the lower bounds, with an infinite sink -> source arc),
+//      then a maximum flow from source to sink;
+//   4. shortens the cut's forward computations and lengthens its backward
+//      ones, which shortens the iteration at the least extra cost.
+// It stops when the cut is infinite: the shortest iteration is reached.
+//
+// Costs per step. The longest paths are updated for the computations that
+// changed only (LongestPaths), and the critical set is read off a bucket.
+// The flow lives on a network of the whole DAG whose non-critical arcs have
+// bounds [0, 0], and it persists from step to step (BoundedFlow): a step
+// changes the bounds of the arcs it touched, routes the imbalance this
+// leaves, and augments, so it costs a few searches over the critical
+// subgraph rather than a maximum flow from zero. One step may take a whole
+// run of units (Fulkerson's parametric step): the same cut stays optimal
+// while every cut computation stays on one linear piece of its cost curve and
+// no other path becomes critical; the run length is bounded by the pieces
+// and then checked on the longest paths, halving until it holds. All working
+// arrays are allocated once; the step log is sized up front.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dag.hpp"
+#include "longest_path.hpp"
+#include "max_flow.hpp"
+#include "options.hpp"
+#include "pacer.hpp"
+#include "pipeline.hpp"
+#include "solver_options.hpp"
+
+namespace perseus {
+
+// Outcome of one min-cut step.
+enum class StepStatus : std::uint8_t {
+  kShortened,      // the iteration is one or more units shorter
+  kMinimumTime,    // infinite cut: nothing on some critical path can shrink
+  kNoProgress,     // a finite cut, but applying it could not shorten the iteration
+  kInfeasibleFlow  // no flow meets the lower bounds (costs too flat or too large to resolve)
+};
+
+class PhillipsDessouky {
+ public:
+  using Units = std::int64_t;
+
+  // Keeps references to the pipeline, dag and table. Throws
+  // std::invalid_argument if the unit is so coarse that every group has a
+  // single duration.
+  PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
+                   double unit_time_s, const SolverBudgets& budgets);
+  PhillipsDessouky(const PhillipsDessouky&) = delete;
+  PhillipsDessouky& operator=(const PhillipsDessouky&) = delete;
+
+  // Steps until the minimum time (or a stop); returns why it stopped.
+  StopReason run(Pacer& pacer);
+  StepStatus step();
+
+  Index num_computations() const { return static_cast<Index>(duration_.size()); }
+  Units min_units() const { return min_units_; }  // makespan with every duration shortest
+  Units max_units() const { return max_units_; }  // ... longest: the first plan
+  // Units the loop shortened the iteration by; plan u (0..units_done()) has
+  // model time max_units() - u.
+  Units units_done() const { return units_done_; }
+  std::int64_t num_cuts() const { return static_cast<std::int64_t>(run_units_.size()); }
+  std::int64_t work() const { return work_ + paths_.work() + flow_.work(); }
+
+  // Sequential access to the plans: durations of plan 0 (every computation
+  // longest), then advance(u, d) moves `durations` from plan u to plan u + 1,
+  // writing the computations it changed to `changed`. Plans must be visited
+  // in order; restart with first_plan().
+  void first_plan(std::vector<Units>& durations);
+  void advance(std::vector<Units>& durations, std::vector<Index>& changed);
+  OptionIndex option_for(Index computation, Units d) const { return quant(computation).option_for(d); }
+
+ private:
+  const QuantisedGroup& quant(Index i) const { return groups_[ix(group_[ix(i)])]; }
+  // Brings the flow bounds up to date with the durations and the critical
+  // set, for every computation touched since the last step.
+  void sync_network();
+  void touch(Index i);
+  void refresh_arcs(Index i);
+  // Applies `units` times the cut's direction to the cut computations.
+  void apply_cut(Units units);
+  void update_paths();
+
+  const Dag& dag_;
+  const SolverBudgets& budgets_;
+  std::vector<QuantisedGroup> groups_;
+  std::vector<Index> group_;
+  std::vector<Units> duration_;
+  Units min_units_ = 0, max_units_ = 0, units_done_ = 0;
+  double tolerance_ = 0.0;
+  LongestPaths paths_;
+
+  // The flow network over the whole DAG: s = 0, t = 1, a_i = 2 + 2i,
+  // b_i = 3 + 2i; arcs of non-critical computations and dependencies have
+  // bounds [0, 0].
+  BoundedFlow flow_;
+  std::vector<Index> work_arc_, source_arc_, sink_arc_;  // per computation (-1: none)
+  std::vector<Index> dep_arc_;        // per DAG edge, in successor order
+  std::vector<Index> dep_arc_of_pred_;  // the same arcs, in predecessor order
+  Index return_arc_ = -1;             // t -> s
+  // The critical set, and the computations touched since the last sync.
+  std::vector<Index> critical_, next_critical_;
+  std::vector<char> is_critical_;
+  std::vector<char> arcs_open_;           // whether i's arcs were last set as critical
+  std::vector<Units> bounds_duration_;    // the duration i's work-arc bounds were set for
+  std::vector<Index> touched_;
+  std::vector<std::uint32_t> touched_at_;  // step stamp
+  std::uint32_t stamp_ = 1;
+  // The cut: computations and direction (-1 shorten, +1 lengthen).
+  std::vector<Index> cut_;
+  std::vector<std::int8_t> cut_direction_;
+  std::vector<Index> changed_;  // scratch for LongestPaths::update
+
+  // Step log: per run, its units and its slice of (computation, direction).
+  std::vector<Units> run_units_;
+  std::vector<std::size_t> run_end_;
+  std::vector<Index> log_computation_;
+  std::vector<std::int8_t> log_direction_;
+  // Cursor of advance().
+  std::size_t cursor_run_ = 0;
+  Units cursor_unit_ = 0;
+  std::int64_t work_ = 0;
+};
+
+}  // namespace perseus

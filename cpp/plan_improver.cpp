@@ -1,0 +1,276 @@
+#include "plan_improver.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <limits>
+
+namespace perseus {
+namespace {
+
+// Relative squeezes below the deadline tried by the local search: they move
+// many computations at once, where single exchanges stall.
+constexpr double kSqueezes[] = {0.001, 0.003, 0.01, 0.03};
+// Bigger single jumps: one computation much faster, its time spent elsewhere.
+constexpr Index kJumps[] = {1, 2, 4, 8};
+// Pair exchanges are tried among this many of the cheapest critical computations.
+constexpr std::size_t kPairCandidates = 16;
+
+}  // namespace
+
+PlanImprover::PlanImprover(const Pipeline& pipeline, const Dag& dag, const OptionTable& table)
+    : dag_(dag),
+      table_(table),
+      blocking_w_(table.blocking_power_w() * static_cast<double>(pipeline.num_gpus())),
+      group_(ix(pipeline.size())),
+      choice_(ix(pipeline.size()), 0),
+      duration_(ix(pipeline.size())),
+      times_(dag),
+      is_pending_(ix(pipeline.size()), 0) {
+  const auto n = ix(pipeline.size());
+  for (Index i = 0; i < pipeline.size(); ++i) {
+    group_[ix(i)] = group_of(pipeline.computation(i));
+    duration_[ix(i)] = time_of(i, 0);
+    effective_sum_ += effective_of(i, 0);
+  }
+  for (Index g = 0; g < table.num_groups(); ++g) {
+    first_option_.push_back(static_cast<Index>(steepest_.size()));
+    const Index count = table.num_options(g);
+    for (Index j = 0; j < count; ++j) {
+      Index steep = j;
+      double best = -std::numeric_limits<double>::infinity();
+      for (Index k = j + 1; k < count; ++k) {
+        const double slope = (table.effective_j(g, j) - table.effective_j(g, k)) /
+                             (table.time_s(g, k) - table.time_s(g, j));
+        if (slope > best) {
+          best = slope;
+          steep = k;
+        }
+      }
+      steepest_.push_back(steep);
+    }
+  }
+  for (Index v = 0; v < dag.num_nodes(); ++v)
+    if (dag.successors_begin(v) == dag.successors_end(v)) sinks_.push_back(v);
+  times_.reset(duration_.data());
+  pending_.reserve(n);
+  heap_.reserve(n);
+  saved_.resize(n);
+  start_.resize(n);
+  first_.resize(n);
+  critical_.reserve(n);
+}
+
+void PlanImprover::set_option(Index i, Index option) {
+  const auto s = ix(i);
+  effective_sum_ += effective_of(i, option) - effective_of(i, choice_[s]);
+  choice_[s] = static_cast<OptionIndex>(option);
+  duration_[s] = time_of(i, option);
+  if (!is_pending_[s]) {
+    is_pending_[s] = 1;
+    pending_.push_back(i);
+  }
+}
+
+void PlanImprover::commit() {
+  if (pending_.empty()) return;
+  times_.update(duration_.data(), pending_.data(), pending_.data() + pending_.size());
+  for (const Index i : pending_) is_pending_[ix(i)] = 0;
+  pending_.clear();
+}
+
+void PlanImprover::assign(const OptionIndex* choice) {
+  for (std::size_t i = 0; i < choice_.size(); ++i)
+    if (choice[i] != choice_[i]) set_option(static_cast<Index>(i), choice[i]);
+  work_ += static_cast<std::int64_t>(choice_.size());
+  commit();
+}
+
+double PlanImprover::makespan() const {
+  double longest = 0.0;
+  for (const Index v : sinks_) longest = std::max(longest, times_.through(v));
+  return longest;
+}
+
+double PlanImprover::energy_at(double deadline_s) const {
+  return effective_sum_ + blocking_w_ * std::max(deadline_s, makespan());
+}
+
+double PlanImprover::best_move(Index i, double limit_s, ReclaimOrder order, Index& option) {
+  const auto s = ix(i);
+  const Index g = group_[s];
+  const Index current = choice_[s];
+  const double room = limit_s - times_.through(i) + duration_[s];  // longest time i may take
+  // Options are sorted by time: the slowest one that fits, by bisection.
+  Index lo = current, hi = table_.num_options(g) - 1;
+  while (lo < hi) {
+    const Index mid = lo + (hi - lo + 1) / 2;
+    if (table_.time_s(g, mid) <= room) lo = mid;
+    else hi = mid - 1;
+  }
+  ++work_;
+  option = current;
+  if (lo == current) return 0.0;
+  // Effective energy falls strictly with every slower option: the slowest
+  // that fits saves most.
+  if (order == ReclaimOrder::kSaving) {
+    option = lo;
+    return effective_of(i, current) - effective_of(i, lo);
+  }
+  const double now = duration_[s];
+  auto rate = [&](Index k) { return (effective_of(i, current) - effective_of(i, k)) / (time_of(i, k) - now); };
+  // The steepest saving overall, if it fits; otherwise scan what fits (few
+  // options, since the steepest one is usually the next).
+  const Index steep = steepest_[ix(first_option_[ix(g)] + current)];
+  if (steep <= lo) {
+    option = steep;
+    return rate(steep);
+  }
+  double best = 0.0;
+  for (Index k = lo; k > current; --k) {
+    const double score = rate(k);
+    if (score > best) {
+      best = score;
+      option = k;
+    }
+  }
+  work_ += lo - current;
+  return best;
+}
+
+void PlanImprover::reclaim(double deadline_s, ReclaimOrder order) {
+  const double limit = std::max(deadline_s, makespan());
+  heap_.clear();
+  for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i) {
+    Index option;
+    const double score = best_move(i, limit, order, option);
+    if (score > 0) heap_.push_back({score, i});
+  }
+  std::make_heap(heap_.begin(), heap_.end());
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end());
+    const Index i = heap_.back().computation;
+    heap_.pop_back();
+    Index option;
+    const double score = best_move(i, limit, order, option);
+    if (score <= 0) continue;
+    if (!heap_.empty() && score < heap_.front().score) {  // stale: file it anew
+      heap_.push_back({score, i});
+      std::push_heap(heap_.begin(), heap_.end());
+      continue;
+    }
+    set_option(i, option);
+    commit();
+    const double next = best_move(i, limit, order, option);
+    if (next > 0) {
+      heap_.push_back({next, i});
+      std::push_heap(heap_.begin(), heap_.end());
+    }
+  }
+}
+
+void PlanImprover::reclaim_best(double deadline_s) {
+  const double common = std::max(deadline_s, makespan());
+  std::copy(choice_.begin(), choice_.end(), start_.begin());
+  reclaim(common, ReclaimOrder::kSaving);
+  const double by_saving = energy_at(common);
+  std::copy(choice_.begin(), choice_.end(), first_.begin());
+  assign(start_.data());
+  reclaim(common, ReclaimOrder::kSavingPerSecond);
+  if (by_saving < energy_at(common)) assign(first_.data());
+}
+
+bool PlanImprover::tighten(double deadline_s) {
+  if (makespan() <= deadline_s) return true;
+  // Extra effective energy per second saved by the next faster option.
+  auto cost_rate = [&](Index i) {
+    const Index k = choice_[ix(i)];
+    return (effective_of(i, k - 1) - effective_of(i, k)) / (time_of(i, k) - time_of(i, k - 1));
+  };
+  heap_.clear();
+  for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
+    if (choice_[ix(i)] > 0 && times_.through(i) > deadline_s) heap_.push_back({-cost_rate(i), i});
+  std::make_heap(heap_.begin(), heap_.end());
+  work_ += static_cast<std::int64_t>(choice_.size());
+  while (makespan() > deadline_s) {
+    if (heap_.empty()) return false;
+    std::pop_heap(heap_.begin(), heap_.end());
+    const Index i = heap_.back().computation;
+    heap_.pop_back();
+    ++work_;
+    // Paths only get shorter while tightening: a node that fits now always will.
+    if (times_.through(i) <= deadline_s || choice_[ix(i)] == 0) continue;
+    set_option(i, choice_[ix(i)] - 1);
+    commit();
+    if (choice_[ix(i)] > 0) {
+      heap_.push_back({-cost_rate(i), i});
+      std::push_heap(heap_.begin(), heap_.end());
+    }
+  }
+  return true;
+}
+
+bool PlanImprover::keep_if_better(double deadline_s, double& best_j) {
+  const double energy = energy_at(deadline_s);
+  if (makespan() <= deadline_s && energy < best_j - 1e-12 * std::abs(best_j)) {
+    best_j = energy;
+    return true;
+  }
+  assign(saved_.data());
+  return false;
+}
+
+void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
+  const std::int64_t limit = work() + max_work;
+  reclaim_best(deadline_s);
+  const double deadline = std::max(deadline_s, makespan());
+  double best = energy_at(deadline);
+  auto speedup_rate = [&](Index i) {
+    const Index k = choice_[ix(i)];
+    return (effective_of(i, k - 1) - effective_of(i, k)) / (time_of(i, k) - time_of(i, k - 1));
+  };
+  bool improved = true;
+  while (improved && work() < limit) {
+    improved = false;
+    critical_.clear();
+    const double tolerance = 1e-9 * deadline;
+    for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
+      if (choice_[ix(i)] > 0 && deadline - times_.through(i) <= tolerance) critical_.push_back(i);
+    std::sort(critical_.begin(), critical_.end(),
+              [&](Index a, Index b) { return speedup_rate(a) < speedup_rate(b); });
+    work_ += static_cast<std::int64_t>(choice_.size());
+    for (const Index jump : kJumps) {
+      for (std::size_t a = 0; a < critical_.size() && !improved && work() < limit; ++a) {
+        const Index i = critical_[a];
+        if (choice_[ix(i)] < jump && jump > 1) continue;
+        std::copy(choice_.begin(), choice_.end(), saved_.begin());
+        set_option(i, std::max<Index>(0, choice_[ix(i)] - jump));
+        commit();
+        reclaim_best(deadline);
+        improved = keep_if_better(deadline, best);
+      }
+      if (improved) break;
+    }
+    const std::size_t pairs_of = std::min(critical_.size(), kPairCandidates);
+    for (std::size_t a = 0; a < pairs_of && !improved && work() < limit; ++a)
+      for (std::size_t b = a + 1; b < pairs_of && !improved && work() < limit; ++b) {
+        std::copy(choice_.begin(), choice_.end(), saved_.begin());
+        set_option(critical_[a], choice_[ix(critical_[a])] - 1);
+        set_option(critical_[b], choice_[ix(critical_[b])] - 1);
+        commit();
+        reclaim_best(deadline);
+        improved = keep_if_better(deadline, best);
+      }
+    for (std::size_t q = 0; q < std::size(kSqueezes) && !improved && work() < limit; ++q) {
+      std::copy(choice_.begin(), choice_.end(), saved_.begin());
+      if (!tighten(deadline * (1.0 - kSqueezes[q]))) {
+        assign(saved_.data());
+        break;
+      }
+      reclaim_best(deadline);
+      improved = keep_if_better(deadline, best);
+    }
+  }
+}
+
+}  // namespace perseus

@@ -1,0 +1,78 @@
+// Everything a frontier solve can be told, in one place: the problem's
+// parameters, the work budgets of the refinement (each with its unit, its
+// default and why), and the hooks for progress and cancellation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace perseus {
+
+// Phases of a solve, in the order they run; progress reports name them.
+enum class Phase : std::uint8_t {
+  kMinCut,       // Phillips-Dessouky steps over quantised durations
+  kCandidates,   // every step's plan mapped to measured options and replayed
+  kReclaim,      // slack reclamation of every candidate on measured times
+  kLocalSearch,  // exchanges at deadlines between the candidates' times
+};
+const char* phase_name(Phase phase);
+
+// Why the min-cut loop stopped.
+enum class StopReason : std::uint8_t {
+  kMinimumTime,  // the cut became infinite: some critical path has every
+                 // computation at its shortest duration (the normal end)
+  kNoProgress,   // a finite cut could not shorten the iteration (flow
+                 // tolerances on nearly flat costs); the frontier ends there
+  kInfeasibleFlow,  // no flow met the lower bounds: costs too large or too
+                    // flat to resolve in doubles; the frontier ends there
+};
+const char* stop_reason_name(StopReason reason);
+
+// Work budgets. A work unit is one node, edge or option visit (see
+// Refiner::work): machine-independent, so the plans do not depend on the
+// machine or its load, and the budgets are the same in tests and benchmarks.
+struct SolverBudgets {
+  // Take a whole run of equal min-cut steps at once (Fulkerson's parametric
+  // step): the same cut stays optimal while every cut computation stays on
+  // one linear piece of its cost curve and no other path becomes critical.
+  // false takes one unit per step (the textbook loop, for comparisons).
+  bool multi_unit_steps = true;
+  // Refining divides the unit time by up to this much for small pipelines
+  // (a finer quantum brings the convex model closer to the measured options)
+  // while (steps x DAG elements) stays below finer_quantum_work.
+  double max_unit_divisor = 16.0;
+  double finer_quantum_work = 1e6;
+  // Local search at the deadlines between candidates: work units per DAG
+  // element (node or edge) for the whole frontier, within [floor, cap]. Tiny
+  // pipelines get the floor: their search is cheap and pays off most.
+  double local_search_work_per_element = 2e3;
+  double local_search_work_floor = 1e7;
+  double local_search_work_cap = 5e7;
+  // Plans whose energy over any common iteration length differs from a
+  // faster kept plan by less than this share are dropped (relative, so 1e-6
+  // is a millionth of the iteration's energy): they cannot matter to a user,
+  // and they bound the frontier's size.
+  double plan_energy_resolution = 1e-6;
+};
+
+// Progress: called with (phase, done, total) at most once per
+// progress_period_s, the period measured from the previous call's return;
+// return false to cancel. interrupted: polled at least every
+// interrupt_poll_s; return true to cancel. Either hook may be empty. A
+// cancelled solve throws SolveCancelled.
+using ProgressHook = std::function<bool(Phase, std::int64_t, std::int64_t)>;
+using InterruptHook = std::function<bool()>;
+
+struct SolverOptions {
+  double unit_time_s = 1e-3;
+  // Improve the plans on measured times (reclamation, local search). false
+  // gives the plain Phillips-Dessouky plans, replayed as they are.
+  bool refine = true;
+  SolverBudgets budgets{};
+  ProgressHook progress;
+  double progress_period_s = 0.1;
+  InterruptHook interrupted;
+  double interrupt_poll_s = 0.05;
+};
+
+}  // namespace perseus
