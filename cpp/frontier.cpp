@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <string>
+#include <cstdlib>
 
 #include "phillips_dessouky.hpp"
 #include "plan_improver.hpp"
@@ -19,19 +21,29 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A finer quantum brings the convex model closer to the measured options.
-// When refining, small pipelines get one: the unit is divided by up to
-// max_unit_divisor while (steps x DAG elements) stays within
-// finer_quantum_work, so large pipelines keep the unit they were given.
-double solver_unit(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
-                   const SolverOptions& options) {
-  if (!options.refine) return options.unit_time_s;
-  const PhillipsDessouky probe(pipeline, dag, table, options.unit_time_s, options.budgets);
-  const double work = static_cast<double>(probe.max_units() - probe.min_units() + 1) *
-                      static_cast<double>(dag.num_nodes() + dag.num_edges());
-  const double divisor =
-      std::floor(std::min(options.budgets.max_unit_divisor, options.budgets.finer_quantum_work / work));
-  return divisor > 1 ? options.unit_time_s / divisor : options.unit_time_s;
+// The min-cut loop's quantum when refining: the user's unit divided by an
+// integer (SolverBudgets::units_per_option_gap and its bounds).
+std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
+                          const SolverOptions& options) {
+  if (!options.refine) return 1;
+  std::vector<double> gaps;
+  for (Index g = 0; g < table.num_groups(); ++g)
+    for (Index k = 1; k < table.num_options(g); ++k) gaps.push_back(table.time_s(g, k) - table.time_s(g, k - 1));
+  if (gaps.empty()) return 1;
+  std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+  const double median_gap = gaps[gaps.size() / 2];
+  const SolverBudgets& b = options.budgets;
+  double divisor = std::ceil(b.units_per_option_gap * options.unit_time_s / median_gap);
+  divisor = std::clamp(divisor, 1.0, std::max(1.0, b.max_unit_divisor));
+  // The loop spans the iteration time from every option slowest to every fastest.
+  Evaluator evaluator(pipeline, dag, table);
+  std::vector<OptionIndex> choice(ix(pipeline.size()), 0);
+  const double fastest = evaluator.evaluate(choice.data()).iteration_time_s;
+  for (Index i = 0; i < pipeline.size(); ++i)
+    choice[ix(i)] = static_cast<OptionIndex>(table.num_options(evaluator.group(i)) - 1);
+  const double span_units = (evaluator.evaluate(choice.data()).iteration_time_s - fastest) / options.unit_time_s;
+  if (span_units * divisor > b.max_solver_units) divisor = std::floor(b.max_solver_units / std::max(span_units, 1.0));
+  return static_cast<std::int64_t>(std::max(1.0, divisor));
 }
 
 }  // namespace
@@ -50,7 +62,8 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   const auto n = ix(pipeline.size());
 
   auto started = Clock::now();
-  const double unit = solver_unit(pipeline, dag, table, options);
+  const std::int64_t divisor = unit_divisor(pipeline, dag, table, options);
+  const double unit = options.unit_time_s / static_cast<double>(divisor);
   PhillipsDessouky steps(pipeline, dag, table, unit, options.budgets);
   result.stop_reason = steps.run(pacer);
   result.steps = steps.units_done();
@@ -68,9 +81,14 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   }
   PlanImprover improver(pipeline, dag, table);
   PlanLog candidates(pipeline.size()), improved(pipeline.size());
-  collect_step_plans(steps, unit, options.refine, improver, candidates, pacer);
+  {
+    std::unique_ptr<PlanImprover> tight;
+    if (options.refine) tight = std::make_unique<PlanImprover>(pipeline, dag, table);
+    collect_step_plans(steps, unit, divisor, options.refine, improver, tight.get(), candidates, pacer);
+  }
   if (options.refine)
-    collect_fast_end(steps, unit, result.baseline.iteration_time_s, improver, candidates, pacer);
+    collect_fast_end(steps, options.unit_time_s, result.baseline.iteration_time_s, improver,
+                     candidates, pacer);
   const Phase walk = options.refine ? Phase::kReclaim : Phase::kCandidates;
   result.phase_seconds[static_cast<int>(walk)] = seconds_since(started);
 
@@ -94,7 +112,10 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     const SolverBudgets& b = options.budgets;
     const double budget = std::clamp(b.local_search_work_per_element * elements,
                                      b.local_search_work_floor, b.local_search_work_cap);
-    search_at_plans(candidates, kept, static_cast<std::int64_t>(budget), improver, improved, pacer);
+    // fill_gaps wants the frontier fastest first.
+    std::vector<std::size_t> by_time = select(candidates);
+    if (!std::getenv("PNOFILL")) fill_gaps(candidates, by_time, options.unit_time_s, static_cast<std::int64_t>(budget), improver,
+              improved, pacer);
     result.phase_seconds[static_cast<int>(Phase::kLocalSearch)] = seconds_since(started);
   }
   result.candidates = static_cast<std::int64_t>(candidates.size() + improved.size());

@@ -80,8 +80,7 @@ QuantisedGroup::QuantisedGroup(const OptionTable& table, Index group, double uni
   const Index n = table.num_options(group);
   quantised_.resize(ix(n));
   for (Index k = 0; k < n; ++k) {
-    // The tiny nudge keeps e.g. 0.03 / 0.001 from rounding up to 31.
-    const double units = std::ceil(table.time_s(group, k) / unit_time_s * (1.0 - 1e-12));
+    const double units = std::max(1.0, std::floor(table.time_s(group, k) / unit_time_s + 0.5));
     if (!(units <= kMaxUnits))
       throw std::invalid_argument(group_name(group) + ": an option of " +
                                   std::to_string(table.time_s(group, k)) + " s is more than 2^52 units of " +
@@ -133,6 +132,12 @@ OptionIndex QuantisedGroup::option_for(std::int64_t d) const {
   const auto it = std::upper_bound(quantised_.begin(), quantised_.end(), d);
   const auto k = static_cast<std::ptrdiff_t>(it - quantised_.begin()) - 1;
   return static_cast<OptionIndex>(k < 0 ? 0 : k);
+}
+
+OptionIndex QuantisedGroup::option_at_least(std::int64_t d) const {
+  const auto it = std::lower_bound(quantised_.begin(), quantised_.end(), d);
+  const auto k = static_cast<std::ptrdiff_t>(it - quantised_.begin());
+  return static_cast<OptionIndex>(std::min<std::ptrdiff_t>(k, static_cast<std::ptrdiff_t>(quantised_.size()) - 1));
 }
 
 std::int64_t QuantisedGroup::breakpoint_below(std::int64_t d) const {

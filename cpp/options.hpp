@@ -66,10 +66,14 @@ class OptionTable {
 };
 
 // Quantised, convex view of one group for the Phillips-Dessouky loop.
-// Durations are integers d = ceil(t / unit_time): a duration of d units always
-// covers the measured time, so a plan never runs longer than the model says.
-// The cost of a duration is the effective energy; the model is the lower
-// convex hull of the (duration, cost) points, linear in between.
+// Durations are integers d = round(t / unit_time), at least 1: rounding to
+// the nearest unit keeps a long path's model time within a few units of its
+// measured time (rounding up would add half a unit per computation and put
+// the model's shortest iteration far above the real one). Every plan is
+// replayed on measured times afterwards, so the model never decides a
+// plan's reported time. The cost of a duration is the effective energy; the
+// model is the lower convex hull of the (duration, cost) points, linear in
+// between.
 class QuantisedGroup {
  public:
   // Throws std::invalid_argument if some t / unit_time does not fit the
@@ -80,8 +84,10 @@ class QuantisedGroup {
   std::int64_t max_duration() const { return quantised_.back(); }
   // Convex, non-increasing cost of duration d in [min_duration, max_duration].
   double cost(std::int64_t d) const;
-  // The slowest measured option whose quantised duration is <= d.
+  // The slowest option whose quantised duration is <= d.
   OptionIndex option_for(std::int64_t d) const;
+  // The fastest option whose quantised duration is >= d (the slowest if none).
+  OptionIndex option_at_least(std::int64_t d) const;
   // Hull breakpoints around d: the largest one < d (or min_duration) and the
   // smallest one > d (or max_duration). cost() is linear between them, so a
   // duration may move that far at an unchanged cost per unit.

@@ -85,6 +85,11 @@ class PhillipsDessouky {
   void first_plan(std::vector<Units>& durations);
   void advance(std::vector<Units>& durations, std::vector<Index>& changed);
   OptionIndex option_for(Index computation, Units d) const { return quant(computation).option_for(d); }
+  // The convex model's cost of one computation at duration d (effective joules).
+  double model_cost(Index computation, Units d) const { return quant(computation).cost(d); }
+  OptionIndex option_at_least(Index computation, Units d) const {
+    return quant(computation).option_at_least(d);
+  }
 
  private:
   const QuantisedGroup& quant(Index i) const { return groups_[ix(group_[ix(i)])]; }

@@ -55,14 +55,13 @@ PlanImprover::PlanImprover(const Pipeline& pipeline, const Dag& dag, const Optio
   times_.reset(duration_.data());
   pending_.reserve(n);
   heap_.reserve(n);
-  saved_.resize(n);
-  start_.resize(n);
-  first_.resize(n);
   critical_.reserve(n);
+  seeds_.reserve(n);
 }
 
 void PlanImprover::set_option(Index i, Index option) {
   const auto s = ix(i);
+  journal_.emplace_back(i, choice_[s]);
   effective_sum_ += effective_of(i, option) - effective_of(i, choice_[s]);
   choice_[s] = static_cast<OptionIndex>(option);
   duration_[s] = time_of(i, option);
@@ -79,11 +78,28 @@ void PlanImprover::commit() {
   pending_.clear();
 }
 
+void PlanImprover::rollback(std::size_t mark) {
+  while (journal_.size() > mark) {
+    const auto [i, option] = journal_.back();
+    journal_.pop_back();
+    const auto s = ix(i);
+    effective_sum_ += effective_of(i, option) - effective_of(i, choice_[s]);
+    choice_[s] = option;
+    duration_[s] = time_of(i, option);
+    if (!is_pending_[s]) {
+      is_pending_[s] = 1;
+      pending_.push_back(i);
+    }
+  }
+  commit();
+}
+
 void PlanImprover::assign(const OptionIndex* choice) {
   for (std::size_t i = 0; i < choice_.size(); ++i)
     if (choice[i] != choice_[i]) set_option(static_cast<Index>(i), choice[i]);
   work_ += static_cast<std::int64_t>(choice_.size());
   commit();
+  journal_.clear();
 }
 
 double PlanImprover::makespan() const {
@@ -138,21 +154,24 @@ double PlanImprover::best_move(Index i, double limit_s, ReclaimOrder order, Inde
   return best;
 }
 
-void PlanImprover::reclaim(double deadline_s, ReclaimOrder order) {
-  const double limit = std::max(deadline_s, makespan());
+void PlanImprover::reclaim_seeded(double limit_s, ReclaimOrder order, const std::vector<Index>* seeds) {
   heap_.clear();
-  for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i) {
+  auto consider = [&](Index i) {
     Index option;
-    const double score = best_move(i, limit, order, option);
+    const double score = best_move(i, limit_s, order, option);
     if (score > 0) heap_.push_back({score, i});
-  }
+  };
+  if (seeds == nullptr)
+    for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i) consider(i);
+  else
+    for (const Index i : *seeds) consider(i);
   std::make_heap(heap_.begin(), heap_.end());
   while (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end());
     const Index i = heap_.back().computation;
     heap_.pop_back();
     Index option;
-    const double score = best_move(i, limit, order, option);
+    const double score = best_move(i, limit_s, order, option);
     if (score <= 0) continue;
     if (!heap_.empty() && score < heap_.front().score) {  // stale: file it anew
       heap_.push_back({score, i});
@@ -161,7 +180,7 @@ void PlanImprover::reclaim(double deadline_s, ReclaimOrder order) {
     }
     set_option(i, option);
     commit();
-    const double next = best_move(i, limit, order, option);
+    const double next = best_move(i, limit_s, order, option);
     if (next > 0) {
       heap_.push_back({next, i});
       std::push_heap(heap_.begin(), heap_.end());
@@ -169,27 +188,22 @@ void PlanImprover::reclaim(double deadline_s, ReclaimOrder order) {
   }
 }
 
-void PlanImprover::reclaim_best(double deadline_s) {
-  const double common = std::max(deadline_s, makespan());
-  std::copy(choice_.begin(), choice_.end(), start_.begin());
-  reclaim(common, ReclaimOrder::kSaving);
-  const double by_saving = energy_at(common);
-  std::copy(choice_.begin(), choice_.end(), first_.begin());
-  assign(start_.data());
-  reclaim(common, ReclaimOrder::kSavingPerSecond);
-  if (by_saving < energy_at(common)) assign(first_.data());
+void PlanImprover::reclaim(double deadline_s, ReclaimOrder order) {
+  reclaim_seeded(std::max(deadline_s, makespan()), order, nullptr);
 }
 
-bool PlanImprover::tighten(double deadline_s) {
+double PlanImprover::speedup_cost(Index i) const {
+  const Index k = choice_[ix(i)];
+  return (effective_of(i, k - 1) - effective_of(i, k)) / (time_of(i, k) - time_of(i, k - 1));
+}
+
+bool PlanImprover::tighten(double deadline_s) { return tighten_to(deadline_s); }
+
+bool PlanImprover::tighten_to(double deadline_s) {
   if (makespan() <= deadline_s) return true;
-  // Extra effective energy per second saved by the next faster option.
-  auto cost_rate = [&](Index i) {
-    const Index k = choice_[ix(i)];
-    return (effective_of(i, k - 1) - effective_of(i, k)) / (time_of(i, k) - time_of(i, k - 1));
-  };
   heap_.clear();
   for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
-    if (choice_[ix(i)] > 0 && times_.through(i) > deadline_s) heap_.push_back({-cost_rate(i), i});
+    if (choice_[ix(i)] > 0 && times_.through(i) > deadline_s) heap_.push_back({-speedup_cost(i), i});
   std::make_heap(heap_.begin(), heap_.end());
   work_ += static_cast<std::int64_t>(choice_.size());
   while (makespan() > deadline_s) {
@@ -203,31 +217,36 @@ bool PlanImprover::tighten(double deadline_s) {
     set_option(i, choice_[ix(i)] - 1);
     commit();
     if (choice_[ix(i)] > 0) {
-      heap_.push_back({-cost_rate(i), i});
+      heap_.push_back({-speedup_cost(i), i});
       std::push_heap(heap_.begin(), heap_.end());
     }
   }
   return true;
 }
 
-bool PlanImprover::keep_if_better(double deadline_s, double& best_j) {
+bool PlanImprover::keep_if_better(std::size_t mark, double deadline_s, double& best_j) {
   const double energy = energy_at(deadline_s);
   if (makespan() <= deadline_s && energy < best_j - 1e-12 * std::abs(best_j)) {
     best_j = energy;
     return true;
   }
-  assign(saved_.data());
+  rollback(mark);
   return false;
 }
 
 void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
   const std::int64_t limit = work() + max_work;
-  reclaim_best(deadline_s);
   const double deadline = std::max(deadline_s, makespan());
+  reclaim_seeded(deadline, ReclaimOrder::kSavingPerSecond, nullptr);
   double best = energy_at(deadline);
-  auto speedup_rate = [&](Index i) {
-    const Index k = choice_[ix(i)];
-    return (effective_of(i, k - 1) - effective_of(i, k)) / (time_of(i, k) - time_of(i, k - 1));
+  // One trial: the changes made by `change`, then a reclaim of what they freed.
+  auto trial = [&](auto change) {
+    const std::size_t mark = journal_.size();
+    change();
+    commit();
+    seeds_.assign(times_.moved().begin(), times_.moved().end());
+    reclaim_seeded(deadline, ReclaimOrder::kSavingPerSecond, &seeds_);
+    return keep_if_better(mark, deadline, best);
   };
   bool improved = true;
   while (improved && work() < limit) {
@@ -237,38 +256,31 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
       if (choice_[ix(i)] > 0 && deadline - times_.through(i) <= tolerance) critical_.push_back(i);
     std::sort(critical_.begin(), critical_.end(),
-              [&](Index a, Index b) { return speedup_rate(a) < speedup_rate(b); });
+              [&](Index a, Index b) { return speedup_cost(a) < speedup_cost(b); });
     work_ += static_cast<std::int64_t>(choice_.size());
     for (const Index jump : kJumps) {
       for (std::size_t a = 0; a < critical_.size() && !improved && work() < limit; ++a) {
         const Index i = critical_[a];
-        if (choice_[ix(i)] < jump && jump > 1) continue;
-        std::copy(choice_.begin(), choice_.end(), saved_.begin());
-        set_option(i, std::max<Index>(0, choice_[ix(i)] - jump));
-        commit();
-        reclaim_best(deadline);
-        improved = keep_if_better(deadline, best);
+        if (jump > 1 && choice_[ix(i)] < jump) continue;
+        improved = trial([&] { set_option(i, std::max<Index>(0, choice_[ix(i)] - jump)); });
       }
       if (improved) break;
     }
     const std::size_t pairs_of = std::min(critical_.size(), kPairCandidates);
     for (std::size_t a = 0; a < pairs_of && !improved && work() < limit; ++a)
-      for (std::size_t b = a + 1; b < pairs_of && !improved && work() < limit; ++b) {
-        std::copy(choice_.begin(), choice_.end(), saved_.begin());
-        set_option(critical_[a], choice_[ix(critical_[a])] - 1);
-        set_option(critical_[b], choice_[ix(critical_[b])] - 1);
-        commit();
-        reclaim_best(deadline);
-        improved = keep_if_better(deadline, best);
-      }
+      for (std::size_t b = a + 1; b < pairs_of && !improved && work() < limit; ++b)
+        improved = trial([&] {
+          set_option(critical_[a], choice_[ix(critical_[a])] - 1);
+          set_option(critical_[b], choice_[ix(critical_[b])] - 1);
+        });
     for (std::size_t q = 0; q < std::size(kSqueezes) && !improved && work() < limit; ++q) {
-      std::copy(choice_.begin(), choice_.end(), saved_.begin());
-      if (!tighten(deadline * (1.0 - kSqueezes[q]))) {
-        assign(saved_.data());
+      const std::size_t mark = journal_.size();
+      if (!tighten_to(deadline * (1.0 - kSqueezes[q]))) {
+        rollback(mark);
         break;
       }
-      reclaim_best(deadline);
-      improved = keep_if_better(deadline, best);
+      reclaim_seeded(deadline, ReclaimOrder::kSavingPerSecond, nullptr);
+      improved = keep_if_better(mark, deadline, best);
     }
   }
 }

@@ -2,16 +2,24 @@
 // measured times, and the choice of the plans worth keeping.
 //
 // Candidates (each recorded in a PlanLog):
-//   step plans   every unit of the Phillips-Dessouky loop, its durations
-//                mapped to the slowest measured options that fit; when
-//                refining, reclaimed up to the step's model time (ceil
-//                quantisation leaves slack on every computation);
-//   fast end     the model's shortest time is above the all-fastest measured
-//                time (every duration is rounded up), so deadlines from there
-//                down to the all-fastest time, one unit apart, get two
-//                candidates each: the last step's plan tightened to the
-//                deadline (a chain: each deadline starts from the previous
-//                one) and the all-fastest plan, both reclaimed;
+//   step plans   one per `stride` units of the Phillips-Dessouky loop (one per
+//                unit of the user's, when the loop runs on a finer quantum),
+//                and its last: durations mapped to the slowest options that
+//                fit; when refining, reclaimed up to the step's model time or
+//                the plan's own, whichever is later;
+//   tight plans  when refining, also from every sampled step: durations
+//                rounded up to the next option instead, then tightened to the
+//                step's model time (cheapest speed-ups first) and reclaimed.
+//                Greedy reclamation from below and tightening from above end
+//                in different plans; on the measured GPT-3 profiles the tight
+//                ones are what beats the reference near the slow end. The
+//                tight chain carries over from one step to the next (a
+//                computation is never slower than in the chain's last plan),
+//                so each costs a few moves, not a tightening from scratch;
+//   fast end     deadlines from the all-fastest time up to the step plans'
+//                fastest, one user unit apart, get two candidates each: the
+//                fastest step plan tightened to the deadline and the
+//                all-fastest plan, both reclaimed;
 //   local search at deadlines between frontier plans, from the best plan
 //                that meets each, within a work budget (SolverBudgets).
 // Selection keeps the plans whose effective energy E - G * P_block * T falls
@@ -34,14 +42,26 @@
 
 namespace perseus {
 
-// Records every step's plan (phase kReclaim when refining, kCandidates otherwise).
-void collect_step_plans(PhillipsDessouky& steps, double unit_time_s, bool refine,
-                        PlanImprover& improver, PlanLog& log, Pacer& pacer);
+// Records the step plans (phase kReclaim when refining, kCandidates otherwise).
+// `tight` (another improver, or null) runs the tight chain.
+void collect_step_plans(PhillipsDessouky& steps, double unit_time_s, std::int64_t stride,
+                        bool refine, PlanImprover& improver, PlanImprover* tight, PlanLog& log,
+                        Pacer& pacer);
 
-// Records the fast-end candidates between fastest_s (the all-fastest plan's
-// time) and the last step's model time.
-void collect_fast_end(PhillipsDessouky& steps, double unit_time_s, double fastest_s,
+// Records the fast-end candidates at deadlines from fastest_s (the
+// all-fastest plan's time) up to below the fastest candidate in `log`, one
+// spacing_s apart.
+void collect_fast_end(PhillipsDessouky& steps, double spacing_s, double fastest_s,
                       PlanImprover& improver, PlanLog& log, Pacer& pacer);
+
+// Deadlines inside the gaps of a frontier: where two neighbouring plans of
+// `frontier` (indices into `from`, fastest first) are more than spacing_s
+// apart, deadlines one spacing_s apart in between get two candidates each:
+// the faster plan reclaimed up to the deadline, and the slower one tightened
+// to it and reclaimed. With max_work > 0, the better start then gets a local
+// search, the budget spread evenly over the deadlines. Records into `to`.
+void fill_gaps(const PlanLog& from, const std::vector<std::size_t>& frontier, double spacing_s,
+               std::int64_t max_work, PlanImprover& improver, PlanLog& to, Pacer& pacer);
 
 // Local search at the deadlines of the frontier plans `frontier` of `from`
 // (their own times, from each plan), within max_work work units in all;

@@ -37,11 +37,19 @@ struct SolverBudgets {
   // one linear piece of its cost curve and no other path becomes critical.
   // false takes one unit per step (the textbook loop, for comparisons).
   bool multi_unit_steps = true;
-  // Refining divides the unit time by up to this much for small pipelines
-  // (a finer quantum brings the convex model closer to the measured options)
-  // while (steps x DAG elements) stays below finer_quantum_work.
-  double max_unit_divisor = 16.0;
-  double finer_quantum_work = 1e6;
+  // Refining runs the min-cut loop on a finer quantum than the unit asked
+  // for: the user's unit divided by an integer, so that the typical gap
+  // between neighbouring options (the median over all groups) spans at least
+  // units_per_option_gap quanta. A minimum cut can take a whole run of units
+  // at once, so the cost grows with the cuts, which hardly grow with the
+  // divisor, not with the units; what a coarse quantum costs is plans (at
+  // 1 ms, the model cannot tell apart options 0.5 ms apart, nor place the
+  // fastest plans, whose time budget is a few ms). Bounded by
+  // max_unit_divisor, and so that the loop spans at most max_solver_units.
+  // Candidates are still taken once per unit of the user's (see refinement.hpp).
+  double units_per_option_gap = 40.0;
+  double max_unit_divisor = 64.0;
+  double max_solver_units = 4e6;
   // Local search at the deadlines between candidates: work units per DAG
   // element (node or edge) for the whole frontier, within [floor, cap]. Tiny
   // pipelines get the floor: their search is cheap and pays off most.
