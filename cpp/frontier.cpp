@@ -1,11 +1,14 @@
 #include "frontier.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
+#include <future>
 #include <memory>
 #include <string>
-#include <cstdlib>
+#include <thread>
 
 #include "phillips_dessouky.hpp"
 #include "plan_improver.hpp"
@@ -28,7 +31,8 @@ std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const Option
   if (!options.refine) return 1;
   std::vector<double> gaps;
   for (Index g = 0; g < table.num_groups(); ++g)
-    for (Index k = 1; k < table.num_options(g); ++k) gaps.push_back(table.time_s(g, k) - table.time_s(g, k - 1));
+    for (Index k = 1; k < table.num_options(g); ++k)
+      gaps.push_back(table.time_s(g, k) - table.time_s(g, k - 1));
   if (gaps.empty()) return 1;
   std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
   const double median_gap = gaps[gaps.size() / 2];
@@ -42,9 +46,48 @@ std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const Option
   for (Index i = 0; i < pipeline.size(); ++i)
     choice[ix(i)] = static_cast<OptionIndex>(table.num_options(evaluator.group(i)) - 1);
   const double span_units = (evaluator.evaluate(choice.data()).iteration_time_s - fastest) / options.unit_time_s;
-  if (span_units * divisor > b.max_solver_units) divisor = std::floor(b.max_solver_units / std::max(span_units, 1.0));
+  if (span_units * divisor > b.max_solver_units)
+    divisor = std::floor(b.max_solver_units / std::max(span_units, 1.0));
   return static_cast<std::int64_t>(std::max(1.0, divisor));
 }
+
+// Runs a chain on a second thread. Only the calling thread may call the
+// user's hooks (Python handles signals on its main thread), so the worker
+// polls a flag, and the caller keeps ticking while it waits. The destructor
+// stops and joins the worker, however the caller leaves.
+class Worker {
+ public:
+  template <typename Job>
+  explicit Worker(Job job) {
+    result_ = std::async(std::launch::async, [this, job]() {
+      job([this](std::int64_t, std::int64_t) {
+        if (stop_.load(std::memory_order_relaxed)) throw SolveCancelled();
+      });
+    });
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  ~Worker() {
+    stop_ = true;
+    if (result_.valid()) result_.wait();
+  }
+  // Waits for the job, calling `poll` now and then; rethrows the job's exception.
+  template <typename Poll>
+  void finish(Poll poll) {
+    while (result_.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) poll();
+    result_.get();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::future<void> result_;
+};
+
+// Plans gathered from logs, replayed once more on measured times.
+struct Gathered {
+  std::vector<OptionIndex> rows;
+  std::vector<double> time_s, energy_j, before_j;
+};
 
 }  // namespace
 
@@ -60,11 +103,20 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   FrontierResult result;
   result.num_computations = pipeline.size();
   const auto n = ix(pipeline.size());
+  const SolverBudgets& budgets = options.budgets;
+  Evaluator evaluator(pipeline, dag, table);
+  {
+    const std::vector<OptionIndex> fastest(n, 0);
+    result.baseline = evaluator.evaluate(fastest.data());
+  }
+  if (!std::isfinite(result.baseline.energy_j) || !std::isfinite(result.baseline.iteration_time_s))
+    throw std::invalid_argument("the iteration's energy overflows: energies or times are too large");
 
+  // Min cut.
   auto started = Clock::now();
   const std::int64_t divisor = unit_divisor(pipeline, dag, table, options);
   const double unit = options.unit_time_s / static_cast<double>(divisor);
-  PhillipsDessouky steps(pipeline, dag, table, unit, options.budgets);
+  PhillipsDessouky steps(pipeline, dag, table, unit, budgets);
   result.stop_reason = steps.run(pacer);
   result.steps = steps.units_done();
   result.cuts = steps.num_cuts();
@@ -73,80 +125,95 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   result.max_time_units = steps.max_units();
   result.phase_seconds[static_cast<int>(Phase::kMinCut)] = seconds_since(started);
 
+  // Candidates: the two chains (the tight one on a second thread), then the fast end.
   started = Clock::now();
-  Evaluator evaluator(pipeline, dag, table);
-  {
-    const std::vector<OptionIndex> fastest(n, 0);
-    result.baseline = evaluator.evaluate(fastest.data());
-  }
-  PlanImprover improver(pipeline, dag, table);
-  PlanLog candidates(pipeline.size()), improved(pipeline.size());
-  {
-    std::unique_ptr<PlanImprover> tight;
-    if (options.refine) tight = std::make_unique<PlanImprover>(pipeline, dag, table);
-    collect_step_plans(steps, unit, divisor, options.refine, improver, tight.get(), candidates, pacer);
-  }
-  if (options.refine)
-    collect_fast_end(steps, options.unit_time_s, result.baseline.iteration_time_s, improver,
-                     candidates, pacer);
   const Phase walk = options.refine ? Phase::kReclaim : Phase::kCandidates;
+  Sampling sampling;
+  sampling.stride = divisor;
+  sampling.energy_resolution = options.refine ? budgets.candidate_energy_resolution : 0.0;
+  sampling.max_spacing = options.refine ? std::max<std::int64_t>(1, budgets.candidate_max_spacing_units) : 1;
+  PlanImprover improver(pipeline, dag, table);
+  std::vector<PlanLog> logs;
+  logs.emplace_back(pipeline.size());  // reclaimed chain
+  logs.emplace_back(pipeline.size());  // tight chain
+  logs.emplace_back(pipeline.size());  // fast end
+  logs.emplace_back(pipeline.size());  // gap fills
+  const Ticker tick = [&](std::int64_t done, std::int64_t total) { pacer.tick(walk, done, total); };
+  if (options.refine) {
+    PlanImprover tight(pipeline, dag, table);
+    Worker worker([&](const Ticker& worker_tick) {
+      collect_chain(steps, Chain::kTight, unit, sampling, true, tight, logs[1], worker_tick);
+    });
+    collect_chain(steps, Chain::kReclaimed, unit, sampling, true, improver, logs[0], tick);
+    worker.finish([&] { pacer.tick(walk, 1, 1); });
+    double first_step_s = result.baseline.iteration_time_s;
+    bool any = false;
+    for (int k = 0; k < 2; ++k)
+      for (std::size_t p = 0; p < logs[ix(k)].size(); ++p) {
+        first_step_s = any ? std::min(first_step_s, logs[ix(k)].time_s(p)) : logs[ix(k)].time_s(p);
+        any = true;
+      }
+    collect_fast_end(steps, options.unit_time_s, result.baseline.iteration_time_s, first_step_s,
+                     improver, logs[2], tick);
+  } else {
+    collect_chain(steps, Chain::kReclaimed, unit, sampling, false, improver, logs[0], tick);
+  }
   result.phase_seconds[static_cast<int>(walk)] = seconds_since(started);
 
   const double blocking_w = evaluator.pipeline_blocking_w();
-  const double resolution_j = options.budgets.plan_energy_resolution * result.baseline.energy_j;
-  auto select = [&](const PlanLog& log) {
+  const double resolution_j = budgets.plan_energy_resolution * result.baseline.energy_j;
+  // The plans worth keeping from a log, replayed once more on measured times.
+  Gathered all;
+  auto gather = [&](const PlanLog& log) {
     std::vector<double> times(log.size()), energies(log.size());
     for (std::size_t k = 0; k < log.size(); ++k) {
       times[k] = log.time_s(k);
       energies[k] = log.energy_j(k);
     }
-    return frontier_of(times, energies, blocking_w, resolution_j);
+    std::vector<std::size_t> wanted = frontier_of(times, energies, blocking_w, resolution_j);
+    std::sort(wanted.begin(), wanted.end());  // the order rebuild() visits plans in
+    log.rebuild(wanted, [&](std::size_t k, const OptionIndex* choice) {
+      const Evaluation e = evaluator.evaluate(choice);
+      all.rows.insert(all.rows.end(), choice, choice + n);
+      all.time_s.push_back(e.iteration_time_s);
+      all.energy_j.push_back(e.energy_j);
+      all.before_j.push_back(log.energy_before_j(wanted[k]) +
+                             blocking_w * (e.iteration_time_s - log.time_s(wanted[k])));
+    });
   };
-  // Log order (the order rebuild() visits plans in).
-  std::vector<std::size_t> kept = select(candidates);
-  std::sort(kept.begin(), kept.end());
+  // Keeps only the Pareto plans of `all`, fastest first.
+  auto select = [&]() {
+    Gathered kept;
+    for (const std::size_t k : frontier_of(all.time_s, all.energy_j, blocking_w, resolution_j)) {
+      kept.rows.insert(kept.rows.end(), all.rows.begin() + static_cast<std::ptrdiff_t>(k * n),
+                       all.rows.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+      kept.time_s.push_back(all.time_s[k]);
+      kept.energy_j.push_back(all.energy_j[k]);
+      kept.before_j.push_back(std::max(all.before_j[k], all.energy_j[k]));
+    }
+    all = std::move(kept);
+  };
+  for (int k = 0; k < 3; ++k) gather(logs[ix(k)]);
+  select();
 
   if (options.refine) {
     started = Clock::now();
     const double elements = static_cast<double>(dag.num_nodes() + dag.num_edges());
-    const SolverBudgets& b = options.budgets;
-    const double budget = std::clamp(b.local_search_work_per_element * elements,
-                                     b.local_search_work_floor, b.local_search_work_cap);
-    // fill_gaps wants the frontier fastest first.
-    std::vector<std::size_t> by_time = select(candidates);
-    if (!std::getenv("PNOFILL")) fill_gaps(candidates, by_time, options.unit_time_s, static_cast<std::int64_t>(budget), improver,
-              improved, pacer);
+    const double budget = std::clamp(budgets.local_search_work_per_element * elements,
+                                     budgets.local_search_work_floor, budgets.local_search_work_cap);
+    fill_gaps(all.rows, all.time_s, options.unit_time_s, static_cast<std::int64_t>(budget), improver,
+              logs[3], [&](std::int64_t done, std::int64_t total) {
+                pacer.tick(Phase::kLocalSearch, done, total);
+              });
+    gather(logs[3]);
+    select();
     result.phase_seconds[static_cast<int>(Phase::kLocalSearch)] = seconds_since(started);
   }
-  result.candidates = static_cast<std::int64_t>(candidates.size() + improved.size());
-
-  // The kept plans of both logs, replayed once more on measured times, and
-  // selected again from the exact values.
-  std::vector<OptionIndex> rows;
-  std::vector<double> times, energies, befores;
-  auto gather = [&](const PlanLog& log, const std::vector<std::size_t>& wanted) {
-    log.rebuild(wanted, [&](std::size_t k, const OptionIndex* choice) {
-      const Evaluation e = evaluator.evaluate(choice);
-      rows.insert(rows.end(), choice, choice + n);
-      times.push_back(e.iteration_time_s);
-      energies.push_back(e.energy_j);
-      befores.push_back(log.energy_before_j(wanted[k]) +
-                        blocking_w * (e.iteration_time_s - log.time_s(wanted[k])));
-    });
-  };
-  gather(candidates, kept);
-  if (improved.size() > 0) {
-    std::vector<std::size_t> found = select(improved);
-    std::sort(found.begin(), found.end());
-    gather(improved, found);
-  }
-  for (const std::size_t k : frontier_of(times, energies, blocking_w, resolution_j)) {
-    result.choices.insert(result.choices.end(), rows.begin() + static_cast<std::ptrdiff_t>(k * n),
-                          rows.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
-    result.iteration_time_s.push_back(times[k]);
-    result.energy_j.push_back(energies[k]);
-    result.energy_before_reclaim_j.push_back(std::max(befores[k], energies[k]));
-  }
+  for (const PlanLog& log : logs) result.candidates += static_cast<std::int64_t>(log.size());
+  result.choices = std::move(all.rows);
+  result.iteration_time_s = std::move(all.time_s);
+  result.energy_j = std::move(all.energy_j);
+  result.energy_before_reclaim_j = std::move(all.before_j);
   return result;
 }
 

@@ -227,9 +227,5 @@ bool BoundedFlow::has_infinite_path(Index source, Index sink) {
   return stamp_[ix(sink)] == epoch_;
 }
 
-void BoundedFlow::mark_reachable(Index source, double tolerance) {
-  queue_[0] = source;
-  levels_from(1, -1, [tolerance](double r) { return r > tolerance; });
-}
 
 }  // namespace perseus

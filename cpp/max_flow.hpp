@@ -52,12 +52,12 @@ class BoundedFlow {
   // Augments a maximum flow from source to sink, with arc `frozen` (the sink
   // -> source return arc) closed; returns the amount added and books it on
   // `frozen`, so the flow stays a circulation. `frozen` stays closed (bounds
-  // equal to its flow) until set_bounds opens it again.
+  // equal to its flow) until set_bounds opens it again. Afterwards marked()
+  // holds the nodes the source still reaches: the source side of a minimum cut.
   double augment(Index source, Index sink, Index frozen, double tolerance);
   // Whether the sink is reachable from the source through infinite residuals.
   bool has_infinite_path(Index source, Index sink);
-  // Marks the nodes reachable from the source in the residual network.
-  void mark_reachable(Index source, double tolerance);
+  // Whether the last search reached the node.
   bool marked(Index node) const { return stamp_[ix(node)] == epoch_; }
   double flow(Index arc) const { return flow_[ix(arc)]; }
   Index num_nodes() const { return num_nodes_; }

@@ -65,18 +65,23 @@ class PathTimes {
     const auto& order = dag_.topological_order();
     for (const Index v : moved_) is_moved_[ix(v)] = 0;
     moved_.clear();
-    std::size_t first_word = dirty_head_.size();
+    // Dirty bits, with the range of words that hold any: only that range is scanned.
+    std::size_t head_lo = dirty_head_.size(), head_hi = 0, tail_lo = dirty_tail_.size(), tail_hi = 0;
+    auto mark = [](std::vector<std::uint64_t>& bits, Index position, std::size_t& lo, std::size_t& hi) {
+      const std::size_t word = ix(position) >> 6;
+      bits[word] |= std::uint64_t{1} << (ix(position) & 63);
+      lo = std::min(lo, word);
+      hi = std::max(hi, word);
+    };
     for (const Index* it = changed_begin; it != changed_end; ++it) {
       const Index v = *it;
       move(v);  // its tail includes its own duration
-      set_bit(dirty_tail_, position_[ix(v)]);
-      for (const Index* s = dag_.successors_begin(v); s != dag_.successors_end(v); ++s) {
-        set_bit(dirty_head_, position_[ix(*s)]);
-        first_word = std::min(first_word, ix(position_[ix(*s)]) >> 6);
-      }
+      mark(dirty_tail_, position_[ix(v)], tail_lo, tail_hi);
+      for (const Index* s = dag_.successors_begin(v); s != dag_.successors_end(v); ++s)
+        mark(dirty_head_, position_[ix(*s)], head_lo, head_hi);
     }
     // Heads, forward: successors sit later in the order, in this word or a later one.
-    for (std::size_t word = first_word; word < dirty_head_.size(); ++word) {
+    for (std::size_t word = head_lo; word <= head_hi && word < dirty_head_.size(); ++word) {
       while (dirty_head_[word] != 0) {
         const int bit = __builtin_ctzll(dirty_head_[word]);
         dirty_head_[word] &= dirty_head_[word] - 1;
@@ -89,11 +94,11 @@ class PathTimes {
         head_[ix(v)] = start;
         move(v);
         for (const Index* s = dag_.successors_begin(v); s != dag_.successors_end(v); ++s)
-          set_bit(dirty_head_, position_[ix(*s)]);
+          mark(dirty_head_, position_[ix(*s)], head_lo, head_hi);
       }
     }
-    // Tails, backward.
-    for (std::size_t word = dirty_tail_.size(); word-- > 0;) {
+    // Tails, backward: predecessors sit earlier, in this word or an earlier one.
+    for (std::size_t word = tail_hi + 1; word-- > tail_lo;) {
       while (dirty_tail_[word] != 0) {
         const int bit = 63 - __builtin_clzll(dirty_tail_[word]);
         dirty_tail_[word] &= ~(std::uint64_t{1} << bit);
@@ -107,7 +112,7 @@ class PathTimes {
         tail_[ix(v)] = tail;
         move(v);
         for (const Index* p = dag_.predecessors_begin(v); p != dag_.predecessors_end(v); ++p)
-          set_bit(dirty_tail_, position_[ix(*p)]);
+          mark(dirty_tail_, position_[ix(*p)], tail_lo, tail_hi);
       }
     }
   }
@@ -121,9 +126,6 @@ class PathTimes {
   std::int64_t work() const { return work_; }
 
  private:
-  static void set_bit(std::vector<std::uint64_t>& bits, Index position) {
-    bits[ix(position) >> 6] |= std::uint64_t{1} << (ix(position) & 63);
-  }
   void move(Index v) {
     if (!is_moved_[ix(v)]) {
       is_moved_[ix(v)] = 1;

@@ -204,8 +204,7 @@ StepStatus PhillipsDessouky::step() {
     flow_.clear_flows();
     if (!flow_.restore_balance(tolerance_)) return StepStatus::kInfeasibleFlow;
   }
-  flow_.augment(kSource, kSink, return_arc_, tolerance_);
-  flow_.mark_reachable(kSource, tolerance_);
+  flow_.augment(kSource, kSink, return_arc_, tolerance_);  // marks the source side
 
   cut_.clear();
   cut_direction_.clear();
@@ -304,24 +303,24 @@ StopReason PhillipsDessouky::run(Pacer& pacer) {
   }
 }
 
-void PhillipsDessouky::first_plan(std::vector<Units>& durations) {
+void PhillipsDessouky::first_plan(std::vector<Units>& durations, Cursor& cursor) const {
   durations.resize(duration_.size());
   for (std::size_t i = 0; i < duration_.size(); ++i) durations[i] = groups_[ix(group_[i])].max_duration();
-  cursor_run_ = 0;
-  cursor_unit_ = 0;
+  cursor = Cursor{};
 }
 
-void PhillipsDessouky::advance(std::vector<Units>& durations, std::vector<Index>& changed) {
+void PhillipsDessouky::advance(Cursor& cursor, std::vector<Units>& durations,
+                               std::vector<Index>& changed) const {
   changed.clear();
-  if (cursor_run_ >= run_units_.size()) throw std::logic_error("PhillipsDessouky: no plan after the last");
-  const std::size_t begin = cursor_run_ == 0 ? 0 : run_end_[cursor_run_ - 1];
-  for (std::size_t k = begin; k < run_end_[cursor_run_]; ++k) {
+  if (cursor.run >= run_units_.size()) throw std::logic_error("PhillipsDessouky: no plan after the last");
+  const std::size_t begin = cursor.run == 0 ? 0 : run_end_[cursor.run - 1];
+  for (std::size_t k = begin; k < run_end_[cursor.run]; ++k) {
     durations[ix(log_computation_[k])] += log_direction_[k];
     changed.push_back(log_computation_[k]);
   }
-  if (++cursor_unit_ == run_units_[cursor_run_]) {
-    ++cursor_run_;
-    cursor_unit_ = 0;
+  if (++cursor.unit == run_units_[cursor.run]) {
+    ++cursor.run;
+    cursor.unit = 0;
   }
 }
 

@@ -78,12 +78,16 @@ class PhillipsDessouky {
   std::int64_t num_cuts() const { return static_cast<std::int64_t>(run_units_.size()); }
   std::int64_t work() const { return work_ + paths_.work() + flow_.work(); }
 
-  // Sequential access to the plans: durations of plan 0 (every computation
-  // longest), then advance(u, d) moves `durations` from plan u to plan u + 1,
-  // writing the computations it changed to `changed`. Plans must be visited
-  // in order; restart with first_plan().
-  void first_plan(std::vector<Units>& durations);
-  void advance(std::vector<Units>& durations, std::vector<Index>& changed);
+  // Sequential access to the plans, one cursor per reader (readers may run
+  // on several threads once the loop is done): first_plan() gives plan 0
+  // (every computation longest), then each advance() moves `durations` to
+  // the next plan, writing the computations it changed to `changed`.
+  struct Cursor {
+    std::size_t run = 0;
+    Units unit = 0;
+  };
+  void first_plan(std::vector<Units>& durations, Cursor& cursor) const;
+  void advance(Cursor& cursor, std::vector<Units>& durations, std::vector<Index>& changed) const;
   OptionIndex option_for(Index computation, Units d) const { return quant(computation).option_for(d); }
   // The convex model's cost of one computation at duration d (effective joules).
   double model_cost(Index computation, Units d) const { return quant(computation).cost(d); }
@@ -137,9 +141,6 @@ class PhillipsDessouky {
   std::vector<std::size_t> run_end_;
   std::vector<Index> log_computation_;
   std::vector<std::int8_t> log_direction_;
-  // Cursor of advance().
-  std::size_t cursor_run_ = 0;
-  Units cursor_unit_ = 0;
   std::int64_t work_ = 0;
 };
 

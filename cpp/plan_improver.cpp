@@ -102,6 +102,7 @@ void PlanImprover::assign(const OptionIndex* choice) {
   journal_.clear();
 }
 
+
 double PlanImprover::makespan() const {
   double longest = 0.0;
   for (const Index v : sinks_) longest = std::max(longest, times_.through(v));

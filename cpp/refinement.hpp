@@ -2,39 +2,43 @@
 // measured times, and the choice of the plans worth keeping.
 //
 // Candidates (each recorded in a PlanLog):
-//   step plans   one per `stride` units of the Phillips-Dessouky loop (one per
-//                unit of the user's, when the loop runs on a finer quantum),
-//                and its last: durations mapped to the slowest options that
-//                fit; when refining, reclaimed up to the step's model time or
-//                the plan's own, whichever is later;
-//   tight plans  when refining, also from every sampled step: durations
-//                rounded up to the next option instead, then tightened to the
-//                step's model time (cheapest speed-ups first) and reclaimed.
-//                Greedy reclamation from below and tightening from above end
-//                in different plans; on the measured GPT-3 profiles the tight
+//   step plans   sampled from the Phillips-Dessouky walk (Sampling): the
+//                step's durations mapped to the slowest options that fit,
+//                reclaimed when refining up to the step's model time (or the
+//                plan's own, whichever is later);
+//   tight plans  from the same steps, when refining: durations rounded up to
+//                the next option instead, then tightened to the model time
+//                (cheapest speed-ups first) and reclaimed. Reclamation from
+//                below and tightening from above are both greedy and end in
+//                different plans; on the measured GPT-3 profiles the tight
 //                ones are what beats the reference near the slow end. The
-//                tight chain carries over from one step to the next (a
-//                computation is never slower than in the chain's last plan),
-//                so each costs a few moves, not a tightening from scratch;
-//   fast end     deadlines from the all-fastest time up to the step plans'
-//                fastest, one user unit apart, get two candidates each: the
-//                fastest step plan tightened to the deadline and the
-//                all-fastest plan, both reclaimed;
-//   local search at deadlines between frontier plans, from the best plan
-//                that meets each, within a work budget (SolverBudgets).
+//                chain carries over from one step to the next (a computation
+//                is never slower than in its last plan), so a tight plan
+//                costs a few moves, not a tightening from scratch;
+//   fast end     deadlines from the all-fastest time up to the fastest step
+//                plan, one user unit apart: the all-fastest plan reclaimed,
+//                and the last step's plan tightened (a chain) and reclaimed;
+//   gap fills    deadlines inside the widest gaps of the frontier: the faster
+//                neighbour reclaimed into the gap, the slower one tightened
+//                into it, and a local search from the better, within a work
+//                budget.
+// The two chains are independent and may run on two threads; each reports
+// through a Ticker, which throws SolveCancelled to stop.
+//
 // Selection keeps the plans whose effective energy E - G * P_block * T falls
 // strictly as T grows: a plan that a faster one matches over its own length
 // is dominated (a pipeline that is done early waits, drawing blocking power).
 //
-// Costs: a step plan costs an assign (O(n) compare plus the changed region)
-// and a reclaim, O(n + moves x region); memory is O(changes) in the log.
+// Costs: a candidate costs a revert and the step's changes (O(changes)), a
+// reclaim O(n + moves x region) and for the tight chain a few tightening
+// moves; memory is O(changes) in the logs.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "evaluate.hpp"
-#include "pacer.hpp"
 #include "phillips_dessouky.hpp"
 #include "plan_improver.hpp"
 #include "plan_log.hpp"
@@ -42,32 +46,39 @@
 
 namespace perseus {
 
-// Records the step plans (phase kReclaim when refining, kCandidates otherwise).
-// `tight` (another improver, or null) runs the tight chain.
-void collect_step_plans(PhillipsDessouky& steps, double unit_time_s, std::int64_t stride,
-                        bool refine, PlanImprover& improver, PlanImprover* tight, PlanLog& log,
-                        Pacer& pacer);
+// Which step plans become candidates: one whenever the model's energy over
+// its own time has moved by `energy_resolution` (a share) since the last
+// candidate, or `max_spacing` units after it, and the last; the sampled
+// units are multiples of `stride` (the finer quantum's divisor, so at most
+// one per unit of the user's).
+struct Sampling {
+  std::int64_t stride = 1;
+  double energy_resolution = 0.0;
+  std::int64_t max_spacing = 1;
+};
 
-// Records the fast-end candidates at deadlines from fastest_s (the
-// all-fastest plan's time) up to below the fastest candidate in `log`, one
+enum class Chain : std::uint8_t { kReclaimed, kTight };
+
+// Called once per candidate with (done, total); may throw SolveCancelled.
+using Ticker = std::function<void(std::int64_t, std::int64_t)>;
+
+// Walks the step plans and records one chain's candidates.
+void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_s,
+                   const Sampling& sampling, bool refine, PlanImprover& improver, PlanLog& log,
+                   const Ticker& tick);
+
+// Records the fast-end candidates, at deadlines from fastest_s (the
+// all-fastest plan's time) up to first_step_s (the fastest step plan's), one
 // spacing_s apart.
-void collect_fast_end(PhillipsDessouky& steps, double spacing_s, double fastest_s,
-                      PlanImprover& improver, PlanLog& log, Pacer& pacer);
+void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fastest_s,
+                      double first_step_s, PlanImprover& improver, PlanLog& log, const Ticker& tick);
 
-// Deadlines inside the gaps of a frontier: where two neighbouring plans of
-// `frontier` (indices into `from`, fastest first) are more than spacing_s
-// apart, deadlines one spacing_s apart in between get two candidates each:
-// the faster plan reclaimed up to the deadline, and the slower one tightened
-// to it and reclaimed. With max_work > 0, the better start then gets a local
-// search, the budget spread evenly over the deadlines. Records into `to`.
-void fill_gaps(const PlanLog& from, const std::vector<std::size_t>& frontier, double spacing_s,
-               std::int64_t max_work, PlanImprover& improver, PlanLog& to, Pacer& pacer);
-
-// Local search at the deadlines of the frontier plans `frontier` of `from`
-// (their own times, from each plan), within max_work work units in all;
-// records what it finds in `to`.
-void search_at_plans(const PlanLog& from, const std::vector<std::size_t>& frontier,
-                     std::int64_t max_work, PlanImprover& improver, PlanLog& to, Pacer& pacer);
+// Gap fills (see above) on a frontier given as rows of options with their
+// times, fastest first; the widest gaps first, one spacing_s apart, until
+// max_work is spent. Records into `log`.
+void fill_gaps(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
+               double spacing_s, std::int64_t max_work, PlanImprover& improver, PlanLog& log,
+               const Ticker& tick);
 
 // Indices of the plans worth keeping, fastest first: strictly increasing
 // time, and effective energy (energy_j - blocking_w * time_s) falling by more

@@ -50,9 +50,18 @@ struct SolverBudgets {
   double units_per_option_gap = 40.0;
   double max_unit_divisor = 64.0;
   double max_solver_units = 4e6;
-  // Local search at the deadlines between candidates: work units per DAG
-  // element (node or edge) for the whole frontier, within [floor, cap]. Tiny
-  // pipelines get the floor: their search is cheap and pays off most.
+  // Which min-cut steps become candidate plans: one whenever the model's
+  // energy over its own time has moved by this share since the last one
+  // (so steep parts of the frontier, near the fastest time, get more), and
+  // at least one every candidate_max_spacing_units units of the user's.
+  // Consecutive candidates then differ by about 0.01 % of the energy or
+  // less, the resolution the frontier is judged at.
+  double candidate_energy_resolution = 1e-4;
+  std::int64_t candidate_max_spacing_units = 8;
+  // Gap fills and local search at deadlines inside the widest gaps of the
+  // frontier: work units per DAG element (node or edge) for the whole
+  // frontier, within [floor, cap]. Tiny pipelines get the floor: their
+  // search is cheap and pays off most.
   double local_search_work_per_element = 2e3;
   double local_search_work_floor = 1e7;
   double local_search_work_cap = 5e7;
