@@ -8,6 +8,7 @@
 #include "frontier.hpp"
 #include "options.hpp"
 #include "pacer.hpp"
+#include "plan_improver.hpp"
 #include "problem.hpp"
 #include "solver_options.hpp"
 
@@ -25,6 +26,7 @@ struct LockedProblem {
       : problem(pipeline, std::move(offsets), std::move(time_s), std::move(energy_j),
                 blocking_power_w) {}
   Problem problem;
+  std::unique_ptr<PlanImprover> improver;  // made on first use
   std::mutex mutex;
 };
 
@@ -52,6 +54,60 @@ py::tuple evaluate(LockedProblem& self, const CArray<OptionIndex>& choices) {
     out = self.problem.evaluate(choices.data(), plans);
   }
   return split(out);
+}
+
+// Reclaims each plan up to max(deadline_s, its own time); returns (times,
+// energies, the reclaimed plans).
+py::tuple reclaim(LockedProblem& self, const CArray<OptionIndex>& choices, double deadline_s,
+                  ReclaimOrder order) {
+  const Index n = self.problem.pipeline().size();
+  const std::size_t plans = rows_of(choices.request(), n, "choices");
+  self.problem.evaluate(choices.data(), plans);  // checks every option index
+  std::vector<OptionIndex> out(choices.data(), choices.data() + plans * ix(n));
+  std::vector<Evaluation> results(plans);
+  {
+    py::gil_scoped_release release;
+    const std::lock_guard<std::mutex> lock(self.mutex);
+    if (!self.improver)
+      self.improver = std::make_unique<PlanImprover>(self.problem.pipeline(), self.problem.dag(),
+                                                     self.problem.table());
+    for (std::size_t k = 0; k < plans; ++k) {
+      self.improver->assign(out.data() + k * ix(n));
+      self.improver->reclaim(deadline_s, order);
+      std::copy(self.improver->choice().begin(), self.improver->choice().end(), out.begin() + static_cast<std::ptrdiff_t>(k * ix(n)));
+    }
+    results = self.problem.evaluate(out.data(), plans);
+  }
+  py::tuple split_results = split(results);
+  return py::make_tuple(split_results[0], split_results[1],
+                        to_numpy(std::move(out), {static_cast<py::ssize_t>(plans), static_cast<py::ssize_t>(n)}));
+}
+
+// Local search on each plan at a deadline, within max_work work units each.
+py::tuple local_search(LockedProblem& self, const CArray<OptionIndex>& choices, double deadline_s,
+                       std::int64_t max_work) {
+  const Index n = self.problem.pipeline().size();
+  const std::size_t plans = rows_of(choices.request(), n, "choices");
+  self.problem.evaluate(choices.data(), plans);  // checks every option index
+  std::vector<OptionIndex> out(choices.data(), choices.data() + plans * ix(n));
+  std::vector<Evaluation> results(plans);
+  {
+    py::gil_scoped_release release;
+    const std::lock_guard<std::mutex> lock(self.mutex);
+    if (!self.improver)
+      self.improver = std::make_unique<PlanImprover>(self.problem.pipeline(), self.problem.dag(),
+                                                     self.problem.table());
+    for (std::size_t k = 0; k < plans; ++k) {
+      self.improver->assign(out.data() + k * ix(n));
+      self.improver->local_search(deadline_s, max_work);
+      std::copy(self.improver->choice().begin(), self.improver->choice().end(),
+                out.begin() + static_cast<std::ptrdiff_t>(k * ix(n)));
+    }
+    results = self.problem.evaluate(out.data(), plans);
+  }
+  py::tuple split_results = split(results);
+  return py::make_tuple(split_results[0], split_results[1],
+                        to_numpy(std::move(out), {static_cast<py::ssize_t>(plans), static_cast<py::ssize_t>(n)}));
 }
 
 py::tuple replay(LockedProblem& self, const CArray<double>& time_s, const CArray<double>& energy_j) {
@@ -124,6 +180,9 @@ void register_problem(py::module_& m) {
       .value("RECLAIM", Phase::kReclaim)
       .value("LOCAL_SEARCH", Phase::kLocalSearch);
   m.def("phase_name", &phase_name, "phase"_a, "Human-readable name of a phase.");
+  py::enum_<ReclaimOrder>(m, "ReclaimOrder", "Greedy order of slack reclamation.")
+      .value("SAVING_PER_SECOND", ReclaimOrder::kSavingPerSecond)
+      .value("SAVING", ReclaimOrder::kSaving);
   py::enum_<StopReason>(m, "StopReason", "Why the min-cut loop stopped.")
       .value("MINIMUM_TIME", StopReason::kMinimumTime)
       .value("NO_PROGRESS", StopReason::kNoProgress)
@@ -141,6 +200,8 @@ void register_problem(py::module_& m) {
       .def_readwrite("local_search_work_per_element", &SolverBudgets::local_search_work_per_element)
       .def_readwrite("local_search_work_floor", &SolverBudgets::local_search_work_floor)
       .def_readwrite("local_search_work_cap", &SolverBudgets::local_search_work_cap)
+      .def_readwrite("local_search_max_grid", &SolverBudgets::local_search_max_grid)
+      .def_readwrite("local_search_rounds", &SolverBudgets::local_search_rounds)
       .def_readwrite("plan_energy_resolution", &SolverBudgets::plan_energy_resolution);
 
   py::class_<FrontierResult>(m, "SolveResult", "What a solve returns (cpp/frontier.hpp).")
@@ -202,6 +263,13 @@ void register_problem(py::module_& m) {
           "The iteration DAG's edges: (from ids, to ids).")
       .def("evaluate", &evaluate, "choices"_a,
            "Replay plans (rows of option indices). Returns (times s, energies J).")
+      .def("reclaim", &reclaim, "choices"_a, "deadline_s"_a = 0.0,
+           "order"_a = ReclaimOrder::kSavingPerSecond,
+           "Move computations to slower options within max(deadline_s, each plan's time). "
+           "Returns (times s, energies J, the reclaimed plans).")
+      .def("local_search", &local_search, "choices"_a, "deadline_s"_a, "max_work"_a,
+           "Local search on each plan at a deadline (exchanges, pushes, squeezes; "
+           "cpp/plan_improver.hpp). Returns (times s, energies J, the plans).")
       .def("replay", &replay, "time_s"_a, "energy_j"_a,
            "Replay plans given as rows of measured times and energies. Returns (times s, energies J).")
       .def("solve", &solve, "unit_time_s"_a, "refine"_a, "budgets"_a, "progress"_a = py::none(),

@@ -137,7 +137,6 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   logs.emplace_back(pipeline.size());  // reclaimed chain
   logs.emplace_back(pipeline.size());  // tight chain
   logs.emplace_back(pipeline.size());  // fast end
-  logs.emplace_back(pipeline.size());  // gap fills
   const Ticker tick = [&](std::int64_t done, std::int64_t total) { pacer.tick(walk, done, total); };
   if (options.refine) {
     PlanImprover tight(pipeline, dag, table);
@@ -196,20 +195,30 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   for (int k = 0; k < 3; ++k) gather(logs[ix(k)]);
   select();
 
+  std::int64_t searched = 0;
   if (options.refine) {
     started = Clock::now();
     const double elements = static_cast<double>(dag.num_nodes() + dag.num_edges());
     const double budget = std::clamp(budgets.local_search_work_per_element * elements,
                                      budgets.local_search_work_floor, budgets.local_search_work_cap);
-    fill_gaps(all.rows, all.time_s, options.unit_time_s, static_cast<std::int64_t>(budget), improver,
-              logs[3], [&](std::int64_t done, std::int64_t total) {
-                pacer.tick(Phase::kLocalSearch, done, total);
-              });
-    gather(logs[3]);
-    select();
+    // Rounds: each starts from the frontier the one before left, so a good
+    // structure found at one deadline spreads to its neighbours.
+    const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
+    for (std::int64_t round = 0; round < rounds; ++round) {
+      PlanLog found(pipeline.size());
+      search_deadlines(all.rows, all.time_s, options.unit_time_s, ix(budgets.local_search_max_grid),
+                       static_cast<std::int64_t>(budget) / rounds, improver, found,
+                       [&](std::int64_t done, std::int64_t total) {
+                         pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
+                       });
+      searched += static_cast<std::int64_t>(found.size());
+      gather(found);
+      select();
+    }
     result.phase_seconds[static_cast<int>(Phase::kLocalSearch)] = seconds_since(started);
   }
   for (const PlanLog& log : logs) result.candidates += static_cast<std::int64_t>(log.size());
+  result.candidates += searched;
   result.choices = std::move(all.rows);
   result.iteration_time_s = std::move(all.time_s);
   result.energy_j = std::move(all.energy_j);

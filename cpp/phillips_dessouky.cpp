@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <cstdio>
 #include <string>
 
 namespace perseus {
@@ -63,10 +64,20 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag,
       scale = std::max(scale, q.cost(q.min_duration()) - q.cost(q.max_duration()));
     }
   }
-  if (!any_range)
-    throw std::invalid_argument("unit time " + std::to_string(unit_time_s) +
-                                " s is so coarse that every stage's options quantise to a single "
-                                "duration; use a smaller unit time");
+  if (!any_range) {
+    double closest = kInfinity;
+    for (Index g = 0; g < table.num_groups(); ++g)
+      for (Index k = 1; k < table.num_options(g); ++k)
+        closest = std::min(closest, table.time_s(g, k) - table.time_s(g, k - 1));
+    if (closest == kInfinity)
+      throw std::invalid_argument("every stage has a single useful option, so there is nothing to choose");
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "unit_time_s=%g s is so coarse that every stage's options collapse to one "
+                  "duration; the closest options differ by %.3g s: use a smaller unit_time_s",
+                  unit_time_s, closest);
+    throw std::invalid_argument(text);
+  }
   // Costs are joules of order one per unit; the tolerance only absorbs rounding.
   tolerance_ = 1e-10 * std::max(scale, 1e-300);
 

@@ -189,6 +189,22 @@ void PlanImprover::reclaim_seeded(double limit_s, ReclaimOrder order, const std:
   }
 }
 
+void PlanImprover::reclaim_both(double limit_s, const std::vector<Index>* seeds) {
+  const std::size_t mark = journal_.size();
+  reclaim_seeded(limit_s, ReclaimOrder::kSaving, seeds);
+  const double by_saving = energy_at(limit_s);
+  first_result_.clear();
+  for (std::size_t k = mark; k < journal_.size(); ++k)
+    first_result_.emplace_back(journal_[k].first, choice_[ix(journal_[k].first)]);
+  rollback(mark);
+  reclaim_seeded(limit_s, ReclaimOrder::kSavingPerSecond, seeds);
+  if (by_saving < energy_at(limit_s)) {
+    rollback(mark);
+    for (const auto& [i, option] : first_result_) set_option(i, option);
+    commit();
+  }
+}
+
 void PlanImprover::reclaim(double deadline_s, ReclaimOrder order) {
   reclaim_seeded(std::max(deadline_s, makespan()), order, nullptr);
 }
@@ -198,13 +214,24 @@ double PlanImprover::speedup_cost(Index i) const {
   return (effective_of(i, k - 1) - effective_of(i, k)) / (time_of(i, k) - time_of(i, k - 1));
 }
 
-bool PlanImprover::tighten(double deadline_s) { return tighten_to(deadline_s); }
+bool PlanImprover::tighten(double deadline_s, TightenOrder order) {
+  return tighten_to(deadline_s, -1, order);
+}
 
-bool PlanImprover::tighten_to(double deadline_s) {
+bool PlanImprover::tighten_to(double deadline_s, Index frozen, TightenOrder order) {
   if (makespan() <= deadline_s) return true;
+  // Extra effective energy per second saved; with kUsefulSecond only the
+  // part of the saving that i's paths are too long by counts. Keys only grow
+  // as paths shrink, so the heap is lazy.
+  auto key = [&](Index i) {
+    const Index k = choice_[ix(i)];
+    const double saved = time_of(i, k) - time_of(i, k - 1);
+    const double useful = order == TightenOrder::kUsefulSecond ? std::min(saved, times_.through(i) - deadline_s) : saved;
+    return (effective_of(i, k - 1) - effective_of(i, k)) / useful;
+  };
   heap_.clear();
   for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
-    if (choice_[ix(i)] > 0 && times_.through(i) > deadline_s) heap_.push_back({-speedup_cost(i), i});
+    if (i != frozen && choice_[ix(i)] > 0 && times_.through(i) > deadline_s) heap_.push_back({-key(i), i});
   std::make_heap(heap_.begin(), heap_.end());
   work_ += static_cast<std::int64_t>(choice_.size());
   while (makespan() > deadline_s) {
@@ -215,10 +242,16 @@ bool PlanImprover::tighten_to(double deadline_s) {
     ++work_;
     // Paths only get shorter while tightening: a node that fits now always will.
     if (times_.through(i) <= deadline_s || choice_[ix(i)] == 0) continue;
+    const double now = -key(i);
+    if (!heap_.empty() && now < heap_.front().score) {  // stale: file it anew
+      heap_.push_back({now, i});
+      std::push_heap(heap_.begin(), heap_.end());
+      continue;
+    }
     set_option(i, choice_[ix(i)] - 1);
     commit();
-    if (choice_[ix(i)] > 0) {
-      heap_.push_back({-speedup_cost(i), i});
+    if (choice_[ix(i)] > 0 && times_.through(i) > deadline_s) {
+      heap_.push_back({-key(i), i});
       std::push_heap(heap_.begin(), heap_.end());
     }
   }
@@ -238,7 +271,7 @@ bool PlanImprover::keep_if_better(std::size_t mark, double deadline_s, double& b
 void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
   const std::int64_t limit = work() + max_work;
   const double deadline = std::max(deadline_s, makespan());
-  reclaim_seeded(deadline, ReclaimOrder::kSavingPerSecond, nullptr);
+  reclaim_both(deadline, nullptr);
   double best = energy_at(deadline);
   // One trial: the changes made by `change`, then a reclaim of what they freed.
   auto trial = [&](auto change) {
@@ -246,16 +279,18 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     change();
     commit();
     seeds_.assign(times_.moved().begin(), times_.moved().end());
-    reclaim_seeded(deadline, ReclaimOrder::kSavingPerSecond, &seeds_);
+    reclaim_both(deadline, &seeds_);
     return keep_if_better(mark, deadline, best);
   };
   bool improved = true;
   while (improved && work() < limit) {
     improved = false;
+    // Computations on a longest path of the plan as it is (which may end
+    // before the deadline): speeding one up is what frees time for others.
     critical_.clear();
-    const double tolerance = 1e-9 * deadline;
+    const double longest = makespan(), tolerance = 1e-9 * deadline;
     for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
-      if (choice_[ix(i)] > 0 && deadline - times_.through(i) <= tolerance) critical_.push_back(i);
+      if (choice_[ix(i)] > 0 && longest - times_.through(i) <= tolerance) critical_.push_back(i);
     std::sort(critical_.begin(), critical_.end(),
               [&](Index a, Index b) { return speedup_cost(a) < speedup_cost(b); });
     work_ += static_cast<std::int64_t>(choice_.size());
@@ -267,6 +302,35 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
       }
       if (improved) break;
     }
+    // Pushes: one computation slower (to its steepest saving), the time it
+    // takes back found by tightening elsewhere, cheapest first; then reclaim.
+    // The dual of the exchanges above: it finds plans that split twins, one
+    // fast and one much slower, where reclaiming from either side stalls.
+    if (!improved) {
+      pushes_.clear();
+      for (Index j = 0; j < static_cast<Index>(choice_.size()); ++j) {
+        const Index g = group_[ix(j)];
+        if (choice_[ix(j)] + 1 >= table_.num_options(g)) continue;
+        const Index steep = steepest_[ix(first_option_[ix(g)] + choice_[ix(j)])];
+        pushes_.push_back({(effective_of(j, choice_[ix(j)]) - effective_of(j, steep)) /
+                               (time_of(j, steep) - duration_[ix(j)]),
+                           j});
+      }
+      std::sort(pushes_.begin(), pushes_.end(), [](const Move& a, const Move& b) { return b < a; });
+      work_ += static_cast<std::int64_t>(choice_.size());
+      for (std::size_t a = 0; a < pushes_.size() && !improved && work() < limit; ++a) {
+        const Index j = pushes_[a].computation;
+        const std::size_t mark = journal_.size();
+        set_option(j, steepest_[ix(first_option_[ix(group_[ix(j)])] + choice_[ix(j)])]);
+        commit();
+        if (!tighten_to(deadline, j, TightenOrder::kUsefulSecond)) {  // j stays where it was pushed
+          rollback(mark);
+          continue;
+        }
+        reclaim_both(deadline, nullptr);
+        improved = keep_if_better(mark, deadline, best);
+      }
+    }
     const std::size_t pairs_of = std::min(critical_.size(), kPairCandidates);
     for (std::size_t a = 0; a < pairs_of && !improved && work() < limit; ++a)
       for (std::size_t b = a + 1; b < pairs_of && !improved && work() < limit; ++b)
@@ -276,11 +340,11 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
         });
     for (std::size_t q = 0; q < std::size(kSqueezes) && !improved && work() < limit; ++q) {
       const std::size_t mark = journal_.size();
-      if (!tighten_to(deadline * (1.0 - kSqueezes[q]))) {
+      if (!tighten_to(deadline * (1.0 - kSqueezes[q]), -1, TightenOrder::kUsefulSecond)) {
         rollback(mark);
         break;
       }
-      reclaim_seeded(deadline, ReclaimOrder::kSavingPerSecond, nullptr);
+      reclaim_both(deadline, nullptr);
       improved = keep_if_better(mark, deadline, best);
     }
   }

@@ -13,12 +13,18 @@
 //                 frees slack only the computations whose times moved can
 //                 gain: reclaim can be seeded with just those.
 //   tighten       speeds up computations on paths longer than D, cheapest
-//                 extra energy per second saved first, until T <= D. A node
-//                 whose longest path fits D leaves the heap for good: paths
-//                 only get shorter while tightening.
+//                 extra energy per second saved first (or per second of
+//                 useful speed-up: a faster option that saves more than the
+//                 path's excess is charged for the excess only; the local
+//                 search uses that, the candidate chains the plain rate,
+//                 which the benchmark corpus favours there), until T <= D. A node whose longest
+//                 path fits D leaves the heap for good: paths only get
+//                 shorter while tightening.
 //   local_search  exchanges: speed up one or two computations on a longest
-//                 path (one or more options), or squeeze the whole plan below
-//                 D, then reclaim what that frees; a trial is kept when
+//                 path (one or more options), then reclaim what that frees;
+//                 pushes: slow one computation to its steepest saving, then
+//                 tighten elsewhere to meet D and reclaim; squeezes: tighten
+//                 the whole plan below D, then reclaim. A trial is kept when
 //                 energy over D falls, and undone from a journal otherwise.
 //
 // The plan lives here, with its longest paths kept current incrementally
@@ -39,6 +45,11 @@
 #include "pipeline.hpp"
 
 namespace perseus {
+
+enum class TightenOrder : std::uint8_t {
+  kSecondSaved,   // least extra effective energy per second the option saves
+  kUsefulSecond,  // ... per second of it that the paths through it need
+};
 
 enum class ReclaimOrder : std::uint8_t {
   kSavingPerSecond,  // most effective energy saved per second of slack used
@@ -82,7 +93,7 @@ class PlanImprover {
   // Speeds computations up until T <= deadline_s; false if some path cannot
   // meet it even at its fastest options (the plan is then left as fast as the
   // greedy order got it).
-  bool tighten(double deadline_s);
+  bool tighten(double deadline_s, TightenOrder order = TightenOrder::kSecondSaved);
   // Exchanges and squeezes (see above) until none helps or about max_work
   // work units are spent; T stays <= max(deadline_s, T).
   void local_search(double deadline_s, std::int64_t max_work);
@@ -102,11 +113,15 @@ class PlanImprover {
   // Reclaims in one order; seeds: the computations that may have room (all
   // of them when null).
   void reclaim_seeded(double limit_s, ReclaimOrder order, const std::vector<Index>* seeds);
+  // The better of both orders (the local search's trials use it: on small,
+  // coarse problems greedy orders trap each other).
+  void reclaim_both(double limit_s, const std::vector<Index>* seeds);
   // Best slower option for i within its room; returns its score (<= 0: none).
   double best_move(Index i, double limit_s, ReclaimOrder order, Index& option);
   // Extra effective energy per second saved by i's next faster option.
   double speedup_cost(Index i) const;
-  bool tighten_to(double deadline_s);
+  // Tightens without touching `frozen` (-1: none).
+  bool tighten_to(double deadline_s, Index frozen, TightenOrder order);
   // Keeps the changes since `mark` if energy over deadline_s fell below
   // best_j (and T still meets it); otherwise rolls them back.
   bool keep_if_better(std::size_t mark, double deadline_s, double& best_j);
@@ -134,7 +149,8 @@ class PlanImprover {
     Index computation;
     bool operator<(const Move& other) const { return score < other.score; }
   };
-  std::vector<Move> heap_;
+  std::vector<Move> heap_, pushes_;
+  std::vector<std::pair<Index, OptionIndex>> first_result_;  // reclaim_both's first order
   std::vector<Index> seeds_, critical_;
   std::int64_t work_ = 0;
 };

@@ -7,6 +7,9 @@
 namespace perseus {
 namespace {
 
+// Frontier plans tried as starts on each side of a local-search deadline.
+constexpr std::size_t kStartsPerSide = 8;
+
 // The unimproved plan's energy over an iteration as long as the improved one.
 double over_same_length(const Evaluation& before, const Evaluation& after, double blocking_w) {
   return before.energy_j + blocking_w * (after.iteration_time_s - before.iteration_time_s);
@@ -114,7 +117,7 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
     tick(count - k, count);
     const double deadline = fastest_s + static_cast<double>(k) * spacing_s;
     improver.assign(chain.data());
-    if (improver.tighten(deadline)) {
+    if (improver.tighten(deadline, TightenOrder::kUsefulSecond)) {
       std::copy(improver.choice().begin(), improver.choice().end(), chain.begin());
       improver.checkpoint();
       const Evaluation before = improver.evaluation();
@@ -128,60 +131,65 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
   }
 }
 
-void fill_gaps(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
-               double spacing_s, std::int64_t max_work, PlanImprover& improver, PlanLog& log,
-               const Ticker& tick) {
-  if (max_work <= 0 || time_s.size() < 2) return;
+void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
+                      double spacing_s, std::size_t max_grid, std::int64_t max_work,
+                      PlanImprover& improver, PlanLog& log, const Ticker& tick) {
+  if (max_work <= 0 || time_s.empty()) return;
   const std::size_t n = improver.choice().size();
-  // Gaps wider than the spacing, widest first.
-  std::vector<std::size_t> gaps;
-  for (std::size_t k = 0; k + 1 < time_s.size(); ++k)
-    if (time_s[k + 1] - time_s[k] > spacing_s) gaps.push_back(k);
-  std::stable_sort(gaps.begin(), gaps.end(), [&](std::size_t a, std::size_t b) {
-    return time_s[a + 1] - time_s[a] > time_s[b + 1] - time_s[b];
-  });
+  // Deadlines: every plan's own time, and a grid over the frontier's range
+  // (integer-indexed, so a spacing below one ulp of the times still ends).
+  std::vector<double> deadlines(time_s);
+  const double first = time_s.front(), last = time_s.back();
+  (void)spacing_s;
+  const double spacing = (last - first) / static_cast<double>(std::max<std::size_t>(max_grid, 1));
+  const auto steps = spacing > 0 ? static_cast<std::int64_t>(max_grid) - 1 : 0;
+  for (std::int64_t k = 1; k <= steps; ++k) deadlines.push_back(first + static_cast<double>(k) * spacing);
+  std::sort(deadlines.begin(), deadlines.end());
+  deadlines.erase(std::unique(deadlines.begin(), deadlines.end()), deadlines.end());
+
   const std::int64_t end = improver.work() + max_work;
-  std::int64_t deadlines = 0;
-  for (const std::size_t k : gaps)
-    deadlines += static_cast<std::int64_t>(std::ceil((time_s[k + 1] - time_s[k]) / spacing_s)) - 1;
+  const std::vector<OptionIndex> fastest(n, 0);
   std::vector<OptionIndex> best(n);
-  std::int64_t done = 0;
-  for (const std::size_t k : gaps) {
-    const OptionIndex* faster = rows.data() + k * n;
-    const OptionIndex* slower = rows.data() + (k + 1) * n;
-    const auto count = static_cast<std::int64_t>(std::ceil((time_s[k + 1] - time_s[k]) / spacing_s)) - 1;
-    for (std::int64_t j = 1; j <= count; ++j, ++done) {
-      if (improver.work() >= end) return;
-      tick(done, deadlines);
-      const double deadline = time_s[k] + static_cast<double>(j) * spacing_s;
-      if (!(deadline < time_s[k + 1])) break;
-      // From the faster neighbour: reclaim into the extra time.
-      improver.assign(faster);
-      Evaluation best_before = improver.evaluation();
+  for (std::size_t d = 0; d < deadlines.size(); ++d) {
+    if (improver.work() >= end) return;
+    tick(static_cast<std::int64_t>(d), static_cast<std::int64_t>(deadlines.size()));
+    const double deadline = deadlines[d];
+    // The slowest plan that meets the deadline, and the next one.
+    const auto k = static_cast<std::size_t>(std::upper_bound(time_s.begin(), time_s.end(), deadline) - time_s.begin()) - 1;
+    double best_j = kInfinity;
+    Evaluation best_before{};
+    auto consider = [&](const OptionIndex* start, bool tighten) {
+      improver.assign(start);
+      if (tighten && !improver.tighten(deadline, TightenOrder::kUsefulSecond)) return;
+      improver.checkpoint();
+      const Evaluation before = improver.evaluation();
       improver.reclaim(deadline);
-      record(improver, best_before, log);
-      double best_j = improver.energy_at(deadline);
-      std::copy(improver.choice().begin(), improver.choice().end(), best.begin());
-      // From the slower one: tighten into the gap, then reclaim.
-      improver.assign(slower);
-      if (improver.tighten(deadline)) {
-        improver.checkpoint();
-        const Evaluation before = improver.evaluation();
-        improver.reclaim(deadline);
-        record(improver, before, log);
-        if (improver.energy_at(deadline) < best_j) {
-          best_j = improver.energy_at(deadline);
-          std::copy(improver.choice().begin(), improver.choice().end(), best.begin());
-          best_before = before;
-        }
+      if (improver.makespan() <= deadline && improver.energy_at(deadline) < best_j) {
+        best_j = improver.energy_at(deadline);
+        best_before = before;
+        std::copy(improver.choice().begin(), improver.choice().end(), best.begin());
       }
-      // A local search from the better start, with an even share of what is left.
-      const std::int64_t share = (end - improver.work()) / std::max<std::int64_t>(1, deadlines - done);
-      if (share <= 0) continue;
-      improver.assign(best.data());
-      improver.local_search(deadline, share);
-      if (improver.energy_at(deadline) < best_j * (1 - 1e-12)) record(improver, best_before, log);
+      record(improver, before, log);
+    };
+    // Starts, nearest first: plans on both sides of the deadline (faster ones
+    // reclaimed into it, slower ones tightened to it), while the deadline's
+    // share of the budget lasts, and the all-fastest plan.
+    const std::int64_t starts_end =
+        improver.work() + (end - improver.work()) / static_cast<std::int64_t>(2 * (deadlines.size() - d));
+    consider(rows.data() + k * n, false);
+    if (k + 1 < time_s.size()) consider(rows.data() + (k + 1) * n, true);
+    for (std::size_t step = 1; step < kStartsPerSide && improver.work() < starts_end; ++step) {
+      if (step <= k) consider(rows.data() + (k - step) * n, false);
+      if (k + 1 + step < time_s.size()) consider(rows.data() + (k + 1 + step) * n, true);
     }
+    consider(fastest.data(), false);
+    if (best_j == kInfinity) continue;
+    // A local search from the best start, with an even share of what is left.
+    const std::int64_t share = (end - improver.work()) / static_cast<std::int64_t>(deadlines.size() - d);
+    if (share <= 0) continue;
+    improver.assign(best.data());
+    improver.local_search(deadline, share);
+    if (improver.energy_at(deadline) < best_j * (1 - 1e-12)) record(improver, best_before, log);
   }
 }
 

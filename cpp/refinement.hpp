@@ -18,10 +18,11 @@
 //   fast end     deadlines from the all-fastest time up to the fastest step
 //                plan, one user unit apart: the all-fastest plan reclaimed,
 //                and the last step's plan tightened (a chain) and reclaimed;
-//   gap fills    deadlines inside the widest gaps of the frontier: the faster
-//                neighbour reclaimed into the gap, the slower one tightened
-//                into it, and a local search from the better, within a work
-//                budget.
+//   local search at every frontier plan's time and on a grid over the
+//                frontier's range: three starts per deadline (the slowest
+//                plan that meets it reclaimed into it, the next one tightened
+//                to it and reclaimed, the all-fastest plan reclaimed), then a
+//                local search from the best, the work budget spread evenly.
 // The two chains are independent and may run on two threads; each reports
 // through a Ticker, which throws SolveCancelled to stop.
 //
@@ -73,12 +74,12 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
 void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fastest_s,
                       double first_step_s, PlanImprover& improver, PlanLog& log, const Ticker& tick);
 
-// Gap fills (see above) on a frontier given as rows of options with their
-// times, fastest first; the widest gaps first, one spacing_s apart, until
-// max_work is spent. Records into `log`.
-void fill_gaps(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
-               double spacing_s, std::int64_t max_work, PlanImprover& improver, PlanLog& log,
-               const Ticker& tick);
+// The local-search phase (see above) on a frontier given as rows of options
+// with their times, fastest first; the grid is spacing_s apart, at most
+// max_grid deadlines; stops when max_work is spent. Records into `log`.
+void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
+                      double spacing_s, std::size_t max_grid, std::int64_t max_work,
+                      PlanImprover& improver, PlanLog& log, const Ticker& tick);
 
 // Indices of the plans worth keeping, fastest first: strictly increasing
 // time, and effective energy (energy_j - blocking_w * time_s) falling by more

@@ -58,13 +58,19 @@ struct SolverBudgets {
   // less, the resolution the frontier is judged at.
   double candidate_energy_resolution = 1e-4;
   std::int64_t candidate_max_spacing_units = 8;
-  // Gap fills and local search at deadlines inside the widest gaps of the
-  // frontier: work units per DAG element (node or edge) for the whole
-  // frontier, within [floor, cap]. Tiny pipelines get the floor: their
-  // search is cheap and pays off most.
+  // Local search at every frontier plan's time and at most
+  // local_search_max_grid more deadlines spread over the frontier's range:
+  // work units per DAG element (node or edge) for the whole frontier, within
+  // [floor, cap]. Tiny pipelines get the floor: their search is cheap and
+  // pays off most (coarse clock tables leave the convex model far from the
+  // discrete optimum); large ones, whose candidates are dense, the cap.
   double local_search_work_per_element = 2e3;
   double local_search_work_floor = 1e7;
   double local_search_work_cap = 5e7;
+  std::int64_t local_search_max_grid = 512;
+  // Rounds of it, each from the frontier the last one left (the budget is
+  // shared): a structure found at one deadline spreads to its neighbours.
+  std::int64_t local_search_rounds = 2;
   // Plans whose energy over any common iteration length differs from a
   // faster kept plan by less than this share are dropped (relative, so 1e-6
   // is a millionth of the iteration's energy): they cannot matter to a user,

@@ -33,16 +33,16 @@ def test_optimize_prints_summary_and_writes_frontier(tmp_path, capsys):
     assert status == 0
     printed = capsys.readouterr().out
     frontier = perseus.Frontier.load(out / "frontier.json")
-    profile = perseus.Profile.from_csv(SMALL, blocking_power=70.0)
+    profile = perseus.Profile.from_csv(SMALL, blocking_power_w=70.0)
     again = perseus.optimize(profile, microbatches=8)
     # What is printed is what was solved and saved.
-    assert f"{frontier.baseline.iteration_time:.4f} s" in printed
-    assert f"{frontier.fastest.energy:.1f} J" in printed
+    assert f"{frontier.baseline.iteration_time_s:.4f} s" in printed
+    assert f"{frontier.fastest.energy_j:.1f} J" in printed
     assert f"plans          {len(frontier)} " in printed
-    saving = 100 * (1 - frontier.fastest.energy / frontier.baseline.energy)
+    saving = 100 * (1 - frontier.fastest.energy_j / frontier.baseline.energy_j)
     assert f"({saving:.2f}% less energy)" in printed
     assert len(frontier) == len(again)
-    assert frontier.energies.tolist() == pytest.approx(again.energies.tolist(), rel=1e-12)
+    assert frontier.energies_j.tolist() == pytest.approx(again.energies_j.tolist(), rel=1e-12)
 
 
 def test_optimize_interleaved_options(tmp_path, capsys):
@@ -69,7 +69,7 @@ def test_optimize_interleaved_options(tmp_path, capsys):
     frontier = perseus.Frontier.load(tmp_path / "frontier.json")
     assert frontier.spec.schedule == "interleaved-1f1b"
     assert frontier.spec.num_gpus == 2 and frontier.spec.virtual_stages == 2
-    assert frontier.unit_time == 0.002
+    assert frontier.unit_time_s == 0.002
     assert "2 GPUs" in capsys.readouterr().out
 
 

@@ -37,7 +37,7 @@ def gpu_like_profile(rng, stages: int, options: int, blocking_power: float) -> P
                 records.append(
                     (stage, instruction, int(mhz[k]), float(time[k]), float(power[k] * time[k]))
                 )
-    return Profile.from_records(records, blocking_power=blocking_power)
+    return Profile.from_records(records, blocking_power_w=blocking_power)
 
 
 def suite():
@@ -59,13 +59,13 @@ def gaps():
     found = []
     for profile, microbatches in CASES:
         frontier = perseus.optimize(profile, microbatches=microbatches)
-        fastest, slowest = frontier.iteration_times[0], frontier.iteration_times[-1]
+        fastest, slowest = frontier.iteration_times_s[0], frontier.iteration_times_s[-1]
         for deadline in np.linspace(fastest, slowest, 5):
             exact = optimal_plan(profile, microbatches=microbatches, deadline=float(deadline))
             assert exact.optimal
-            assert exact.iteration_time <= deadline * (1 + 1e-9)
+            assert exact.iteration_time_s <= deadline * (1 + 1e-9)
             ours = frontier.energy_at(float(deadline))
-            found.append(((ours - exact.energy) / exact.energy, float(deadline)))
+            found.append(((ours - exact.energy_j) / exact.energy_j, float(deadline)))
     return found
 
 
@@ -83,15 +83,15 @@ def test_gap_to_the_exact_optimum_is_small(gaps):
 def test_exact_plan_replays_to_what_it_reports():
     profile, microbatches = CASES[0]
     frontier = perseus.optimize(profile, microbatches=microbatches)
-    deadline = float(np.mean(frontier.iteration_times[[0, -1]]))
+    deadline = float(np.mean(frontier.iteration_times_s[[0, -1]]))
     exact = optimal_plan(profile, microbatches=microbatches, deadline=deadline)
     replay = perseus.evaluate(profile, exact.frequencies, microbatches=microbatches)
-    assert replay.iteration_time == pytest.approx(exact.iteration_time, rel=1e-12)
+    assert replay.iteration_time_s == pytest.approx(exact.iteration_time_s, rel=1e-12)
     # The MIP's energy is over the whole deadline: blocking power until then.
-    waiting = profile.blocking_power * 2 * (deadline - replay.iteration_time)  # 2 GPUs
-    assert replay.energy + waiting == pytest.approx(exact.energy, rel=1e-12)
+    waiting = profile.blocking_power_w * 2 * (deadline - replay.iteration_time_s)  # 2 GPUs
+    assert replay.energy_j + waiting == pytest.approx(exact.energy_j, rel=1e-12)
     assert optimal_energy(profile, microbatches=microbatches, deadline=deadline) == pytest.approx(
-        exact.energy, rel=1e-9
+        exact.energy_j, rel=1e-9
     )
 
 
@@ -99,11 +99,11 @@ def test_exact_at_the_fastest_time_matches_the_all_fastest_schedule():
     profile, microbatches = CASES[1]
     frontier = perseus.optimize(profile, microbatches=microbatches)
     exact = optimal_plan(
-        profile, microbatches=microbatches, deadline=frontier.baseline.iteration_time
+        profile, microbatches=microbatches, deadline=frontier.baseline.iteration_time_s
     )
-    assert exact.iteration_time == pytest.approx(frontier.baseline.iteration_time, rel=1e-9)
-    assert exact.energy <= frontier.fastest.energy * (1 + 1e-9)
-    assert exact.energy >= frontier.fastest.energy * (1 - 0.002)
+    assert exact.iteration_time_s == pytest.approx(frontier.baseline.iteration_time_s, rel=1e-9)
+    assert exact.energy_j <= frontier.fastest.energy_j * (1 + 1e-9)
+    assert exact.energy_j >= frontier.fastest.energy_j * (1 - 0.002)
 
 
 def test_exact_refuses_an_impossible_deadline():
@@ -111,7 +111,7 @@ def test_exact_refuses_an_impossible_deadline():
     frontier = perseus.optimize(profile, microbatches=microbatches)
     with pytest.raises(ProfileError, match="no plan meets a deadline"):
         optimal_plan(
-            profile, microbatches=microbatches, deadline=0.9 * frontier.baseline.iteration_time
+            profile, microbatches=microbatches, deadline=0.9 * frontier.baseline.iteration_time_s
         )
 
 
@@ -137,7 +137,7 @@ def test_reclamation_never_lengthens_and_never_costs(seed, stretch):
         assert np.all(after_times <= bound * (1 + 1e-12))
         # Never more energy over the iteration's length (the bound); at its
         # own time (deadline 0) that is the plain energy.
-        blocking_w = profile.blocking_power * spec.num_gpus
+        blocking_w = profile.blocking_power_w * spec.num_gpus
         before_at = energies + blocking_w * (bound - times)
         after_at = after_energies + blocking_w * (bound - after_times)
         assert np.all(after_at <= before_at + 1e-9 * np.abs(before_at))
@@ -152,18 +152,18 @@ def test_reclamation_never_lengthens_and_never_costs(seed, stretch):
 def test_frontier_reports_what_reclamation_bought():
     profile, microbatches = CASES[2]
     frontier = perseus.optimize(profile, microbatches=microbatches)
-    assert np.all(frontier.reclaim_savings >= -1e-9)
+    assert np.all(frontier.reclaim_savings_j >= -1e-9)
     assert any(plan.reclaimed for plan in frontier)
     plain = perseus.optimize(profile, microbatches=microbatches, refine=False)
     # Refinement never makes the frontier worse at any plain plan's time.
     for plan in plain:
-        assert frontier.energy_at(plan.iteration_time) <= plan.energy * (1 + 1e-12)
+        assert frontier.energy_at(plan.iteration_time_s) <= plan.energy_j * (1 + 1e-12)
 
 
 def test_plain_frontier_is_still_a_clean_frontier():
     profile, microbatches = CASES[3]
     plain = perseus.optimize(profile, microbatches=microbatches, refine=False)
-    assert np.all(np.diff(plain.iteration_times) > 0)
-    blocking_w = profile.blocking_power * plain.spec.num_gpus
-    assert np.all(np.diff(plain.energies - blocking_w * plain.iteration_times) < 0)
+    assert np.all(np.diff(plain.iteration_times_s) > 0)
+    blocking_w = profile.blocking_power_w * plain.spec.num_gpus
+    assert np.all(np.diff(plain.energies_j - blocking_w * plain.iteration_times_s) < 0)
     assert not any(plan.reclaimed for plan in plain)

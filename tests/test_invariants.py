@@ -46,7 +46,7 @@ def problems(draw):
             count = draw(st.integers(2 if forced else 1, 6))
             records += draw(option_rows(stage, instruction, count, forced))
     power = draw(st.one_of(st.just(0.0), st.floats(0.0, 150.0), st.just(150.0)))
-    profile = Profile.from_records(records, blocking_power=power)
+    profile = Profile.from_records(records, blocking_power_w=power)
 
     schedules = ["1f1b", "gpipe"]
     if stages % 2 == 0 and microbatches >= stages // 2:
@@ -66,16 +66,16 @@ def solve(problem):
 def test_frontier_is_strictly_monotone(problem):
     profile, frontier = solve(problem)
     assert len(frontier) >= 1
-    assert np.all(np.diff(frontier.iteration_times) > 0)
+    assert np.all(np.diff(frontier.iteration_times_s) > 0)
     # Over a common iteration length, every slower plan costs strictly less.
-    blocking_w = profile.blocking_power * frontier.spec.num_gpus
-    assert np.all(np.diff(frontier.energies - blocking_w * frontier.iteration_times) < 0)
+    blocking_w = profile.blocking_power_w * frontier.spec.num_gpus
+    assert np.all(np.diff(frontier.energies_j - blocking_w * frontier.iteration_times_s) < 0)
     for plan in frontier:
-        assert plan.energy_at(frontier.iteration_times[-1]) == pytest.approx(
-            plan.energy + blocking_w * (frontier.iteration_times[-1] - plan.iteration_time)
+        assert plan.energy_at(frontier.iteration_times_s[-1]) == pytest.approx(
+            plan.energy_j + blocking_w * (frontier.iteration_times_s[-1] - plan.iteration_time_s)
         )
-    assert frontier.iteration_times.tolist() == [p.iteration_time for p in frontier]
-    assert frontier.energies.tolist() == [p.energy for p in frontier]
+    assert frontier.iteration_times_s.tolist() == [p.iteration_time_s for p in frontier]
+    assert frontier.energies_j.tolist() == [p.energy_j for p in frontier]
 
 
 @given(problems())
@@ -83,8 +83,8 @@ def test_reported_values_replay(problem):
     profile, frontier = solve(problem)
     for plan in frontier:
         replayed = perseus.evaluate(profile, plan)
-        assert replayed.iteration_time == pytest.approx(plan.iteration_time, rel=1e-9)
-        assert replayed.energy == pytest.approx(plan.energy, rel=1e-9)
+        assert replayed.iteration_time_s == pytest.approx(plan.iteration_time_s, rel=1e-9)
+        assert replayed.energy_j == pytest.approx(plan.energy_j, rel=1e-9)
 
 
 @given(problems())
@@ -96,7 +96,7 @@ def test_frequencies_are_profile_options(problem):
         for i in (F, B)
     }
     for plan in frontier:
-        frequencies = plan.frequencies()
+        frequencies = plan.frequency_map_mhz
         assert len(frequencies) == plan.spec.num_computations
         for (stage, instruction, _), mhz in frequencies.items():
             assert mhz in allowed[(stage, instruction)]
@@ -120,28 +120,28 @@ def test_fastest_plan_keeps_baseline_time_and_reclaim_saves(problem):
         schedule=frontier.spec.schedule,
         virtual_stages=frontier.spec.virtual_stages,
     )
-    assert frontier.baseline.iteration_time == pytest.approx(baseline.iteration_time, rel=1e-12)
-    assert frontier.baseline.energy == pytest.approx(baseline.energy, rel=1e-12)
-    assert frontier.fastest.iteration_time == pytest.approx(baseline.iteration_time, rel=1e-12)
-    assert frontier.fastest.energy <= baseline.energy * (1 + 1e-12)
+    assert frontier.baseline.iteration_time_s == pytest.approx(baseline.iteration_time_s, rel=1e-12)
+    assert frontier.baseline.energy_j == pytest.approx(baseline.energy_j, rel=1e-12)
+    assert frontier.fastest.iteration_time_s == pytest.approx(baseline.iteration_time_s, rel=1e-12)
+    assert frontier.fastest.energy_j <= baseline.energy_j * (1 + 1e-12)
     for plan in frontier:
-        assert plan.energy <= plan.energy_before_reclaim + 1e-9 * abs(plan.energy_before_reclaim)
-        assert plan.iteration_time >= baseline.iteration_time * (1 - 1e-12)
+        assert plan.energy_j <= plan.energy_before_reclaim_j + 1e-9 * abs(plan.energy_before_reclaim_j)
+        assert plan.iteration_time_s >= baseline.iteration_time_s * (1 - 1e-12)
 
 
 @given(problems(), st.data())
 def test_plan_for_picks_cheapest_plan_in_time(problem, data):
     _, frontier = solve(problem)
-    times = frontier.iteration_times
+    times = frontier.iteration_times_s
     # Each plan's own time, points between plans, and past the slowest.
     deadlines = [*times, float(times[-1]) * 1.5]
     deadlines += [float(a + b) / 2 for a, b in zip(times, times[1:])]
     deadlines.append(data.draw(st.floats(float(times[0]), float(times[-1]) * 2)))
     for deadline in deadlines:
         chosen = frontier.plan_for(deadline)
-        meeting = [p for p in frontier if p.iteration_time <= deadline]
+        meeting = [p for p in frontier if p.iteration_time_s <= deadline]
         cheapest = min(p.energy_at(deadline) for p in meeting)
-        assert chosen.iteration_time <= deadline
+        assert chosen.iteration_time_s <= deadline
         assert chosen.energy_at(deadline) <= cheapest * (1 + 1e-12)
     below = float(np.nextafter(times[0], 0))
     with pytest.raises(ValueError, match="no plan meets a deadline"):

@@ -297,7 +297,7 @@ def test_profile_mode_writes_every_stage_and_leaves_training_alone(job):
     sidecar = json.loads(path.with_suffix(".json").read_text())
     assert sidecar["pipeline_size"] == 2 and sidecar["microbatches"] == 4
     assert sidecar["blocking_power_w"] > 0
-    profile = perseus.Profile.from_csv(path, blocking_power=sidecar["blocking_power_w"])
+    profile = perseus.Profile.from_csv(path, blocking_power_w=sidecar["blocking_power_w"])
     assert profile.num_stages == 2
     rows = path.read_text().splitlines()
     assert rows[0] == "stage,instruction,frequency,time,energy"
@@ -330,7 +330,7 @@ def test_example_profiles_then_runs(fake_libraries, tmp_path):
     assert "iteration 2:" not in logs[1]  # after="stop": training stopped at the profile
     sidecar = json.loads(csv.with_suffix(".json").read_text())
     assert sidecar["blocking_power_w"] > 0
-    assert perseus.Profile.from_csv(csv, blocking_power=sidecar["blocking_power_w"]).num_stages == 2
+    assert perseus.Profile.from_csv(csv, blocking_power_w=sidecar["blocking_power_w"]).num_stages == 2
     # Clocks do not change a CPU's speed, so the profile just measured need
     # not trade time for energy; run mode gets one that does.
     synthetic = tmp_path / "synthetic.csv"
@@ -368,7 +368,7 @@ def test_release_below_the_range_is_refused(tmp_path):
         import perseus, perseus.megatron
         records = [(0, i, f, t * m, 5.0 * t * m * f / 1980) for i, m in (("forward", 1), ("backward", 2))
                    for f, t in ((1980, 0.01), (1500, 0.013))]
-        frontier = perseus.optimize(perseus.Profile.from_records(records, blocking_power=50.0),
+        frontier = perseus.optimize(perseus.Profile.from_records(records, blocking_power_w=50.0),
                                     microbatches=2, progress=False)
         try:
             perseus.megatron.attach(frontier, switcher=None).attach()
@@ -483,7 +483,7 @@ def _frontier_profile():
             for f in (1980, 1620, 1260, 900):
                 t = 0.01 * scale * (1 + 0.5 * stage) * 1980 / f
                 records.append((stage, instruction, f, t, (90 + 610 * (f / 1980) ** 3) * t))
-    return perseus.Profile.from_records(records, blocking_power=80.0)
+    return perseus.Profile.from_records(records, blocking_power_w=80.0)
 
 
 def _frontier():
@@ -498,8 +498,8 @@ def test_straggler_policy_follows_holds_and_recovers():
     # the other replica is 30 % slower: follow it
     switch = policy.observe(1, 1.0, 1.3, 1.0)
     assert isinstance(switch, PlanSwitch) and switch.reason == "straggler"
-    assert switch.deadline_s == pytest.approx(1.3 * base.iteration_time)
-    assert policy.plan is frontier.plan_for(1.3 * base.iteration_time)
+    assert switch.deadline_s == pytest.approx(1.3 * base.iteration_time_s)
+    assert policy.plan is frontier.plan_for(1.3 * base.iteration_time_s)
     assert "straggler" in str(switch)
     # while following, only the straggler runs the base plan and reports
     assert policy.observe(2, 1.5, 1.32, 1.32) is None  # about the same: stay
@@ -523,7 +523,7 @@ def test_straggler_policy_retargets_and_never_slows_the_straggler():
     second = policy.observe(3, 1.0, 2.0, 2.0)
     assert first.reason == "straggler" and second.reason == "straggler changed"
     assert second.from_time_s == first.to_time_s < second.to_time_s
-    assert policy.deadline_s == pytest.approx(2.0 * base.iteration_time)
+    assert policy.deadline_s == pytest.approx(2.0 * base.iteration_time_s)
     # nobody on the base plan (cannot happen with real replicas): no information, no change
     plan = policy.plan
     assert policy.observe(4, 1.0, 0.0, math.inf) is None and policy.plan is plan

@@ -15,7 +15,7 @@ F, B = "forward", "backward"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def make_profile(stages=4, blocking_power=50.0):
+def make_profile(stages=4, blocking_power_w=50.0):
     """Three options per (stage, instruction), a few ms apart; stage 1 is slow."""
     records = []
     for s in range(stages):
@@ -26,7 +26,7 @@ def make_profile(stages=4, blocking_power=50.0):
                 (s, instruction, 1200, t + 0.003, 270 * t),
                 (s, instruction, 1000, t + 0.008, 250 * t),
             ]
-    return Profile.from_records(records, blocking_power=blocking_power)
+    return Profile.from_records(records, blocking_power_w=blocking_power_w)
 
 
 @pytest.fixture(scope="module")
@@ -98,37 +98,40 @@ def test_interleaved_deadlock_is_a_profile_error():
 
 @pytest.mark.parametrize("unit_time", [0, -1e-3, math.nan, math.inf, -math.inf])
 def test_unit_time_must_be_positive_and_finite(profile, unit_time):
-    with pytest.raises(ProfileError, match=r"unit_time must be a positive number of seconds"):
-        perseus.optimize(profile, microbatches=2, unit_time=unit_time)
+    with pytest.raises(ProfileError, match=r"unit_time_s must be a positive number of seconds"):
+        perseus.optimize(profile, microbatches=2, unit_time_s=unit_time)
 
 
-@pytest.mark.parametrize("unit_time", ["1ms", None, True])
+@pytest.mark.parametrize("unit_time", ["1ms", True, 1j])
 def test_unit_time_must_be_a_number(profile, unit_time):
-    with pytest.raises(ProfileError, match=r"unit_time must be a number of seconds"):
-        perseus.optimize(profile, microbatches=2, unit_time=unit_time)
+    with pytest.raises(ProfileError, match=r"unit_time_s must be a number of seconds"):
+        perseus.optimize(profile, microbatches=2, unit_time_s=unit_time)
 
 
 def test_unit_time_so_coarse_every_option_collapses(profile):
     # Options differ by 3-8 ms: a 1 s unit puts them all at one duration.
-    with pytest.raises(ProfileError, match=r"unit_time=1 s is so coarse .* differ by 0\.003 s"):
-        perseus.optimize(profile, microbatches=2, unit_time=1.0)
+    with pytest.raises(ProfileError, match=r"unit_time_s=1 s is so coarse .* differ by 0\.003 s"):
+        perseus.optimize(profile, microbatches=2, unit_time_s=1.0, refine=False)
+    # Refining divides the unit (at most 64 times): 100 s is still too coarse.
+    with pytest.raises(ProfileError, match=r"unit_time_s=1\.5625 s is so coarse"):
+        perseus.optimize(profile, microbatches=2, unit_time_s=100.0)
 
 
 def test_single_option_profile_cannot_be_optimised():
     records = [(s, i, 1410, 0.01, 3.0) for s in range(2) for i in (F, B)]
-    profile = Profile.from_records(records, blocking_power=10.0)
-    with pytest.raises(ProfileError, match=r"every stage has a single option"):
+    profile = Profile.from_records(records, blocking_power_w=10.0)
+    with pytest.raises(ProfileError, match=r"every stage has a single useful option"):
         perseus.optimize(profile, microbatches=2)
     # It can still be replayed.
     plan = {(s, i, m): 1410 for s in range(2) for i in (F, B) for m in range(2)}
-    assert perseus.evaluate(profile, plan, microbatches=2).iteration_time == pytest.approx(0.06)
+    assert perseus.evaluate(profile, plan, microbatches=2).iteration_time_s == pytest.approx(0.06)
 
 
 @pytest.mark.parametrize("power", [-1.0, math.nan, math.inf, "70"])
 def test_negative_or_bad_blocking_power(power):
     records = [(0, F, 1410, 0.01, 3.0), (0, B, 1410, 0.02, 6.0)]
-    with pytest.raises(ProfileError, match=r"blocking_power must be a finite number >= 0 \(W\)"):
-        Profile.from_records(records, blocking_power=power)
+    with pytest.raises(ProfileError, match=r"blocking_power_w must be a number of watts in 0\.\.10000"):
+        Profile.from_records(records, blocking_power_w=power)
 
 
 def test_profile_argument_must_be_a_profile():
@@ -169,45 +172,46 @@ def test_evaluate_frequency_not_an_option(profile):
     plan = full_plan(profile, 2)
     plan[(3, F, 0)] = 1300
     with pytest.raises(
-        ProfileError, match=r"\(3, 'forward', 0\): 1300 MHz is not .* option .*\[1410, 1200, 1000\]"
+        ProfileError,
+        match=r"\(stage 3, 'forward', microbatch 0\): 1300 MHz was never measured .*\[1410, 1200, 1000\]",
     ):
         perseus.evaluate(profile, plan, microbatches=2)
 
 
-def test_evaluate_rejects_dominated_frequency():
+def test_evaluate_replays_measured_options_the_solver_does_not_keep():
     records = [
         (0, F, 1410, 0.010, 3.0),
-        (0, F, 1300, 0.012, 3.5),  # slower and costlier than 1410: dropped
+        (0, F, 1300, 0.012, 3.5),  # slower and costlier than 1410: not useful
         (0, B, 1410, 0.020, 6.0),
     ]
-    profile = Profile.from_records(records, blocking_power=0.0)
-    plan = {(0, F, 0): 1300, (0, B, 0): 1410}
-    with pytest.raises(ProfileError, match=r"1300 MHz is not a Pareto-optimal option"):
-        perseus.evaluate(profile, plan, microbatches=1)
+    profile = Profile.from_records(records, blocking_power_w=0.0)
+    assert profile.options(0, F).frequency_mhz.tolist() == [1410]
+    result = perseus.evaluate(profile, {(0, F, 0): 1300, (0, B, 0): 1410}, microbatches=1)
+    assert result == perseus.Evaluation(0.032, 9.5)
 
 
 def test_evaluate_by_hand():
     # One GPU, one microbatch: T = tF + tB, no blocking.
     records = [(0, F, 1410, 0.010, 3.0), (0, F, 1000, 0.015, 2.0), (0, B, 1410, 0.020, 6.0)]
-    profile = Profile.from_records(records, blocking_power=40.0)
+    profile = Profile.from_records(records, blocking_power_w=40.0)
     result = perseus.evaluate(profile, {(0, F, 0): 1000, (0, B, 0): 1410}, microbatches=1)
-    assert result.iteration_time == pytest.approx(0.035)
-    assert result.energy == pytest.approx(8.0)
+    assert result.iteration_time_s == pytest.approx(0.035)
+    assert result.energy_j == pytest.approx(8.0)
     # Two stages, one microbatch: each GPU blocks while the other computes.
     records = [(s, i, 1410, t, 10 * t) for s in range(2) for i, t in ((F, 0.01), (B, 0.02))]
-    profile = Profile.from_records(records, blocking_power=40.0)
+    profile = Profile.from_records(records, blocking_power_w=40.0)
     result = perseus.evaluate(profile, full_plan(profile, 1), microbatches=1)
-    assert result.iteration_time == pytest.approx(0.06)
-    assert result.energy == pytest.approx(10 * 0.06 + 40.0 * (2 * 0.06 - 0.06))
+    assert result.iteration_time_s == pytest.approx(0.06)
+    assert result.energy_j == pytest.approx(10 * 0.06 + 40.0 * (2 * 0.06 - 0.06))
 
 
 def test_evaluate_plan_uses_its_pipeline(profile, interleaved):
     plan = interleaved[len(interleaved) // 2]
     result = perseus.evaluate(profile, plan)
-    assert result.iteration_time == pytest.approx(plan.iteration_time, rel=1e-12)
-    assert result.energy == pytest.approx(plan.energy, rel=1e-12)
+    assert result.iteration_time_s == pytest.approx(plan.iteration_time_s, rel=1e-12)
+    assert result.energy_j == pytest.approx(plan.energy_j, rel=1e-12)
     # The same frequencies on another schedule give another replay.
-    other = perseus.evaluate(profile, plan.frequencies(), microbatches=4, schedule="gpipe")
+    other = perseus.evaluate(profile, plan.frequency_map_mhz, microbatches=4, schedule="gpipe")
     assert other != result
 
 
@@ -221,15 +225,15 @@ def test_save_load_round_trip(tmp_path, interleaved):
     assert len(loaded) == len(interleaved)
     assert loaded.spec == interleaved.spec
     assert loaded.baseline == interleaved.baseline
-    assert loaded.unit_time == interleaved.unit_time
-    assert loaded.blocking_power == interleaved.blocking_power
+    assert loaded.unit_time_s == interleaved.unit_time_s
+    assert loaded.blocking_power_w == interleaved.blocking_power_w
     assert loaded.steps == interleaved.steps
-    assert loaded.iteration_times.tolist() == interleaved.iteration_times.tolist()
-    assert loaded.energies.tolist() == interleaved.energies.tolist()
-    assert loaded.energies_before_reclaim.tolist() == interleaved.energies_before_reclaim.tolist()
+    assert loaded.iteration_times_s.tolist() == interleaved.iteration_times_s.tolist()
+    assert loaded.energies_j.tolist() == interleaved.energies_j.tolist()
+    assert loaded.energies_before_reclaim_j.tolist() == interleaved.energies_before_reclaim_j.tolist()
     for a, b in zip(loaded, interleaved):
         assert np.array_equal(a.frequencies_mhz, b.frequencies_mhz)
-        assert a.frequencies() == b.frequencies()
+        assert a.frequency_map_mhz == b.frequency_map_mhz
         assert a.to_zeus() == b.to_zeus()
     assert [p.name for p in tmp_path.iterdir()] == ["frontier.json"]  # no temporary left
 
@@ -315,7 +319,7 @@ def scrambled_plan(spec, seed=0):
 def test_frequency_lookup_agrees_with_frequencies(frontier, interleaved, which):
     spec = (frontier if which == "1f1b" else interleaved).spec
     plan = scrambled_plan(spec)
-    table = plan.frequencies()
+    table = plan.frequency_map_mhz
     assert len(table) == spec.num_computations
     assert len(set(table.values())) == spec.num_computations
     for gpu in range(spec.num_gpus):
@@ -323,10 +327,9 @@ def test_frequency_lookup_agrees_with_frequencies(frontier, interleaved, which):
             for instruction in (F, B):
                 for mb in range(spec.microbatches):
                     stage = chunk * spec.num_gpus + gpu
-                    assert (
-                        plan.frequency(gpu, instruction, mb, chunk)
-                        == table[(stage, instruction, mb)]
-                    )
+                    expected = table[(stage, instruction, mb)]
+                    assert plan.frequency(stage, instruction, mb) == expected
+                    assert plan.frequency(gpu=gpu, chunk=chunk, instruction=instruction, microbatch=mb) == expected
 
 
 @pytest.mark.parametrize("which", ["1f1b", "interleaved"])
@@ -337,27 +340,46 @@ def test_to_zeus_follows_pipeline_order(frontier, interleaved, which):
     zeus = plan.to_zeus()
     assert len(zeus) == spec.num_gpus
     for gpu, (order, schedule) in enumerate(zip(orders, zeus)):
-        assert schedule == [(i, plan.frequency(gpu, i, mb, chunk)) for i, chunk, mb in order]
+        assert schedule == [
+            (i, plan.frequency(gpu=gpu, chunk=chunk, instruction=i, microbatch=mb)) for i, chunk, mb in order
+        ]
 
 
 def test_real_plan_accessors(interleaved):
     plan = interleaved.fastest
-    frequencies = plan.frequencies()
+    frequencies = plan.frequency_map_mhz
     zeus = plan.to_zeus()
     assert sum(len(z) for z in zeus) == len(frequencies)
     assert sorted(mhz for z in zeus for _, mhz in z) == sorted(frequencies.values())
 
 
 def test_plan_frequency_errors(interleaved):
-    plan = interleaved.fastest  # 2 GPUs x 2 chunks x 4 microbatches
-    with pytest.raises(ValueError, match=r"stage 2 is out of range: this pipeline has 2 GPUs"):
-        plan.frequency(2, F, 0)
+    plan = interleaved.fastest  # 2 GPUs x 2 chunks x 4 microbatches: stages 0..3
+    with pytest.raises(ValueError, match=r"stage 4 is out of range: this pipeline has 4 stages"):
+        plan.frequency(4, F, 0)
+    with pytest.raises(ValueError, match=r"gpu 2 is out of range: this pipeline has 2 GPUs"):
+        plan.frequency(gpu=2, instruction=F, microbatch=0)
     with pytest.raises(ValueError, match=r"chunk 2 is out of range: .* 2 virtual stage"):
-        plan.frequency(0, F, 0, chunk=2)
+        plan.frequency(gpu=0, chunk=2, instruction=F, microbatch=0)
     with pytest.raises(ValueError, match=r"microbatch 4 is out of range: this pipeline runs 4"):
         plan.frequency(0, B, 4)
     with pytest.raises(ValueError, match=r"instruction 'fwd' is not one of"):
         plan.frequency(0, "fwd", 0)
+    with pytest.raises(ValueError, match=r"not both"):
+        plan.frequency(1, F, 0, gpu=1)
+    with pytest.raises(ValueError, match=r"stage True is out of range"):
+        plan.frequency(True, F, 0)
+
+
+def test_plan_frequency_old_positional_gpu_form_warns():
+    from perseus import _deprecation
+
+    spec = perseus.PipelineSpec("interleaved-1f1b", 2, 2, 4)
+    plan = scrambled_plan(spec)
+    _deprecation._warned.discard("Plan.frequency(gpu_rank, ..., chunk)")
+    with pytest.deprecated_call(match="gpu="):
+        old = plan.frequency(1, F, 3, 1)  # GPU 1, chunk 1: stage 3
+    assert old == plan.frequency(3, F, 3)
 
 
 def test_plan_frequencies_are_read_only(frontier):
@@ -373,15 +395,34 @@ def test_plan_needs_one_frequency_per_computation(frontier):
 # --- progress ---------------------------------------------------------------------------
 
 
-def test_progress_receives_increasing_counts(profile):
+def test_progress_reports_phases_in_order_with_an_eta(profile):
+    reports = []
+    perseus.optimize(profile, microbatches=4, progress=reports.append, progress_period_s=0.0)
+    assert reports
+    order = ["min cut", "candidates", "reclamation", "local search"]
+    phases = [r.phase for r in reports]
+    assert phases == sorted(phases, key=order.index)  # phases never go back
+    assert {"min cut", "reclamation"} <= set(phases)
+    fractions = [r.fraction for r in reports]
+    assert fractions == sorted(fractions) and 0 <= fractions[0] and fractions[-1] <= 1
+    assert all(0 <= r.done <= r.total for r in reports)
+    assert all(r.eta_s is None or r.eta_s >= 0 for r in reports)
+    assert "min cut" in reports[0].describe()
+
+
+def test_progress_callable_can_cancel(profile):
+    with pytest.raises(KeyboardInterrupt):
+        perseus.optimize(profile, microbatches=4, progress=lambda report: False, progress_period_s=0.0)
+
+
+def test_old_two_argument_progress_still_works_with_a_warning(profile):
+    from perseus import _deprecation
+
+    _deprecation._warned.discard("progress=callable(done, expected)")
     calls = []
-    frontier = perseus.optimize(profile, microbatches=4, progress=lambda d, e: calls.append((d, e)))
-    assert len(calls) >= 2
-    done = [d for d, _ in calls]
-    assert done[0] == 0 and done[-1] == frontier.steps
-    assert done == sorted(done)
-    assert len({e for _, e in calls}) == 1
-    assert all(0 <= d <= e for d, e in calls)
+    with pytest.deprecated_call(match="SolveProgress"):
+        perseus.optimize(profile, microbatches=4, progress=lambda d, e: calls.append((d, e)), progress_period_s=0.0)
+    assert calls and all(0 <= d <= e for d, e in calls)
 
 
 class Stop(Exception):
@@ -389,23 +430,23 @@ class Stop(Exception):
 
 
 def test_progress_exception_propagates(profile):
-    def progress(done, expected):
-        raise Stop(f"stop at {done}/{expected}")
+    def progress(report):
+        raise Stop(f"stop in {report.phase}")
 
-    with pytest.raises(Stop, match=r"stop at 0/"):
-        perseus.optimize(profile, microbatches=4, progress=progress)
+    with pytest.raises(Stop, match=r"stop in min cut"):
+        perseus.optimize(profile, microbatches=4, progress=progress, progress_period_s=0.0)
 
 
 def test_progress_exception_after_start_propagates(profile):
     seen = []
 
-    def progress(done, expected):
-        seen.append(done)
+    def progress(report):
+        seen.append(report)
         if len(seen) == 2:
             raise Stop("second call")
 
     with pytest.raises(Stop, match="second call"):
-        perseus.optimize(profile, microbatches=4, progress=progress)
+        perseus.optimize(profile, microbatches=4, progress=progress, progress_period_s=0.0)
 
 
 # --- example profiles -----------------------------------------------------------------
@@ -415,19 +456,15 @@ def test_progress_exception_after_start_propagates(profile):
     ("name", "microbatches"), [("gpt3-a100-8stage.csv", 8), ("small-4stage.csv", 8)]
 )
 def test_example_profiles(name, microbatches):
-    profile = Profile.from_csv(EXAMPLES / name, blocking_power=70.0)
-    calls = []
-    frontier = perseus.optimize(
-        profile, microbatches=microbatches, progress=lambda d, e: calls.append((d, e))
-    )
+    profile = Profile.from_csv(EXAMPLES / name, blocking_power_w=70.0)
+    frontier = perseus.optimize(profile, microbatches=microbatches)
     assert len(frontier) > 1
-    assert frontier.fastest.iteration_time == pytest.approx(
-        frontier.baseline.iteration_time, rel=1e-12
+    assert frontier.fastest.iteration_time_s == pytest.approx(
+        frontier.baseline.iteration_time_s, rel=1e-12
     )
-    assert frontier.fastest.energy < frontier.baseline.energy
+    assert frontier.fastest.energy_j < frontier.baseline.energy_j
     summary = frontier.summary()
     assert summary["saving_percent"] > 0
     assert summary["plans"] == len(frontier)
-    # One unit per step from the cheapest plan's time down to the fastest.
-    done, expected = calls[-1]
-    assert done == expected == frontier.steps > 0
+    assert frontier.stop_reason == "minimum_time"
+    assert frontier.steps >= frontier.cuts > 0

@@ -1,4 +1,4 @@
-"""Tests for perseus.profile: parsing, validation, Pareto filtering, CSV output."""
+"""Tests for perseus.profile: parsing, validation, the useful-option filter, CSV output."""
 
 import math
 import os
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import perseus
 from perseus.errors import ProfileError
 from perseus.profile import INSTRUCTIONS, Profile, StageOptions
 
@@ -34,8 +35,8 @@ def write(tmp_path, lines, name="prof.csv"):
     return path
 
 
-def load(path, blocking_power=50.0):
-    return Profile.from_csv(path, blocking_power=blocking_power)
+def load(path, blocking_power_w=50.0):
+    return Profile.from_csv(path, blocking_power_w=blocking_power_w)
 
 
 def csv_error(tmp_path, lines):
@@ -46,9 +47,9 @@ def csv_error(tmp_path, lines):
     return str(path), str(info.value)
 
 
-def records_error(records, blocking_power=50.0):
+def records_error(records, blocking_power_w=50.0):
     with pytest.raises(ProfileError) as info:
-        Profile.from_records(records, blocking_power=blocking_power)
+        Profile.from_records(records, blocking_power_w=blocking_power_w)
     return str(info.value)
 
 
@@ -67,12 +68,12 @@ def test_profile_error_is_value_error():
 
 
 def test_valid_file_loads(tmp_path):
-    profile = load(write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power=62.5)
+    profile = load(write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power_w=62.5)
     assert profile.num_stages == 2
-    assert profile.blocking_power == 62.5
+    assert profile.blocking_power_w == 62.5
     assert profile.source == str(tmp_path / "prof.csv")
     assert profile.num_dropped == 0
-    assert profile.frequencies() == [1200, 1410]
+    assert profile.frequencies_mhz == (1200, 1410)
     opts = profile.options(1, "backward")
     assert opts.frequency_mhz.tolist() == [1410, 1200]
     assert opts.time_s.tolist() == [0.021, 0.025]
@@ -100,8 +101,8 @@ def test_repr_summarises(tmp_path):
     text = repr(load(write(tmp_path, [HEADER, *VALID_ROWS])))
     assert "num_stages=2" in text
     assert "1200..1410 MHz" in text
-    assert "options=8" in text
-    assert "50 W" in text
+    assert "measured=8" in text and "useful=8" in text
+    assert "blocking_power_w=50" in text
     assert "prof.csv" in text
 
 
@@ -112,10 +113,10 @@ def test_arrays_are_read_only(tmp_path):
             array[0] = 1
 
 
-# --- Pareto filtering ----------------------------------------------------------
+# --- which options are useful -----------------------------------------------------
 
 
-def test_pareto_drops_dominated_rows_and_sorts_fastest_first(tmp_path):
+def test_filter_drops_dominated_rows_and_sorts_fastest_first(tmp_path):
     rows = [
         "0,forward,900,0.030,6.0",  # slower and costlier than 1200: dropped
         "0,forward,1410,0.010,5.0",
@@ -123,19 +124,34 @@ def test_pareto_drops_dominated_rows_and_sorts_fastest_first(tmp_path):
         "0,forward,1300,0.012,4.5",  # same time as 1200, costlier: dropped
         "0,forward,1000,0.020,3.0",
         "0,backward,1410,0.020,10.0",
-        "0,backward,1350,0.021,10.0",  # slower, same energy: dropped
+        "0,backward,1350,0.021,10.0",  # slower, same energy: cheaper over a fixed time
     ]
     profile = load(write(tmp_path, [HEADER, *rows]))
     fwd = profile.options(0, "forward")
     assert fwd.frequency_mhz.tolist() == [1410, 1200, 1000]
     assert fwd.time_s.tolist() == [0.010, 0.012, 0.020]
     assert fwd.energy_j.tolist() == [5.0, 4.0, 3.0]
-    assert profile.options(0, "backward").frequency_mhz.tolist() == [1410]
-    assert profile.num_dropped == 3
-    assert profile.frequencies() == [1000, 1200, 1410]
+    assert profile.options(0, "backward").frequency_mhz.tolist() == [1410, 1350]
+    assert profile.num_dropped == 2
+    assert profile.frequencies_mhz == (900, 1000, 1200, 1300, 1350, 1410)
 
 
-def test_pareto_exact_tie_keeps_higher_frequency(tmp_path):
+def test_filter_keeps_slower_option_that_costs_less_than_idling(tmp_path):
+    # 1200 MHz takes 2 ms more and 0.05 J more than 1410 MHz. With 50 W of
+    # blocking power, idling those 2 ms costs 0.1 J: running slowly is cheaper.
+    rows = ["0,forward,1410,0.010,5.0", "0,forward,1200,0.012,5.05", *VALID_ROWS[2:4]]
+    kept = Profile.from_records([r.split(",") for r in rows], blocking_power_w=50.0)
+    assert kept.options(0, "forward").frequency_mhz.tolist() == [1410, 1200]
+    # With 20 W, the 2 ms cost only 0.04 J of idling: 1200 MHz is useless.
+    dropped = kept.with_blocking_power(20.0)
+    assert dropped.options(0, "forward").frequency_mhz.tolist() == [1410]
+    assert dropped.blocking_power_w == 20.0
+    # The measured rows stay, whatever is kept.
+    assert dropped.measured(0, "forward").frequency_mhz.tolist() == [1410, 1200]
+    assert dropped.with_blocking_power(50.0).options(0, "forward") == kept.options(0, "forward")
+
+
+def test_filter_exact_tie_keeps_higher_frequency(tmp_path):
     rows = [
         "0,forward,1200,0.010,5.0",
         "0,forward,1395,0.010,5.0",
@@ -147,7 +163,7 @@ def test_pareto_exact_tie_keeps_higher_frequency(tmp_path):
     assert profile.num_dropped == 2
 
 
-def test_pareto_is_per_stage_and_instruction(tmp_path):
+def test_filter_is_per_stage_and_instruction(tmp_path):
     # Stage 1's 1200 MHz row would be dominated by stage 0's numbers; it must stay.
     rows = list(VALID_ROWS)
     rows[5] = "1,forward,1200,0.013,6.0"
@@ -157,13 +173,26 @@ def test_pareto_is_per_stage_and_instruction(tmp_path):
     assert profile.num_dropped == 0
 
 
-def test_stage_options_rejects_non_pareto_input():
-    with pytest.raises(ValueError, match="Pareto"):
-        StageOptions(frequency_mhz=[1410, 1200], time_s=[0.01, 0.02], energy_j=[5.0, 6.0])
+def test_measured_lists_every_row_highest_frequency_first(tmp_path):
+    rows = ["0,forward,1200,0.012,4.0", "0,forward,900,0.030,6.0", "0,forward,1410,0.010,5.0", *VALID_ROWS[2:]]
+    profile = load(write(tmp_path, [HEADER, *rows]))
+    measured = profile.measured(0, "forward")
+    assert measured.frequency_mhz.tolist() == [1410, 1200, 900]
+    assert measured.time_s.tolist() == [0.010, 0.012, 0.030]
+    assert 900 not in profile.options(0, "forward").frequency_mhz
+
+
+def test_stage_options_checks_its_arrays():
     with pytest.raises(ValueError, match="same, non-zero length"):
         StageOptions(frequency_mhz=[1410], time_s=[0.01, 0.02], energy_j=[5.0, 4.0])
     with pytest.raises(ValueError, match="integers"):
         StageOptions(frequency_mhz=[1410.5], time_s=[0.01], energy_j=[5.0])
+    with pytest.raises(ValueError, match="twice"):
+        StageOptions(frequency_mhz=[1410, 1410], time_s=[0.01, 0.02], energy_j=[5.0, 4.0])
+    with pytest.raises(ValueError, match="time_s"):
+        StageOptions(frequency_mhz=[1410], time_s=[1e-9], energy_j=[5.0])
+    with pytest.raises(ValueError, match="frequency_mhz"):
+        StageOptions(frequency_mhz=[2**31], time_s=[0.01], energy_j=[5.0])
 
 
 def test_stage_options_copies_input():
@@ -252,18 +281,82 @@ def test_non_finite_value(tmp_path, field, bad):
     assert "not finite" in msg
 
 
-@pytest.mark.parametrize("field", ["time", "energy"])
-@pytest.mark.parametrize("bad", ["0", "0.0", "-0.012"])
-def test_non_positive_time_or_energy(tmp_path, field, bad):
+@pytest.mark.parametrize(
+    ("field", "bad", "expected"),
+    [
+        ("time", "0", "must be between 1e-06 and 3600 s"),
+        ("time", "-0.012", "must be between 1e-06 and 3600 s"),
+        ("time", "1e-320", "must be between 1e-06 and 3600 s"),  # subnormal
+        ("time", "12", None),
+        ("time", "1e14", "a unit slip"),
+        ("energy", "0", "must be > 0"),
+        ("energy", "-4", "must be > 0"),
+        ("energy", "1.7976931348623157e308", "at most 1e+08 J"),
+    ],
+)
+def test_time_and_energy_ranges(tmp_path, field, bad, expected):
     values = dict(stage="0", instruction="forward", frequency="1200", time="0.012", energy="4.0")
     values[field] = bad
-    path, msg = csv_error(tmp_path, with_row(1, ",".join(values.values())))
-    assert f"{path}, line 3, field '{field}': must be > 0" in msg
+    lines = with_row(1, ",".join(values.values()))
+    if expected is None:  # in range: accepted
+        assert load(write(tmp_path, lines)).measured(0, "forward").time_s.max() == 12.0
+        return
+    path, msg = csv_error(tmp_path, lines)
+    assert f"{path}, line 3, field '{field}'" in msg and expected in msg
+
+
+@pytest.mark.parametrize(
+    "bad", ["１３００", "٣", "1_300", "0x514", "1300 ", " 1 300", "+-1", "1e", "--1", "١٣٠٠"]
+)
+def test_only_plain_ascii_numbers(tmp_path, bad):
+    path = write(tmp_path, with_row(1, f"0,forward,{bad},0.012,4.0"))
+    if bad.strip() != bad and bad.strip().isascii() and bad.strip().isdigit():
+        load(path)  # surrounding spaces are fine
+        return
+    with pytest.raises(ProfileError, match="field 'frequency'"):
+        load(path)
+
+
+def test_unit_slip_row_is_reported(tmp_path):
+    # One row in ms among rows in s: accepted (it is in range) but named.
+    rows = [HEADER, *VALID_ROWS, "0,forward,1300,11.0,4.5", "0,forward,1000,0.020,3.0"]
+    with pytest.warns(perseus.ProfileWarning, match=r"prof\.csv, line 10: .*1300 MHz.*unit slip") as caught:
+        load(write(tmp_path, rows))
+    assert len(caught) == 1  # only the slipped row
+
+
+def test_oversized_numbers_are_profile_errors():
+    for record, field in [
+        ((0, "forward", 2**63, 0.012, 4.0), "frequency"),
+        ((0, "forward", 1200, 10**400, 4.0), "time"),
+        ((0, "forward", 1200, 0.012, 10**400), "energy"),
+        ((2**40, "forward", 1200, 0.012, 4.0), "stage"),
+    ]:
+        records = valid_records()
+        records[1] = record
+        assert f"records[1], field '{field}'" in records_error(records)
+    digits = "9" * 400
+    assert "too long for a number" in records_error([(0, "forward", 1200, digits, 4.0)])
+
+
+def test_binary_junk_is_a_profile_error(tmp_path):
+    junk = tmp_path / "junk.csv"
+    junk.write_bytes(b"\0" * 100_000)
+    with pytest.raises(ProfileError, match="longer than 4096 characters"):
+        load(junk)
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(ProfileError, match="/dev/zero, line 1: longer than"):
+            load("/dev/zero")
 
 
 @pytest.mark.parametrize(
     ("bad", "expected"),
-    [("0", "must be > 0 MHz"), ("-1200", "must be > 0 MHz"), ("1200.5", "expected an integer")],
+    [
+        ("0", "must be 1..100000 MHz"),
+        ("-1200", "must be 1..100000 MHz"),
+        ("4294968706", "must be 1..100000 MHz"),
+        ("1200.5", "expected an integer"),
+    ],
 )
 def test_bad_frequency(tmp_path, bad, expected):
     path, msg = csv_error(tmp_path, with_row(1, f"0,forward,{bad},0.012,4.0"))
@@ -272,7 +365,7 @@ def test_bad_frequency(tmp_path, bad, expected):
 
 
 @pytest.mark.parametrize(
-    ("bad", "expected"), [("-1", "must be >= 0"), ("0.5", "expected an integer")]
+    ("bad", "expected"), [("-1", "must be in 0..2^30-1"), ("0.5", "expected an integer")]
 )
 def test_bad_stage(tmp_path, bad, expected):
     path, msg = csv_error(tmp_path, with_row(1, f"{bad},forward,1200,0.012,4.0"))
@@ -335,16 +428,27 @@ def test_not_utf8(tmp_path):
     assert str(path) in str(info.value)
 
 
-@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, "60", None, True])
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, "60", None, True, 1.7976931348623157e308, 10_001])
 def test_bad_blocking_power(tmp_path, bad):
     path = write(tmp_path, [HEADER, *VALID_ROWS])
-    with pytest.raises(ProfileError, match="blocking_power"):
-        load(path, blocking_power=bad)
-    assert "blocking_power" in records_error([row.split(",") for row in VALID_ROWS], bad)
+    with pytest.raises(ProfileError, match="blocking_power_w"):
+        load(path, blocking_power_w=bad)
+    assert "blocking_power_w" in records_error([row.split(",") for row in VALID_ROWS], bad)
+
+
+def test_old_blocking_power_keyword_still_works_with_a_warning(tmp_path):
+    from perseus import _deprecation
+
+    _deprecation._warned.discard("blocking_power=")
+    with pytest.deprecated_call(match="blocking_power_w"):
+        profile = Profile.from_csv(write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power=60.0)
+    assert profile.blocking_power_w == 60.0
+    with pytest.raises(ProfileError, match="give blocking_power_w only"):
+        Profile.from_csv(write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power=6.0, blocking_power_w=6.0)
 
 
 def test_zero_blocking_power_allowed(tmp_path):
-    assert load(write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power=0).blocking_power == 0.0
+    assert load(write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power_w=0).blocking_power_w == 0.0
 
 
 # --- records -----------------------------------------------------------------
@@ -366,18 +470,20 @@ def test_from_records_tuples_mappings_and_numpy_match_csv(tmp_path):
     ]
     strings = [row.split(",") for row in VALID_ROWS]
     for records in (tuples, mappings, iter(strings)):
-        profile = Profile.from_records(records, blocking_power=50.0)
+        profile = Profile.from_records(records, blocking_power_w=50.0)
         assert profile.source is None
         assert_same_options(profile, expected)
-    from_numpy = Profile.from_records(numpy_values, blocking_power=50.0)
+    from_numpy = Profile.from_records(numpy_values, blocking_power_w=50.0)
     assert from_numpy.options(1, "backward").energy_j.tolist() == [11.0, 9.0]
 
 
-def test_from_records_filters_pareto():
+def test_from_records_filters_useless_options():
+    # 1000 MHz: 8 ms slower than 1200 MHz and 0.5 J more; idling 8 ms at 50 W costs 0.4 J.
     records = [*valid_records(), (0, "forward", 1000, 0.02, 4.5)]
-    profile = Profile.from_records(records, blocking_power=50.0)
+    profile = Profile.from_records(records, blocking_power_w=50.0)
     assert profile.num_dropped == 1
     assert 1000 not in profile.options(0, "forward").frequency_mhz
+    assert 1000 in profile.measured(0, "forward").frequency_mhz
 
 
 @pytest.mark.parametrize(
@@ -387,8 +493,8 @@ def test_from_records_filters_pareto():
         ((0, "forward", 1200, math.nan, 4.0), ["records[1], field 'time'", "not finite"]),
         ((0, "forward", 1200, 0.012, 0.0), ["records[1], field 'energy'", "must be > 0"]),
         ((0, "forward", 1200.5, 0.012, 4.0), ["records[1], field 'frequency'", "integer"]),
-        ((0, "forward", 0, 0.012, 4.0), ["records[1], field 'frequency'", "> 0 MHz"]),
-        ((-1, "forward", 1200, 0.012, 4.0), ["records[1], field 'stage'", ">= 0"]),
+        ((0, "forward", 0, 0.012, 4.0), ["records[1], field 'frequency'", "1..100000 MHz"]),
+        ((-1, "forward", 1200, 0.012, 4.0), ["records[1], field 'stage'", "0..2^30-1"]),
         ((True, "forward", 1200, 0.012, 4.0), ["records[1], field 'stage'", "not a number"]),
         ((0, "Forward", 1200, 0.012, 4.0), ["records[1], field 'instruction'", "'forward'"]),
         ((0, "forward", 1200, 0.012), ["records[1]", "expected 5 fields", "got 4"]),
@@ -475,16 +581,19 @@ def test_round_trip_is_exact(tmp_path):
             energies = np.sort(rng.uniform(1.0, 9.0, size=6))[::-1]
             for k in range(6):
                 records.append((stage, instruction, 1410 - 30 * k, times[k], energies[k]))
-    records.append((0, "forward", 100, 1.0, 100.0))  # dominated, must not be written
-    original = Profile.from_records(records, blocking_power=75.0)
+    records.append((0, "forward", 100, 0.5, 100.0))  # useless, but measured: written too
+    original = Profile.from_records(records, blocking_power_w=75.0)
     out = tmp_path / "out.csv"
     original.to_csv(out)
-    again = load(out, blocking_power=75.0)
+    again = load(out, blocking_power_w=75.0)
     assert_same_options(original, again)
-    assert again.num_dropped == 0
+    for stage in range(3):
+        for instruction in INSTRUCTIONS:
+            assert again.measured(stage, instruction) == original.measured(stage, instruction)
+    assert again.num_dropped == original.num_dropped >= 1
     lines = out.read_text().splitlines()
     assert lines[0] == HEADER
-    assert len(lines) == 1 + 3 * 2 * 6
+    assert len(lines) == 1 + 3 * 2 * 6 + 1
     assert lines[1].startswith("0,forward,1410,")
     assert sorted(os.listdir(tmp_path)) == ["out.csv"]
 
@@ -494,7 +603,7 @@ def test_to_csv_replaces_existing_file(tmp_path):
     out.write_text("old contents that are longer than the new file " * 100)
     profile = load(write(tmp_path, [HEADER, *VALID_ROWS]))
     profile.to_csv(str(out))
-    ordered = sorted(valid_records(), key=lambda r: (r[0], INSTRUCTIONS.index(r[1])))
+    ordered = sorted(valid_records(), key=lambda r: (r[0], INSTRUCTIONS.index(r[1]), -r[2]))
     expected = [f"{s},{i},{f},{t!r},{e!r}" for s, i, f, t, e in ordered]
     assert out.read_text().splitlines() == [HEADER, *expected]
 
@@ -542,7 +651,8 @@ def test_example_profiles_load(name, stages, frequencies):
 def test_large_example_has_dominated_low_frequencies():
     profile = load(EXAMPLES / "gpt3-a100-8stage.csv")
     assert profile.num_dropped > 0
-    assert 810 not in profile.frequencies()  # the lowest clock wastes energy everywhere
+    # The lowest clock wastes energy somewhere, even counting blocking power.
+    assert any(810 not in profile.options(s, i).frequency_mhz for s in range(8) for i in INSTRUCTIONS)
 
 
 @pytest.mark.parametrize(

@@ -175,13 +175,13 @@ def test_sweep_end_to_end(nvml, fake_libraries, tmp_path):
     assert sorted(rows) == sorted(
         (m.stage, m.instruction, m.frequency_mhz, m.time_s, m.energy_j) for m in result.measurements
     )
-    loaded = perseus.Profile.from_csv(out, blocking_power=result.blocking_power_w)
+    loaded = perseus.Profile.from_csv(out, blocking_power_w=result.blocking_power_w)
     assert result.profile is not None and loaded.num_stages == result.profile.num_stages == 2
     for s in (0, 1):
         for i in ("forward", "backward"):
             assert loaded.options(s, i) == result.profile.options(s, i)
     frontier = perseus.optimize(loaded, microbatches=4)
-    assert len(frontier) >= 1 and frontier.energies[0] <= frontier.baseline.energy * 1.000001
+    assert len(frontier) >= 1 and frontier.energies_j[0] <= frontier.baseline.energy_j * 1.000001
 
     # The sidecar.
     meta = json.loads(out.with_suffix(".json").read_text())
@@ -273,7 +273,7 @@ def test_user_blocking_power_is_not_measured(nvml, fake_libraries, tmp_path):
         blocking_power_w=77.5,
         **FAST,
     )
-    assert result.blocking_power_w == 77.5 and result.profile.blocking_power == 77.5
+    assert result.blocking_power_w == 77.5 and result.profile.blocking_power_w == 77.5
     meta = json.loads((tmp_path / "p.json").read_text())
     assert meta["blocking_power"] == {"watts": 77.5, "source": "user"}
 
@@ -610,7 +610,7 @@ def test_gpu_check_script_runs_on_the_cpu(nvml, tmp_path):
     summary = json.loads((tmp_path / "gpu_check_profiler.json").read_text())
     assert summary["frequencies_mhz"] == [1980, 1500, 1000] and "error" not in summary
     profile = perseus.Profile.from_csv(
-        tmp_path / "cpu-transformer.csv", blocking_power=summary["blocking_power_w"]
+        tmp_path / "cpu-transformer.csv", blocking_power_w=summary["blocking_power_w"]
     )
     assert profile.num_stages == 1
     assert nvml.locked(0) == 0

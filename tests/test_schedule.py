@@ -126,7 +126,7 @@ def timed_profile(num_stages):
                 (stage, instruction, 1410, t, 300.0 * t),
                 (stage, instruction, 1200, 1.2 * t, 250.0 * t),
             ]
-    return Profile.from_records(records, blocking_power=60.0)
+    return Profile.from_records(records, blocking_power_w=60.0)
 
 
 # --- sizes ---------------------------------------------------------------------
@@ -284,8 +284,8 @@ def test_orders_are_feasible_and_replay_agrees(schedule, gpus, microbatches, chu
         return
     frontier = perseus.optimize(profile, **run)
     # perseus's all-fastest replay follows the same DAG as the simulation.
-    assert frontier.baseline.iteration_time == pytest.approx(expected_time, rel=1e-12)
-    assert frontier.fastest.iteration_time == pytest.approx(expected_time, rel=1e-12)
+    assert frontier.baseline.iteration_time_s == pytest.approx(expected_time, rel=1e-12)
+    assert frontier.fastest.iteration_time_s == pytest.approx(expected_time, rel=1e-12)
 
 
 @pytest.mark.parametrize(

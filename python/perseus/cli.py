@@ -74,13 +74,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    profile = Profile.from_csv(args.profile, blocking_power=args.blocking_power)
+    profile = Profile.from_csv(args.profile, blocking_power_w=args.blocking_power)
     frontier = optimize(
         profile,
         microbatches=args.microbatches,
         schedule=args.schedule,
         virtual_stages=args.virtual_stages,
-        unit_time=args.unit_time,
+        unit_time_s=args.unit_time,
         progress=not args.quiet,
     )
     os.makedirs(args.output, exist_ok=True)
@@ -100,11 +100,11 @@ def _optimize(args: argparse.Namespace) -> int:
         f"({s['saving_percent']:.2f}% less energy)"
     )
     slowest = frontier[-1]
-    waiting = frontier.fastest.energy_at(slowest.iteration_time)
+    waiting = frontier.fastest.energy_at(slowest.iteration_time_s)
     print(
-        f"slowest plan   {slowest.iteration_time:.4f} s  {slowest.energy:.1f} J  "
+        f"slowest plan   {slowest.iteration_time_s:.4f} s  {slowest.energy_j:.1f} J  "
         f"(the fastest plan over that time: {waiting:.1f} J, so "
-        f"{100 * (1 - slowest.energy / waiting):.2f}% saved when a straggler sets the pace)"
+        f"{100 * (1 - slowest.energy_j / waiting):.2f}% saved when a straggler sets the pace)"
     )
     print(
         f"plans          {len(frontier)}  ({frontier.steps} solver steps, {s['solve_time_s']:.2f} s)"

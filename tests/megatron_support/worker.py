@@ -64,7 +64,7 @@ def synthetic_profile(stages: int) -> perseus.Profile:
                 time_s = base_s * (1980 / f)
                 power_w = 90 + 610 * (f / 1980) ** 3
                 records.append((stage, instruction, f, time_s, power_w * time_s))
-    return perseus.Profile.from_records(records, blocking_power=80.0)
+    return perseus.Profile.from_records(records, blocking_power_w=80.0)
 
 
 def frontier_for(schedule: str, pipeline: int, virtual: int, microbatches: int) -> perseus.Frontier:
@@ -328,7 +328,7 @@ def scenario_profile(results: dict[str, Any]) -> None:
         **run,
         "path": str(path),
         "stages": profile.num_stages if profile is not None else None,
-        "blocking_power_w": profile.blocking_power if profile is not None else None,
+        "blocking_power_w": profile.blocking_power_w if profile is not None else None,
     }
 
 
