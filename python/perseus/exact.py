@@ -24,6 +24,10 @@ production path.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +65,20 @@ class ExactPlan:
     optimal: bool
 
 
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """Silence file descriptor 1 (HiGHS writes to it from C++, past sys.stdout)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def optimal_plan(
     profile: Profile,
     *,
@@ -95,7 +113,8 @@ def optimal_plan(
     t_col = num_x + n
     power = profile.blocking_power_w
 
-    h = highspy.Highs()
+    with _quiet_stdout():  # HiGHS prints its banner on stdout when it starts
+        h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("log_to_console", False)
     h.setOptionValue("mip_rel_gap", float(relative_gap))
@@ -153,7 +172,8 @@ def optimal_plan(
         index,
         value,
     )
-    h.run()
+    with _quiet_stdout():
+        h.run()
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
         raise ProfileError(f"no plan meets a deadline of {deadline_s:.6g} s")
