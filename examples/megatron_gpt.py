@@ -283,7 +283,7 @@ def load_frontier(args: argparse.Namespace) -> perseus.Frontier:
     """The frontier for this pipeline from the profile written by profile mode."""
     if args.profile is None:
         raise SystemExit("--mode run needs --profile (the CSV profile mode wrote)")
-    blocking_w = args.blocking_power_w
+    blocking_w = args.blocking_power
     if blocking_w is None:
         sidecar = args.profile.with_suffix(".json")
         if not sidecar.exists():

@@ -9,9 +9,8 @@ import perseus
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from perseus import Profile, ProfileError
+from perseus import Profile, ProfileError, _core
 from perseus.exact import optimal_energy, optimal_plan
-from perseus import _core
 from perseus.optimize import _setup, _spec
 
 # Relative excess of perseus's energy for an iteration lasting a deadline
@@ -23,7 +22,9 @@ MEAN_GAP = 0.0005
 WORST_GAP = 0.003
 
 
-def gpu_like_profile(rng, stages: int, options: int, blocking_power: float, step_mhz: int = 45) -> Profile:
+def gpu_like_profile(
+    rng, stages: int, options: int, blocking_power: float, step_mhz: int = 45
+) -> Profile:
     """Measured rows shaped like a GPU's, from raw physics, not pre-filtered.
 
     Time: a compute-bound share scaling with 1/f and a memory-bound rest.

@@ -56,7 +56,11 @@ def problems(draw):
     for stage in range(stages):
         for instruction in (F, B):
             forced = stage == 0 and instruction == F
-            count = draw(st.integers(60, 80)) if many_clocks else draw(st.integers(2 if forced else 1, 6))
+            count = (
+                draw(st.integers(60, 80))
+                if many_clocks
+                else draw(st.integers(2 if forced else 1, 6))
+            )
             step = 15 if many_clocks else 60
             records += draw(option_rows(stage, instruction, count, forced, step))
     power = draw(st.one_of(st.just(0.0), st.floats(0.0, MAX_BLOCKING_W), st.just(MAX_BLOCKING_W)))
@@ -79,7 +83,9 @@ def check_monotone(profile, frontier):
     assert np.all(np.diff(frontier.energies_j - blocking_w * frontier.iteration_times_s) < 0)
     last = frontier.iteration_times_s[-1]
     for plan in frontier:
-        assert plan.energy_at(last) == pytest.approx(plan.energy_j + blocking_w * (last - plan.iteration_time_s))
+        assert plan.energy_at(last) == pytest.approx(
+            plan.energy_j + blocking_w * (last - plan.iteration_time_s)
+        )
     assert frontier.iteration_times_s.tolist() == [p.iteration_time_s for p in frontier]
     assert frontier.energies_j.tolist() == [p.energy_j for p in frontier]
 
@@ -109,20 +115,28 @@ def check_fastest(profile, frontier):
     # Baseline: every computation at its fastest measured row (which need not
     # be the highest clock), replayed here.
     fastest = {
-        (s, i, m): int(profile.measured(s, i).frequency_mhz[np.argmin(profile.measured(s, i).time_s)])
+        (s, i, m): int(
+            profile.measured(s, i).frequency_mhz[np.argmin(profile.measured(s, i).time_s)]
+        )
         for s in range(profile.num_stages)
         for i in (F, B)
         for m in range(frontier.spec.microbatches)
     }
     spec = frontier.spec
     baseline = perseus.evaluate(
-        profile, fastest, microbatches=spec.microbatches, schedule=spec.schedule, virtual_stages=spec.virtual_stages
+        profile,
+        fastest,
+        microbatches=spec.microbatches,
+        schedule=spec.schedule,
+        virtual_stages=spec.virtual_stages,
     )
     assert frontier.baseline.iteration_time_s == pytest.approx(baseline.iteration_time_s, rel=1e-12)
     assert frontier.fastest.iteration_time_s == pytest.approx(baseline.iteration_time_s, rel=1e-12)
     assert frontier.fastest.energy_j <= frontier.baseline.energy_j * (1 + 1e-12)
     for plan in frontier:
-        assert plan.energy_j <= plan.energy_before_reclaim_j + 1e-9 * abs(plan.energy_before_reclaim_j)
+        assert plan.energy_j <= plan.energy_before_reclaim_j + 1e-9 * abs(
+            plan.energy_before_reclaim_j
+        )
         assert plan.iteration_time_s >= baseline.iteration_time_s * (1 - 1e-12)
 
 

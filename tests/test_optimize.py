@@ -130,7 +130,9 @@ def test_single_option_profile_cannot_be_optimised():
 @pytest.mark.parametrize("power", [-1.0, math.nan, math.inf, "70"])
 def test_negative_or_bad_blocking_power(power):
     records = [(0, F, 1410, 0.01, 3.0), (0, B, 1410, 0.02, 6.0)]
-    with pytest.raises(ProfileError, match=r"blocking_power_w must be a number of watts in 0\.\.10000"):
+    with pytest.raises(
+        ProfileError, match=r"blocking_power_w must be a number of watts in 0\.\.10000"
+    ):
         Profile.from_records(records, blocking_power_w=power)
 
 
@@ -230,7 +232,9 @@ def test_save_load_round_trip(tmp_path, interleaved):
     assert loaded.steps == interleaved.steps
     assert loaded.iteration_times_s.tolist() == interleaved.iteration_times_s.tolist()
     assert loaded.energies_j.tolist() == interleaved.energies_j.tolist()
-    assert loaded.energies_before_reclaim_j.tolist() == interleaved.energies_before_reclaim_j.tolist()
+    assert (
+        loaded.energies_before_reclaim_j.tolist() == interleaved.energies_before_reclaim_j.tolist()
+    )
     for a, b in zip(loaded, interleaved):
         assert np.array_equal(a.frequencies_mhz, b.frequencies_mhz)
         assert a.frequency_map_mhz == b.frequency_map_mhz
@@ -329,7 +333,10 @@ def test_frequency_lookup_agrees_with_frequencies(frontier, interleaved, which):
                     stage = chunk * spec.num_gpus + gpu
                     expected = table[(stage, instruction, mb)]
                     assert plan.frequency(stage, instruction, mb) == expected
-                    assert plan.frequency(gpu=gpu, chunk=chunk, instruction=instruction, microbatch=mb) == expected
+                    assert (
+                        plan.frequency(gpu=gpu, chunk=chunk, instruction=instruction, microbatch=mb)
+                        == expected
+                    )
 
 
 @pytest.mark.parametrize("which", ["1f1b", "interleaved"])
@@ -341,7 +348,8 @@ def test_to_zeus_follows_pipeline_order(frontier, interleaved, which):
     assert len(zeus) == spec.num_gpus
     for gpu, (order, schedule) in enumerate(zip(orders, zeus)):
         assert schedule == [
-            (i, plan.frequency(gpu=gpu, chunk=chunk, instruction=i, microbatch=mb)) for i, chunk, mb in order
+            (i, plan.frequency(gpu=gpu, chunk=chunk, instruction=i, microbatch=mb))
+            for i, chunk, mb in order
         ]
 
 
@@ -404,7 +412,7 @@ def test_progress_reports_phases_in_order_with_an_eta(profile):
     assert phases == sorted(phases, key=order.index)  # phases never go back
     assert {"min cut", "reclamation"} <= set(phases)
     fractions = [r.fraction for r in reports]
-    assert fractions == sorted(fractions) and 0 <= fractions[0] and fractions[-1] <= 1
+    assert fractions == sorted(fractions) and fractions[0] >= 0 and fractions[-1] <= 1
     assert all(0 <= r.done <= r.total for r in reports)
     assert all(r.eta_s is None or r.eta_s >= 0 for r in reports)
     assert "min cut" in reports[0].describe()
@@ -412,7 +420,9 @@ def test_progress_reports_phases_in_order_with_an_eta(profile):
 
 def test_progress_callable_can_cancel(profile):
     with pytest.raises(KeyboardInterrupt):
-        perseus.optimize(profile, microbatches=4, progress=lambda report: False, progress_period_s=0.0)
+        perseus.optimize(
+            profile, microbatches=4, progress=lambda report: False, progress_period_s=0.0
+        )
 
 
 def test_old_two_argument_progress_still_works_with_a_warning(profile):
@@ -421,7 +431,12 @@ def test_old_two_argument_progress_still_works_with_a_warning(profile):
     _deprecation._warned.discard("progress=callable(done, expected)")
     calls = []
     with pytest.deprecated_call(match="SolveProgress"):
-        perseus.optimize(profile, microbatches=4, progress=lambda d, e: calls.append((d, e)), progress_period_s=0.0)
+        perseus.optimize(
+            profile,
+            microbatches=4,
+            progress=lambda d, e: calls.append((d, e)),
+            progress_period_s=0.0,
+        )
     assert calls and all(0 <= d <= e for d, e in calls)
 
 

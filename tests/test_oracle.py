@@ -108,13 +108,17 @@ def random_rows(rng, stages, options, imbalanced, blocking_w):
             energy = [rng.uniform(220.0, 300.0) * base]
             for k in range(1, n):
                 extra_s = times[k] - times[k - 1]
-                kind = rng.choice(["cheaper", "slightly costlier", "dominated"], p=[0.6, 0.25, 0.15])
+                kind = rng.choice(
+                    ["cheaper", "slightly costlier", "dominated"], p=[0.6, 0.25, 0.15]
+                )
                 if kind == "cheaper":
                     energy.append(energy[-1] * (1 - rng.uniform(0.02, 0.12)))
                 elif kind == "slightly costlier":  # less than idling would cost
                     energy.append(energy[-1] + rng.uniform(0.1, 0.9) * blocking_w * extra_s)
                 else:
-                    energy.append(energy[-1] + rng.uniform(1.1, 2.0) * max(blocking_w, 20.0) * extra_s)
+                    energy.append(
+                        energy[-1] + rng.uniform(1.1, 2.0) * max(blocking_w, 20.0) * extra_s
+                    )
             rows[(s, instruction)] = [
                 (1410 - 90 * k, float(times[k]), float(energy[k])) for k in range(n)
             ]
@@ -229,7 +233,9 @@ class Exhaustive:
 @cache
 def solved(index):
     case = CASES[index]
-    frontier = perseus.optimize(case.profile, microbatches=case.microbatches, unit_time_s=UNIT_TIME_S)
+    frontier = perseus.optimize(
+        case.profile, microbatches=case.microbatches, unit_time_s=UNIT_TIME_S
+    )
     return case, Exhaustive(case), frontier
 
 
@@ -247,7 +253,9 @@ def test_replay_agrees_with_perseus_evaluate(index):
     for _ in range(5):
         row = np.array([rng.integers(n) for n in sizes])
         time, energy = oracle.replay(row[np.newaxis, :])
-        result = perseus.evaluate(case.profile, oracle.frequencies_of(row), microbatches=case.microbatches)
+        result = perseus.evaluate(
+            case.profile, oracle.frequencies_of(row), microbatches=case.microbatches
+        )
         assert result.iteration_time_s == pytest.approx(time[0], rel=1e-12)
         assert result.energy_j == pytest.approx(energy[0], rel=1e-12)
 

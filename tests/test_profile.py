@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 import perseus
+import pytest
 from perseus.errors import ProfileError
 from perseus.profile import INSTRUCTIONS, Profile, StageOptions
 
@@ -174,7 +174,12 @@ def test_filter_is_per_stage_and_instruction(tmp_path):
 
 
 def test_measured_lists_every_row_highest_frequency_first(tmp_path):
-    rows = ["0,forward,1200,0.012,4.0", "0,forward,900,0.030,6.0", "0,forward,1410,0.010,5.0", *VALID_ROWS[2:]]
+    rows = [
+        "0,forward,1200,0.012,4.0",
+        "0,forward,900,0.030,6.0",
+        "0,forward,1410,0.010,5.0",
+        *VALID_ROWS[2:],
+    ]
     profile = load(write(tmp_path, [HEADER, *rows]))
     measured = profile.measured(0, "forward")
     assert measured.frequency_mhz.tolist() == [1410, 1200, 900]
@@ -320,7 +325,9 @@ def test_only_plain_ascii_numbers(tmp_path, bad):
 def test_unit_slip_row_is_reported(tmp_path):
     # One row in ms among rows in s: accepted (it is in range) but named.
     rows = [HEADER, *VALID_ROWS, "0,forward,1300,11.0,4.5", "0,forward,1000,0.020,3.0"]
-    with pytest.warns(perseus.ProfileWarning, match=r"prof\.csv, line 10: .*1300 MHz.*unit slip") as caught:
+    with pytest.warns(
+        perseus.ProfileWarning, match=r"prof\.csv, line 10: .*1300 MHz.*unit slip"
+    ) as caught:
         load(write(tmp_path, rows))
     assert len(caught) == 1  # only the slipped row
 
@@ -428,7 +435,9 @@ def test_not_utf8(tmp_path):
     assert str(path) in str(info.value)
 
 
-@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, "60", None, True, 1.7976931348623157e308, 10_001])
+@pytest.mark.parametrize(
+    "bad", [-1.0, math.nan, math.inf, "60", None, True, 1.7976931348623157e308, 10_001]
+)
 def test_bad_blocking_power(tmp_path, bad):
     path = write(tmp_path, [HEADER, *VALID_ROWS])
     with pytest.raises(ProfileError, match="blocking_power_w"):
@@ -444,7 +453,9 @@ def test_old_blocking_power_keyword_still_works_with_a_warning(tmp_path):
         profile = Profile.from_csv(write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power=60.0)
     assert profile.blocking_power_w == 60.0
     with pytest.raises(ProfileError, match="give blocking_power_w only"):
-        Profile.from_csv(write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power=6.0, blocking_power_w=6.0)
+        Profile.from_csv(
+            write(tmp_path, [HEADER, *VALID_ROWS]), blocking_power=6.0, blocking_power_w=6.0
+        )
 
 
 def test_zero_blocking_power_allowed(tmp_path):
@@ -652,7 +663,9 @@ def test_large_example_has_dominated_low_frequencies():
     profile = load(EXAMPLES / "gpt3-a100-8stage.csv")
     assert profile.num_dropped > 0
     # The lowest clock wastes energy somewhere, even counting blocking power.
-    assert any(810 not in profile.options(s, i).frequency_mhz for s in range(8) for i in INSTRUCTIONS)
+    assert any(
+        810 not in profile.options(s, i).frequency_mhz for s in range(8) for i in INSTRUCTIONS
+    )
 
 
 @pytest.mark.parametrize(

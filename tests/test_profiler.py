@@ -227,34 +227,54 @@ def test_early_stop_after_five_rises(nvml, fake_libraries, tmp_path):
     # Time ~ 1/f^2: energy has its minimum near 1370 MHz and rises by 10% or more at
     # each clock below 1000 MHz, even when a loaded machine adds a millisecond per sleep.
     comps = {0: {i: Work(fake_libraries, 5e-4, exponent=2) for i in ("forward", "backward")}}
-    result = profile_stages(comps, tmp_path / "p.csv", **FAST)
+    # No blocking power: effective energy is the raw energy (see the next test).
+    result = profile_stages(comps, tmp_path / "p.csv", blocking_power_w=0.0, **FAST)
     plan = [int(f) for f in CLOCKS.split(",")]
+    power = result.blocking_power_w
     for instruction in ("forward", "backward"):
-        energies = [
-            (m.frequency_mhz, m.energy_j)
+        # Effective energy: what a clock costs over a fixed iteration length.
+        effective = [
+            (m.frequency_mhz, m.energy_j - power * m.time_s)
             for m in result.measurements
             if m.instruction == instruction
         ]
-        tried = [f for f, _ in energies]
+        tried = [f for f, _ in effective]
         assert tried == plan[: len(tried)], "the sweep goes from the highest clock down"
         assert len(tried) < len(plan), "it should have stopped before the lowest clock"
-        # Replay the rule: stop exactly when energy has been above its running
-        # minimum for 5 consecutive frequencies, and not before.
+        # Replay the rule: stop exactly when effective energy has been above
+        # its running minimum for 5 consecutive frequencies, and not before.
         best, rises = math.inf, 0
-        for k, (_, e) in enumerate(energies):
+        for k, (_, e) in enumerate(effective):
             rises = rises + 1 if e > best else 0
             best = min(best, e)
-            assert (rises >= 5) == (k == len(energies) - 1), (energies, k)
+            assert (rises >= 5) == (k == len(effective) - 1), (effective, k)
+        # The slowest useful clock is the one of least effective energy.
+        assert result.profile is not None
+        cheapest = min(effective, key=lambda fe: fe[1])[0]
+        assert result.profile.options(0, instruction).frequency_mhz[-1] == cheapest
     meta = json.loads((tmp_path / "p.json").read_text())
     assert "for 5 consecutive frequencies" in meta["stopped"]["0/forward"]
+
+
+def test_early_stop_counts_blocking_power(nvml, fake_libraries, tmp_path):
+    # The fake draws 100 W idle plus 600 W x (f / f_max)^3. With time ~ 1/f^2
+    # raw energy is U-shaped, but energy minus 100 W of blocking power times
+    # time falls at every lower clock: each one beats idling, so the sweep
+    # must go all the way down, and every clock is useful.
+    comps = {0: {i: Work(fake_libraries, 5e-4, exponent=2) for i in ("forward", "backward")}}
+    result = profile_stages(comps, tmp_path / "p.csv", blocking_power_w=100.0, **FAST)
+    plan = [int(f) for f in CLOCKS.split(",")]
+    forward = [m for m in result.measurements if m.instruction == "forward"]
+    assert [m.frequency_mhz for m in forward] == plan
+    raw = [m.energy_j for m in forward]
+    assert min(raw) < raw[-1]  # raw energy rose again at the low clocks
     assert result.profile is not None
-    # The lowest-energy clock of this model is near 1370 MHz (lower on a loaded machine).
-    assert 800 <= result.profile.options(0, "forward").frequency_mhz[-1] <= 1500
+    assert result.profile.options(0, "forward").frequency_mhz[-1] == plan[-1]
 
 
 def test_patience_and_floor(nvml, fake_libraries, tmp_path):
     comps = stages(fake_libraries)
-    result = profile_stages(comps, tmp_path / "a.csv", patience=1, **FAST)
+    result = profile_stages(comps, tmp_path / "a.csv", patience=1, blocking_power_w=0.0, **FAST)
     tried = [m.frequency_mhz for m in result.measurements if m.instruction == "forward"]
     assert tried[-1] < tried[-2] and len(tried) <= 7
     result = profile_stages(

@@ -24,8 +24,8 @@ from .errors import ProfileError
 from .frontier import Evaluation, Frontier, FrontierSummary, PipelineSpec, Plan
 from .optimize import SolverBudgets, evaluate, optimize
 from .profile import INSTRUCTIONS, LIMITS, Profile, ProfileWarning, StageOptions
-from .progress import SolveProgress
 from .profiler import ProfilerResult, measure_blocking_power, profile_stages
+from .progress import SolveProgress
 from .schedule import SCHEDULES, pipeline_order
 from .switcher import FrequencySwitcher
 
@@ -33,12 +33,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "INSTRUCTIONS",
+    "LIMITS",
     "SCHEDULES",
     "Evaluation",
     "FrequencySwitcher",
     "Frontier",
     "FrontierSummary",
-    "LIMITS",
     "PipelineSpec",
     "Plan",
     "Profile",

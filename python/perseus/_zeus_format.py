@@ -39,7 +39,9 @@ def format_csv(rows: Iterable[Row]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
     for stage, instruction, frequency, time_s, energy_j in sorted(rows, key=_order):
-        writer.writerow((int(stage), instruction, int(frequency), repr(float(time_s)), repr(float(energy_j))))
+        writer.writerow(
+            (int(stage), instruction, int(frequency), repr(float(time_s)), repr(float(energy_j)))
+        )
     return out.getvalue()
 
 

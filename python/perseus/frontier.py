@@ -86,14 +86,18 @@ class PipelineSpec:
     def computation_id(self, stage: int, instruction: str, microbatch: int) -> int:
         """Core id of a computation, with a clear error for a bad key."""
         if not _is_index(stage, self.num_stages):
-            raise ValueError(f"stage {stage!r} is out of range: this pipeline has {self.num_stages} stages")
+            raise ValueError(
+                f"stage {stage!r} is out of range: this pipeline has {self.num_stages} stages"
+            )
         if instruction not in INSTRUCTIONS:
             raise ValueError(f"instruction {instruction!r} is not one of {INSTRUCTIONS}")
         if not _is_index(microbatch, self.microbatches):
             raise ValueError(
                 f"microbatch {microbatch!r} is out of range: this pipeline runs {self.microbatches}"
             )
-        return int(self.pipeline().id_of(int(stage), int(microbatch), INSTRUCTIONS.index(instruction)))
+        return int(
+            self.pipeline().id_of(int(stage), int(microbatch), INSTRUCTIONS.index(instruction))
+        )
 
 
 @functools.lru_cache(maxsize=16)
@@ -126,7 +130,9 @@ def _frequencies_array(values: Any, spec: PipelineSpec) -> np.ndarray:
         as_float = raw.astype(np.float64)
         if not np.all(np.isfinite(as_float)) or np.any(as_float != np.round(as_float)):
             raise ValueError("plan frequencies must be whole MHz")
-    if raw.size and (np.min(raw) < LIMITS.min_frequency_mhz or np.max(raw) > LIMITS.max_frequency_mhz):
+    if raw.size and (
+        np.min(raw) < LIMITS.min_frequency_mhz or np.max(raw) > LIMITS.max_frequency_mhz
+    ):
         raise ValueError(
             f"plan frequencies must be {LIMITS.min_frequency_mhz}..{LIMITS.max_frequency_mhz} MHz"
         )
@@ -290,13 +296,17 @@ class Plan:
         spec = self._spec
         if gpu is None and chunk is not None and stage is not None:
             # The old meaning of frequency(stage, instruction, microbatch, chunk): stage was the GPU.
-            warn_renamed("Plan.frequency(gpu_rank, ..., chunk)", "Plan.frequency(gpu=..., chunk=...)")
+            warn_renamed(
+                "Plan.frequency(gpu_rank, ..., chunk)", "Plan.frequency(gpu=..., chunk=...)"
+            )
             gpu, stage = stage, None
         if gpu is not None:
             if stage is not None:
                 raise ValueError("give the profile stage or the gpu (with its chunk), not both")
             if not _is_index(gpu, spec.num_gpus):
-                raise ValueError(f"gpu {gpu!r} is out of range: this pipeline has {spec.num_gpus} GPUs")
+                raise ValueError(
+                    f"gpu {gpu!r} is out of range: this pipeline has {spec.num_gpus} GPUs"
+                )
             chunk = 0 if chunk is None else chunk
             if not _is_index(chunk, spec.virtual_stages):
                 raise ValueError(
@@ -455,7 +465,9 @@ class Frontier(Sequence[Plan]):
         self._solve_time_s = float(solve_time_s)
         self._steps = int(steps)
         self._cuts = int(cuts)
-        self._solver_unit_time_s = float(unit_time_s if solver_unit_time_s is None else solver_unit_time_s)
+        self._solver_unit_time_s = float(
+            unit_time_s if solver_unit_time_s is None else solver_unit_time_s
+        )
         self._stop_reason = str(stop_reason)
         self._phase_times_s = dict(phase_times_s or {})
 
@@ -511,7 +523,9 @@ class Frontier(Sequence[Plan]):
         deadline = _seconds(deadline_s, "deadline_s")
         return self.plan_for(deadline).energy_at(deadline)
 
-    def plan_for(self, deadline_s: Optional[float] = None, *, deadline: Optional[float] = None) -> Plan:
+    def plan_for(
+        self, deadline_s: Optional[float] = None, *, deadline: Optional[float] = None
+    ) -> Plan:
         """The cheapest plan whose iteration time is at most `deadline_s` seconds.
 
         Cheapest over an iteration that lasts `deadline_s` (see `energy_at`),

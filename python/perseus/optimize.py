@@ -68,7 +68,9 @@ def _spec(profile: Profile, microbatches: int, schedule: str, virtual_stages: in
             f"virtual_stages={virtual_stages} does not divide the profile's "
             f"{profile.num_stages} stages"
         )
-    return PipelineSpec(schedule, profile.num_stages // virtual_stages, virtual_stages, microbatches)
+    return PipelineSpec(
+        schedule, profile.num_stages // virtual_stages, virtual_stages, microbatches
+    )
 
 
 def _setup(
@@ -108,7 +110,9 @@ def _check_size(profile: Profile, spec: PipelineSpec, unit_time_s: float) -> Non
     # down by its stage's range of forward + backward times.
     widest = max(
         float(profile.options(s, "forward").time_s[-1] - profile.options(s, "forward").time_s[0])
-        + float(profile.options(s, "backward").time_s[-1] - profile.options(s, "backward").time_s[0])
+        + float(
+            profile.options(s, "backward").time_s[-1] - profile.options(s, "backward").time_s[0]
+        )
         for s in range(profile.num_stages)
     )
     steps = (spec.microbatches * spec.virtual_stages + spec.num_gpus) * widest / unit_time_s
@@ -127,7 +131,9 @@ def _check_size(profile: Profile, spec: PipelineSpec, unit_time_s: float) -> Non
         )
 
 
-def _progress_sinks(progress: ProgressArg) -> tuple[list[Callable[[SolveProgress], object]], Optional[ProgressBar]]:
+def _progress_sinks(
+    progress: ProgressArg,
+) -> tuple[list[Callable[[SolveProgress], object]], Optional[ProgressBar]]:
     if progress is None or progress is False:
         return [], None
     if progress is True:
@@ -136,7 +142,9 @@ def _progress_sinks(progress: ProgressArg) -> tuple[list[Callable[[SolveProgress
     if not callable(progress):
         raise TypeError("progress must be None, a bool, or a callable taking a SolveProgress")
     if _takes_two_arguments(progress):
-        warn_renamed("progress=callable(done, expected)", "progress=callable(SolveProgress)", stacklevel=4)
+        warn_renamed(
+            "progress=callable(done, expected)", "progress=callable(SolveProgress)", stacklevel=4
+        )
         legacy = progress
         return [lambda report: legacy(report.done, report.total)], None  # type: ignore[call-arg]
     return [progress], None
@@ -148,7 +156,9 @@ def _takes_two_arguments(function: Callable[..., object]) -> bool:
     except (TypeError, ValueError):
         return False
     positional = [
-        p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        p
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
     return len(positional) == 2
 
@@ -165,7 +175,9 @@ def _budgets_argument(budgets: Any) -> _core.SolverBudgets:
                 raise ProfileError(f"budgets: unknown field {key!r}")
             setattr(out, key, value)
         return out
-    raise TypeError(f"budgets must be a perseus.SolverBudgets or a mapping, got {type(budgets).__name__}")
+    raise TypeError(
+        f"budgets must be a perseus.SolverBudgets or a mapping, got {type(budgets).__name__}"
+    )
 
 
 def optimize(
@@ -279,7 +291,9 @@ def optimize(
     )
 
 
-def measured_rows(profile: Profile, spec: PipelineSpec, frequencies_mhz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def measured_rows(
+    profile: Profile, spec: PipelineSpec, frequencies_mhz: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Measured (time s, energy J) of every computation of plans given as MHz rows.
 
     `frequencies_mhz` has shape (plans, computations), core id order. Any
@@ -297,13 +311,21 @@ def measured_rows(profile: Profile, spec: PipelineSpec, frequencies_mhz: np.ndar
         energies.append(rows.energy_j)
     key = np.concatenate(keys)
     order = np.argsort(key)
-    key, time_s, energy_j = key[order], np.concatenate(times)[order], np.concatenate(energies)[order]
+    key, time_s, energy_j = (
+        key[order],
+        np.concatenate(times)[order],
+        np.concatenate(energies)[order],
+    )
     wanted = group[np.newaxis, :] * (1 << 20) + np.asarray(frequencies_mhz, dtype=np.int64)
     at = np.minimum(np.searchsorted(key, wanted), len(key) - 1)
     missing = key[at] != wanted
     if np.any(missing):
         plan_index, i = (int(v[0]) for v in np.nonzero(missing))
-        stage, kind, mb = int(pipeline.stage[i]), INSTRUCTIONS[pipeline.instruction[i]], int(pipeline.microbatch[i])
+        stage, kind, mb = (
+            int(pipeline.stage[i]),
+            INSTRUCTIONS[pipeline.instruction[i]],
+            int(pipeline.microbatch[i]),
+        )
         measured = profile.measured(stage, kind).frequency_mhz.tolist()
         where = f"plan {plan_index}, " if len(wanted) > 1 else ""
         raise ProfileError(
@@ -349,8 +371,12 @@ def evaluate(
         virtual_stages = plan_spec.virtual_stages if virtual_stages is None else virtual_stages
     if microbatches is None:
         raise ProfileError("evaluate() needs microbatches")
-    spec = _spec(profile, microbatches, "1f1b" if schedule is None else schedule,
-                 1 if virtual_stages is None else virtual_stages)
+    spec = _spec(
+        profile,
+        microbatches,
+        "1f1b" if schedule is None else schedule,
+        1 if virtual_stages is None else virtual_stages,
+    )
     if isinstance(frequencies, Plan):
         if frequencies.spec != spec:
             raise ProfileError(f"the plan is for {frequencies.spec}, not {spec}")
@@ -363,7 +389,9 @@ def evaluate(
     return Evaluation(float(times[0]), float(energies[0]))
 
 
-def _frequencies_from_mapping(frequencies: Mapping[tuple[int, str, int], int], spec: PipelineSpec) -> np.ndarray:
+def _frequencies_from_mapping(
+    frequencies: Mapping[tuple[int, str, int], int], spec: PipelineSpec
+) -> np.ndarray:
     pipeline = spec.pipeline()
     stage, kind, microbatch = pipeline.stage, pipeline.instruction, pipeline.microbatch
     out = np.empty(spec.num_computations, dtype=np.int64)

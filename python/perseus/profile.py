@@ -351,7 +351,9 @@ class Profile:
             try:
                 rows = _read_csv(reader, name)
             except csv.Error as err:
-                raise ProfileError(f"{name}, line {reader.line_num}: malformed CSV: {err}") from None
+                raise ProfileError(
+                    f"{name}, line {reader.line_num}: malformed CSV: {err}"
+                ) from None
             except UnicodeDecodeError as err:
                 raise ProfileError(f"{name}: not UTF-8 text ({err.reason})") from None
         return _assemble(cls, rows, origin=name, source=name, blocking_power_w=power)

@@ -111,7 +111,9 @@ class ProgressBar:
     a second stay quiet.
     """
 
-    def __init__(self, stream: TextIO, *, label: str = "solving frontier", log_period_s: float = 5.0) -> None:
+    def __init__(
+        self, stream: TextIO, *, label: str = "solving frontier", log_period_s: float = 5.0
+    ) -> None:
         self._stream = stream
         self._label = label
         self._tty = stream.isatty()

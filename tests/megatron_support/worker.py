@@ -171,7 +171,10 @@ def scenario_pipelines(results: dict[str, Any]) -> None:
             "run": run,
             "trace": trace_of(attachment),
             "expected_order": [list(key) for key in order],
-            "planned_mhz": [plan.frequency(gpu=run["pp_rank"], instruction=i, microbatch=mb, chunk=chunk) for i, chunk, mb in order],
+            "planned_mhz": [
+                plan.frequency(gpu=run["pp_rank"], instruction=i, microbatch=mb, chunk=chunk)
+                for i, chunk, mb in order
+            ],
             "nvml": nvml_clock_calls()[before:],
             "switches": [str(s) for s in attachment.switches],
             "restored": _restored(),

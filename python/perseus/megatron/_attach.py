@@ -526,7 +526,10 @@ class Attachment:
                 spec.schedule, spec.num_gpus, spec.microbatches, spec.virtual_stages
             )[it.pp_rank]
             plan = self._plan
-            frequencies = [plan.frequency(gpu=it.pp_rank, instruction=i, microbatch=mb, chunk=chunk) for i, chunk, mb in order]
+            frequencies = [
+                plan.frequency(gpu=it.pp_rank, instruction=i, microbatch=mb, chunk=chunk)
+                for i, chunk, mb in order
+            ]
             cached = (order, frequencies)
             if len(self._orders) >= 16:
                 self._orders.clear()

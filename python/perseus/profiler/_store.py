@@ -29,7 +29,9 @@ VERSION = 1
 
 def zeus_csv(measurements: list[Measurement]) -> str:
     """Every measurement as Zeus's ``stage,instruction,frequency,time,energy`` CSV."""
-    return format_csv((m.stage, m.instruction, m.frequency_mhz, m.time_s, m.energy_j) for m in measurements)
+    return format_csv(
+        (m.stage, m.instruction, m.frequency_mhz, m.time_s, m.energy_j) for m in measurements
+    )
 
 
 class Store:

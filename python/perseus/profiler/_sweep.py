@@ -108,23 +108,35 @@ class _Settings:
 
 
 class _Tracker:
-    """Early-stop state of one computation, fed its measurements from high to low clock."""
+    """Early-stop state of one computation, fed its measurements from high to low clock.
 
-    def __init__(self, patience: Optional[int]) -> None:
+    Compares *effective* energy, e - P_block * t: a slower clock that uses a
+    little more energy, but less than the blocking power over the extra
+    time, is still worth having (the GPU would otherwise wait at P_block), so
+    only clocks whose effective energy stays above the best so far count as
+    rises.
+    """
+
+    def __init__(self, patience: Optional[int], blocking_power_w: float) -> None:
         self.patience = patience
+        self.blocking_power_w = blocking_power_w
         self.best: Optional[Measurement] = None
         self.rises = 0
         self.stopped: Optional[str] = None
 
+    def _effective(self, m: Measurement) -> float:
+        return m.energy_j - self.blocking_power_w * m.time_s
+
     def add(self, m: Measurement) -> None:
-        if self.best is None or m.energy_j <= self.best.energy_j:
+        if self.best is None or self._effective(m) <= self._effective(self.best):
             self.best, self.rises = m, 0
             return
-        self.rises += 1  # slower and costlier than `best`: Pareto-dominated
+        self.rises += 1  # slower and costlier, even counting blocking power: never useful
         if self.patience is not None and self.rises >= self.patience:
             self.stopped = (
-                f"energy stayed above its minimum (at {self.best.frequency_mhz} MHz) for "
-                f"{self.rises} consecutive frequencies, down to {m.frequency_mhz} MHz"
+                f"energy minus blocking power times time stayed above its minimum (at "
+                f"{self.best.frequency_mhz} MHz) for {self.rises} consecutive frequencies, "
+                f"down to {m.frequency_mhz} MHz"
             )
 
 
@@ -552,7 +564,8 @@ def profile_stages(
         save()
 
         # -- the sweep
-        trackers = {key: _Tracker(settings.patience) for key in keys}
+        blocking_w = float(metadata["blocking_power"]["watts"])
+        trackers = {key: _Tracker(settings.patience, blocking_w) for key in keys}
         by_key = {(m.stage, m.instruction, m.frequency_mhz): m for m in measurements}
         started = time.monotonic()
         for mhz in plan:
