@@ -1,6 +1,6 @@
-// Bindings for the frequency switcher and NVML (cpp/switcher.hpp,
-// cpp/nvml_loader.hpp, cpp/cuda_loader.hpp). Python's facade is
-// python/perseus/switcher.py.
+// Bindings for the frequency switcher, NVML and the CUDA driver
+// (cpp/switcher.hpp, cpp/nvml_loader.hpp, cpp/cuda_loader.hpp,
+// cpp/cuda_module.hpp). Python's facade is python/perseus/switcher.py.
 #include "pybind11.hpp"
 
 #include <chrono>
@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cuda_loader.hpp"
+#include "cuda_module.hpp"
 #include "nvml_loader.hpp"
 #include "switcher.hpp"
 
@@ -320,4 +321,20 @@ void register_switcher(py::module_& m) {
   m.def(
       "nvml_error_hint", [](int code) { return std::string(nvml::hint(code)); }, "code"_a,
       "What usually fixes an NVML error code ('' if nothing to add).");
+
+  py::class_<cuda::Module>(m, "CudaModule",
+                           "A PTX module in the calling thread's current CUDA context.")
+      .def(py::init([](const py::bytes& image) { return std::make_unique<cuda::Module>(image); }),
+           "image"_a)
+      .def("launch", &cuda::Module::launch, "kernel"_a, py::kw_only(), "grid"_a, "block"_a,
+           "stream"_a, "arguments"_a, "Launch a kernel whose parameters are all 64-bit integers.")
+      .def("close", &cuda::Module::close, "Unload the module (idempotent).");
+
+  py::class_<cuda::MappedHostMemory>(
+      m, "MappedHostMemory", "Zeroed page-locked host memory that the GPU can read and write.")
+      .def(py::init<std::size_t>(), "size_bytes"_a)
+      .def_property_readonly("host_address", &cuda::MappedHostMemory::host_address)
+      .def_property_readonly("device_address", &cuda::MappedHostMemory::device_address)
+      .def_property_readonly("size_bytes", &cuda::MappedHostMemory::size_bytes)
+      .def("close", &cuda::MappedHostMemory::close, "Free the memory (idempotent).");
 }
