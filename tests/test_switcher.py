@@ -29,15 +29,16 @@ import pytest
 from perseus import _core
 from perseus.cli import main as cli_main
 from perseus.switcher import (
-    SOURCES,
     ClockSnapWarning,
     CudaError,
     FrequencySwitcher,
     LibraryLoadError,
     NvmlDevice,
     NvmlError,
+    NvmlReturn,
     SwitchLog,
     SwitchRecord,
+    SwitchSource,
     reset_clocks,
 )
 
@@ -70,13 +71,18 @@ def test_set_returns_at_once_and_worker_applies(fake_nvml):
         assert sw.set(1500) == 1500
         elapsed = time.perf_counter() - t0
         assert elapsed < 0.015, f"set() waited {elapsed * 1e3:.1f} ms for a 30 ms NVML call"
-        assert sw.wait(timeout=5)
+        assert sw.wait(timeout_s=5)
         assert sw.applied_mhz == 1500
         assert fake_nvml.locked(0) == 1500
         log = sw.records()
         assert len(log) == 1
         r = log[0]
-        assert (r.requested_mhz, r.applied_mhz, r.status, r.source) == (1500, 1500, 0, "set")
+        assert (r.requested_mhz, r.applied_mhz, r.status, r.source) == (
+            1500,
+            1500,
+            0,
+            SwitchSource.SET,
+        )
         assert r.latency_ns >= 30e6
         assert r.requested_ns <= r.time_ns - r.latency_ns
     assert fake_nvml.locked(0) == 0
@@ -99,7 +105,7 @@ def test_requests_coalesce_to_the_latest(fake_nvml):
         wait_until(lambda: fake_nvml.calls("nvmlDeviceSetGpuLockedClocks") == 1)  # worker busy
         for mhz in (1410, 1305, 1200):
             sw.set(mhz)
-        assert sw.wait(timeout=5)
+        assert sw.wait(timeout_s=5)
         applied = [
             args[1] for fn, args, _ in fake_nvml.clock_calls() if fn.startswith("nvmlDeviceSet")
         ]
@@ -129,7 +135,11 @@ def test_reset_gives_default_clocks_and_relocks_later(fake_nvml):
         sw.set(1200)
         sw.wait()
         assert fake_nvml.locked(0) == 1200
-        assert [r.source for r in sw.records()] == ["set", "reset", "set"]
+        assert [r.source for r in sw.records()] == [
+            SwitchSource.SET,
+            SwitchSource.RESET,
+            SwitchSource.SET,
+        ]
 
 
 def test_unsupported_clock_snaps_with_one_warning(fake_nvml):
@@ -174,6 +184,118 @@ def test_invalid_arguments(fake_nvml):
         assert sw.set(np.int64(1500)) == 1500
 
 
+NOT_AN_INTEGER = [
+    pytest.param(True, TypeError, "must be an integer, not bool", id="True"),
+    pytest.param(np.bool_(True), TypeError, "must be an integer, not bool", id="numpy-bool"),
+    pytest.param(1500.0, TypeError, r"must be an integer, not float \(1500.0\)", id="float"),
+    pytest.param(float("nan"), TypeError, "must be an integer, not float", id="nan"),
+    pytest.param(
+        np.float32(1500), TypeError, "must be an integer, not numpy.float32", id="np-float"
+    ),
+    pytest.param("1500", TypeError, "must be an integer, not str", id="str"),
+    pytest.param(None, TypeError, "must be an integer, not NoneType", id="None"),
+]
+OUT_OF_RANGE_MHZ = [
+    pytest.param(
+        0, ValueError, r"must be a positive number of MHz \(at most 100000\), got 0$", id="0"
+    ),
+    pytest.param(100001, ValueError, "got 100001", id="100 GHz"),
+    pytest.param(2**32, ValueError, "got 4294967296", id="2**32"),
+    pytest.param(2**32 + 1500, ValueError, "got 4294968796", id="2**32+1500"),
+    pytest.param(-(2**70), ValueError, "got -1180591620717411303424", id="-2**70"),
+    pytest.param(2**100, ValueError, "got 1267650600228229401496703205376", id="2**100"),
+]
+
+
+@pytest.mark.parametrize(("value", "error", "message"), NOT_AN_INTEGER + OUT_OF_RANGE_MHZ)
+def test_clock_arguments_are_checked(fake_nvml, value, error, message):
+    def raises(argument):
+        return pytest.raises(error, match=f"^{argument} .*{message}")
+
+    with FrequencySwitcher(0) as sw:
+        with raises("mhz"):
+            sw.set(value)
+        with raises("mhz"):
+            sw.set_on_stream(STREAM, value)
+        with raises("mhz"):
+            sw.snap(value)
+        with raises("min_mhz"):
+            NvmlDevice(0).set_locked_clocks(value, 1500)
+        with raises("max_mhz"):
+            NvmlDevice(0).set_locked_clocks(1500, value)
+    if value is not None:  # None leaves memory clocks alone
+        with raises("memory_mhz"):
+            FrequencySwitcher(0, memory_mhz=value)
+    # Nothing was locked: before the fix, True locked 210 MHz and 2**32 + 1500 locked 1500.
+    assert fake_nvml.clock_calls() == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"device": True}, TypeError, "^device must be an integer, not bool"),
+        ({"device": 0.0}, TypeError, "^device must be an integer, not float"),
+        ({"device": -1}, IndexError, "^device must be a CUDA device index >= 0, got -1"),
+        ({"device": 2**40}, IndexError, "^no GPU 1099511627776"),
+        ({"device": 2**80}, IndexError, "^no GPU 1208925819614629174706176"),
+        ({"record_capacity": True}, TypeError, "^record_capacity must be an integer, not bool"),
+        ({"record_capacity": -1}, ValueError, "^record_capacity must be between 1 and 16777216"),
+        ({"record_capacity": 2**24 + 1}, ValueError, "^record_capacity must be between 1"),
+        ({"record_capacity": 2**64}, ValueError, "got 18446744073709551616"),
+    ],
+)
+def test_constructor_arguments_are_checked(fake_nvml, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        FrequencySwitcher(**kwargs)
+    assert fake_nvml.init_count() == 0  # nothing left open
+
+
+def test_other_arguments_are_checked(fake_nvml):
+    with FrequencySwitcher(0) as sw:
+        for bad in (True, -1, 2**64):
+            with pytest.raises((TypeError, ValueError), match="^stream "):
+                sw.set_on_stream(bad, 1500)
+        for bad, error in ((-1.0, ValueError), (float("nan"), ValueError), (True, TypeError)):
+            with pytest.raises(error, match="^timeout_s "):
+                sw.wait(timeout_s=bad)
+        with pytest.raises(TypeError, match="^timeout_s must be a number of seconds or None"):
+            sw.wait(timeout_s="1")
+        assert sw.wait(timeout_s=float("inf")) and sw.wait(timeout_s=0) and sw.wait(timeout_s=2)
+    with pytest.raises(TypeError, match="^index must be an integer, not bool"):
+        NvmlDevice(True)
+    with pytest.raises(ValueError, match=r"min_mhz \(1500\) must not exceed max_mhz \(1005\)"):
+        NvmlDevice(0).set_locked_clocks(1500, 1005)
+    with pytest.raises(ValueError, match="^memory_mhz must be a positive"):
+        NvmlDevice(0).supported_graphics_clocks(memory_mhz=0)
+
+
+def test_wait_timeout_is_a_deprecated_alias_of_timeout_s(fake_nvml, monkeypatch):
+    monkeypatch.setattr(perseus.switcher, "_timeout_warned", False)
+    with FrequencySwitcher(0) as sw:
+        with pytest.warns(DeprecationWarning, match=r"wait\(timeout=...\) is deprecated"):
+            assert sw.wait(timeout=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once only
+            assert sw.wait(timeout=1)
+        with pytest.raises(TypeError, match="timeout_s only"):
+            sw.wait(1, timeout=1)
+
+
+def test_enums_come_from_the_core(fake_nvml):
+    assert int(NvmlReturn.ERROR_NO_PERMISSION) == 4
+    assert NvmlReturn.ERROR_NOT_SUPPORTED == 3  # an int enum: compares with NvmlError.code
+    assert [m.name for m in sorted(SwitchSource.__members__.values(), key=int)] == [
+        "SET",
+        "STREAM",
+        "RESET",
+        "CLOSE",
+        "RECOVERY",
+    ]
+    assert not hasattr(perseus.switcher, "SOURCES") and not hasattr(
+        perseus.switcher, "_NVML_NOT_SUPPORTED"
+    )
+
+
 def test_garbage_collected_switcher_resets(fake_nvml):
     sw = FrequencySwitcher(0)
     sw.set(1500)
@@ -205,7 +327,8 @@ def test_records_are_bounded(fake_nvml):
     assert all(isinstance(r, SwitchRecord) for r in rows)
     with pytest.raises(AttributeError):
         rows[0].applied_mhz = 1  # frozen
-    assert set(SOURCES) >= {r.source for r in rows}
+    assert all(isinstance(r.source, SwitchSource) for r in rows)
+    assert np.all(log.source == int(SwitchSource.SET))
 
 
 def test_memory_clock_is_locked_and_given_back(fake_nvml):
@@ -217,6 +340,14 @@ def test_memory_clock_is_locked_and_given_back(fake_nvml):
         sw.wait()
         assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (1500, 2619)
     assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (0, 0)
+
+
+def test_nvml_device_by_uuid_ignores_cuda_visible_devices(fake_nvml, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    gpu = NvmlDevice.from_uuid("GPU-fa4e0001-0000-0000-0000-000000000001")
+    assert (gpu.index, gpu.nvml_index, gpu.name) == (-1, 1, "Fake NVIDIA H200")
+    with pytest.raises(IndexError, match="no GPU has the UUID 'GPU-nope'"):
+        NvmlDevice.from_uuid("GPU-nope")
 
 
 def test_nvml_device_reads_clocks_and_energy(fake_nvml):
@@ -326,7 +457,7 @@ def test_wait_raises_worker_error(fake_nvml):
     with FrequencySwitcher(0) as sw:
         sw.set(1500)
         with pytest.raises(NvmlError, match="Insufficient Permissions"):
-            sw.wait(timeout=5)
+            sw.wait(timeout_s=5)
 
 
 def test_error_after_a_lock_resets_at_once(fake_nvml):
@@ -339,7 +470,11 @@ def test_error_after_a_lock_resets_at_once(fake_nvml):
     wait_until(lambda: sw.failed)
     wait_until(lambda: len(sw.records()) == 3)
     assert fake_nvml.locked(0) == 0  # no stale lock left behind
-    assert [r.source for r in sw.records()] == ["set", "set", "recovery"]
+    assert [r.source for r in sw.records()] == [
+        SwitchSource.SET,
+        SwitchSource.SET,
+        SwitchSource.RECOVERY,
+    ]
     with pytest.raises(NvmlError):
         sw.close()
     assert fake_nvml.locked(0) == 0
@@ -425,7 +560,7 @@ def test_many_threads_calling_set(fake_nvml):
             t.join()
         assert errors == []
         sw.set(1605)
-        assert sw.wait(timeout=5)
+        assert sw.wait(timeout_s=5)
         assert fake_nvml.locked(0) == 1605 and sw.applied_mhz == 1605
         log = sw.records()
         assert np.all(log.status == 0)
@@ -451,13 +586,13 @@ def test_stream_switch_lands_between_kernels(fake_nvml, fake_libraries):
         cuda.fake_cuda_launch_kernel(STREAM, 1_000, 3)
         assert fake_nvml.locked(0) == 0  # the GPU has not reached the first point yet
         assert cuda.fake_cuda_synchronize(STREAM, 5000) == 0
-        assert sw.wait(timeout=5)
+        assert sw.wait(timeout_s=5)
         events = {(e, i): t for t, e, i in fake_nvml.cuda_log()}
         log = sw.records()
     assert t_returned - t0 < 20e6
     assert t_returned < events["kernel_end", 1]
     assert list(log.applied_mhz[:2]) == [1500, 1200]
-    assert [r.source for r in log][:2] == ["stream", "stream"]
+    assert [r.source for r in log][:2] == [SwitchSource.STREAM] * 2
     # Each target was handed over after the kernel before it and before the one after it.
     assert events["kernel_end", 1] <= log.requested_ns[0] <= events["kernel_start", 2]
     assert events["kernel_end", 2] <= log.requested_ns[1] <= events["kernel_start", 3]
@@ -477,7 +612,7 @@ def test_stream_switch_waits_for_the_gpu(fake_nvml, fake_libraries):
             sw.set_on_stream(STREAM, 1500)
             assert sw._native.pending_stream_callbacks == 1
             time.sleep(0.05)
-            assert sw.wait(timeout=1) and fake_nvml.locked(0) == 0
+            assert sw.wait(timeout_s=1) and fake_nvml.locked(0) == 0
             cuda.fake_cuda_pause(STREAM, 0)
             assert cuda.fake_cuda_synchronize(STREAM, 5000) == 0
             assert sw._native.pending_stream_callbacks == 0
@@ -566,7 +701,7 @@ def test_stream_order_on_a_real_gpu(monkeypatch, capfd):  # pragma: no cover - G
         torch.cuda.synchronize()
         t_done = time.monotonic_ns()
         try:
-            sw.wait(timeout=10)
+            sw.wait(timeout_s=10)
         except NvmlError as error:
             assert error.code in (3, 4)  # NOT_SUPPORTED / NO_PERMISSION here
         log = sw.records()
@@ -576,7 +711,7 @@ def test_stream_order_on_a_real_gpu(monkeypatch, capfd):  # pragma: no cover - G
         except NvmlError:
             pass
     capfd.readouterr()
-    assert len(log) >= 1 and log[0].applied_mhz == target and log[0].source == "stream"
+    assert len(log) >= 1 and log[0].applied_mhz == target and log[0].source == SwitchSource.STREAM
     assert t_enqueued < log[0].requested_ns <= t_done
 
 

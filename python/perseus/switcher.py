@@ -29,31 +29,27 @@ import warnings
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
 from . import _core
-from ._core import CudaError, LibraryLoadError, NvmlDevice, NvmlError
+from ._core import CudaError, LibraryLoadError, NvmlDevice, NvmlError, NvmlReturn, SwitchSource
 
 __all__ = [
-    "SOURCES",
     "ClockSnapWarning",
     "CudaError",
     "FrequencySwitcher",
     "LibraryLoadError",
     "NvmlDevice",
     "NvmlError",
+    "NvmlReturn",
     "ResetResult",
     "SwitchLog",
     "SwitchRecord",
+    "SwitchSource",
     "reset_clocks",
 ]
-
-#: Why a clock change was made, indexed by ``SwitchLog.source``.
-SOURCES = ("set", "stream", "reset", "close", "recovery")
-
-_NVML_NOT_SUPPORTED = 3
 
 
 class ClockSnapWarning(UserWarning):
@@ -76,8 +72,8 @@ class SwitchRecord:
     latency_ns: int  #: duration of the NVML call (ns)
     requested_mhz: int  #: as asked; 0 for a reset to default clocks
     applied_mhz: int  #: after snapping to a supported clock; 0 for a reset
-    status: int  #: NVML return code, 0 on success
-    source: str  #: one of :data:`SOURCES`
+    status: int  #: NVML return code (compare with :class:`NvmlReturn`), 0 on success
+    source: SwitchSource  #: why the change was made
 
 
 @dataclass(frozen=True)
@@ -95,7 +91,7 @@ class SwitchLog:
     requested_mhz: np.ndarray
     applied_mhz: np.ndarray
     status: np.ndarray
-    source: np.ndarray  #: indices into :data:`SOURCES`
+    source: np.ndarray  #: :class:`SwitchSource` values (``log.source == SwitchSource.SET``)
     dropped: int = 0
 
     def __len__(self) -> int:
@@ -109,21 +105,25 @@ class SwitchLog:
             requested_mhz=int(self.requested_mhz[i]),
             applied_mhz=int(self.applied_mhz[i]),
             status=int(self.status[i]),
-            source=SOURCES[int(self.source[i])],
+            source=SwitchSource(int(self.source[i])),
         )
 
     def __iter__(self) -> Iterator[SwitchRecord]:
         return (self[i] for i in range(len(self)))
 
 
-def _stream_handle(stream: Any) -> int:
-    """A CUstream handle from an int, a torch stream or a CuPy stream."""
+def _stream_handle(stream: Any) -> Any:
+    """A CUstream handle from an int, a torch stream or a CuPy stream.
+
+    Integers go to the core as they are: it rejects bools, negative numbers
+    and values too large with a message naming ``stream``.
+    """
     if isinstance(stream, (int, np.integer)):
-        return int(stream)
+        return stream
     for attribute in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
         handle = getattr(stream, attribute, None)
         if isinstance(handle, (int, np.integer)):
-            return int(handle)
+            return handle
     raise TypeError(
         "stream must be a CUstream handle (int), e.g. torch.cuda.current_stream().cuda_stream "
         f"or a CuPy stream's .ptr, not {type(stream).__name__}"
@@ -142,7 +142,8 @@ class FrequencySwitcher:
         memory clock) when the first SM clock is set. ``None`` leaves memory
         clocks alone.
     record_capacity
-        How many records :meth:`records` keeps (the oldest are dropped).
+        How many records :meth:`records` keeps (the oldest are dropped);
+        1 to 2**24.
 
     Raises
     ------
@@ -153,6 +154,9 @@ class FrequencySwitcher:
         NVML failed to initialise or to describe the device.
     IndexError
         There is no such (visible) device.
+    TypeError, ValueError
+        An argument is not an integer (``True``, ``1500.0``) or is out of
+        range; the message names it.
 
     Examples
     --------
@@ -165,8 +169,8 @@ class FrequencySwitcher:
     def __init__(
         self, device: int = 0, *, memory_mhz: Optional[int] = None, record_capacity: int = 65536
     ) -> None:
-        self._native = _core.Switcher(
-            device=device, memory_mhz=memory_mhz or 0, record_capacity=record_capacity
+        self._native: Any = _core.Switcher(
+            device=device, memory_mhz=memory_mhz, record_capacity=record_capacity
         )
         self._snapped: set[int] = set()
         _register(self)
@@ -184,13 +188,15 @@ class FrequencySwitcher:
 
         Raises
         ------
+        TypeError, ValueError
+            ``mhz`` is not an integer, or not 1 to 100000.
         NvmlError
             The worker failed earlier (the error was also printed on stderr
             when it happened); the switcher no longer switches.
         RuntimeError
             The switcher is closed.
         """
-        applied = self._native.set(mhz)
+        applied: int = self._native.set(mhz)
         if applied != mhz:
             self._warn_snapped(mhz, applied)
         return applied
@@ -212,7 +218,7 @@ class FrequencySwitcher:
         CudaError
             ``cuLaunchHostFunc`` failed (no current context, bad stream ...).
         """
-        applied = self._native.set_on_stream(_stream_handle(stream), mhz)
+        applied: int = self._native.set_on_stream(_stream_handle(stream), mhz)
         if applied != mhz:
             self._warn_snapped(mhz, applied)
         return applied
@@ -221,13 +227,21 @@ class FrequencySwitcher:
         """Request the driver's default clocks (unlock) without closing."""
         self._native.reset()
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Block until the latest request is applied; ``False`` after ``timeout`` seconds.
+    def wait(self, timeout_s: Optional[float] = None, *, timeout: Optional[float] = None) -> bool:
+        """Block until the latest request is applied; ``False`` after ``timeout_s`` seconds.
 
-        Raises the worker's :class:`NvmlError` if it failed. Host functions
-        still queued on a stream are not waited for.
+        ``None`` waits as long as it takes. Raises the worker's
+        :class:`NvmlError` if it failed. Host functions still queued on a
+        stream are not waited for. (``timeout`` is the deprecated name of
+        ``timeout_s``.)
         """
-        return self._native.wait_idle(timeout)
+        if timeout is not None:
+            if timeout_s is not None:
+                raise TypeError("pass timeout_s only (timeout is its deprecated name)")
+            _warn_deprecated_timeout()
+            timeout_s = timeout
+        done: bool = self._native.wait_idle(timeout_s)
+        return done
 
     def close(self) -> None:
         """Give back the clocks this switcher locked and stop its worker. Idempotent.
@@ -260,27 +274,32 @@ class FrequencySwitcher:
 
     def snap(self, mhz: int) -> int:
         """The supported SM clock (MHz) that ``set(mhz)`` would apply."""
-        return self._native.snap(mhz)
+        snapped: int = self._native.snap(mhz)
+        return snapped
 
     @property
     def device(self) -> int:
         """CUDA device index."""
-        return self._native.device
+        index: int = self._native.device
+        return index
 
     @property
     def nvml_index(self) -> int:
         """NVML's index of the device (PCI order, as ``nvidia-smi -i``)."""
-        return self._native.nvml_index
+        index: int = self._native.nvml_index
+        return index
 
     @property
     def name(self) -> str:
         """The GPU's name, e.g. ``"NVIDIA H200"``."""
-        return self._native.name
+        name: str = self._native.name
+        return name
 
     @property
     def supported_mhz(self) -> np.ndarray:
         """Supported SM clocks in MHz, ascending (empty if the GPU does not list them)."""
-        return self._native.supported_mhz
+        clocks: np.ndarray = self._native.supported_mhz
+        return clocks
 
     @property
     def memory_mhz(self) -> Optional[int]:
@@ -294,12 +313,14 @@ class FrequencySwitcher:
 
     @property
     def closed(self) -> bool:
-        return self._native.closed
+        closed: bool = self._native.closed
+        return closed
 
     @property
     def failed(self) -> bool:
         """Whether the worker hit an NVML error and stopped switching."""
-        return self._native.failed
+        failed: bool = self._native.failed
+        return failed
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"applied={self.applied_mhz} MHz"
@@ -315,6 +336,20 @@ class FrequencySwitcher:
             f"{mhz} MHz is not a supported SM clock of GPU {self.device} ({self.name}); "
             f"using {applied} MHz (supported: {span})",
             ClockSnapWarning,
+            stacklevel=3,
+        )
+
+
+_timeout_warned = False
+
+
+def _warn_deprecated_timeout() -> None:
+    global _timeout_warned
+    if not _timeout_warned:
+        _timeout_warned = True
+        warnings.warn(
+            "FrequencySwitcher.wait(timeout=...) is deprecated; use timeout_s=... (seconds)",
+            DeprecationWarning,
             stacklevel=3,
         )
 
@@ -432,11 +467,11 @@ class ResetResult:
     ok: bool
 
 
-def _reset_one(call: Any) -> tuple[str, bool]:
+def _reset_one(call: Callable[[], None]) -> tuple[str, bool]:
     try:
         call()
     except NvmlError as error:
-        if getattr(error, "code", None) == _NVML_NOT_SUPPORTED:
+        if getattr(error, "code", None) == NvmlReturn.ERROR_NOT_SUPPORTED:
             return "not supported", True
         return str(error), False
     return "reset", True
