@@ -1,5 +1,7 @@
 #include "switcher.hpp"
 
+#include "clock_locks.hpp"
+
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -400,34 +402,27 @@ std::string FrequencySwitcher::fail(nvml::Return code, const char* function, boo
 }
 
 nvml::Return FrequencySwitcher::apply(unsigned target, const char** function) {
-  const nvml::Api& api = session_->api();
   if (target == 0) return unlock_all(function);
-  if (memory_mhz_ != 0 && !memory_locked_) {
+  ClockLocks& locks = ClockLocks::instance();
+  const nvml::Api& api = session_->api();
+  if (memory_mhz_ != 0 && !holds_memory_) {
     *function = "nvmlDeviceSetMemoryLockedClocks";
-    const nvml::Return rc = api.set_memory_locked_clocks(device_.handle, memory_mhz_, memory_mhz_);
+    const nvml::Return rc = locks.lock_memory(this, api, device_, memory_mhz_);
     if (rc != nvml::kSuccess) return rc;
-    memory_locked_ = true;
+    holds_memory_ = dirty_ = true;
   }
   *function = "nvmlDeviceSetGpuLockedClocks";
-  const nvml::Return rc = api.set_gpu_locked_clocks(device_.handle, target, target);
-  if (rc == nvml::kSuccess) gpu_locked_ = true;
+  const nvml::Return rc = locks.lock_sm(this, api, device_, target);
+  if (rc == nvml::kSuccess) dirty_ = true;
   return rc;
 }
 
 nvml::Return FrequencySwitcher::unlock_all(const char** function) {
-  const nvml::Api& api = session_->api();
-  nvml::Return status = nvml::kSuccess;
-  if (gpu_locked_) {
-    const nvml::Return rc = api.reset_gpu_locked_clocks(device_.handle);
-    if (rc == nvml::kSuccess) gpu_locked_ = false;
-    else { status = rc; *function = "nvmlDeviceResetGpuLockedClocks"; }
-  }
-  if (memory_locked_) {
-    const nvml::Return rc = api.reset_memory_locked_clocks(device_.handle);
-    if (rc == nvml::kSuccess) memory_locked_ = false;
-    else if (status == nvml::kSuccess) { status = rc; *function = "nvmlDeviceResetMemoryLockedClocks"; }
-  }
-  return status;
+  if (!dirty_) return nvml::kSuccess;
+  const nvml::Return rc = ClockLocks::instance().release(this, session_->api(), device_, function);
+  holds_memory_ = false;  // released even when a reset failed (ClockLocks retries it)
+  if (rc == nvml::kSuccess) dirty_ = false;
+  return rc;
 }
 
 namespace {
@@ -466,7 +461,7 @@ void FrequencySwitcher::run_worker() {
     const std::uint64_t seq = s.desired_seq;
     const unsigned target = s.desired;
     const SwitchRecord pending{0, s.requested_ns, 0, s.requested, target, 0, s.source};
-    if (target == applied_.load(std::memory_order_relaxed) && (target != 0 || !gpu_locked_)) {
+    if (target == applied_.load(std::memory_order_relaxed) && (target != 0 || !dirty_)) {
       s.done_seq = seq;  // e.g. a, b, a coalesced back to a: nothing to do
       s.idle.notify_all();
       continue;
@@ -478,7 +473,7 @@ void FrequencySwitcher::run_worker() {
     const nvml::Return rc = timed(pending, [&] { return apply(target, &function); });
     nvml::Return reset_rc = nvml::kSuccess;
     const char* reset_function = "";
-    const bool recover = rc != nvml::kSuccess && (gpu_locked_ || memory_locked_);
+    const bool recover = rc != nvml::kSuccess && dirty_;
     if (recover)  // never leave a stale clock behind
       reset_rc = timed(SwitchRecord{0, 0, 0, 0, 0, 0, SwitchSource::kRecovery},
                        [&] { return unlock_all(&reset_function); });
@@ -498,7 +493,7 @@ void FrequencySwitcher::run_worker() {
   }
 
   // Closing: give back whatever this switcher locked.
-  if (gpu_locked_ || memory_locked_) {
+  if (dirty_) {
     s.busy = true;
     lock.unlock();
     const char* function = "";

@@ -27,10 +27,12 @@
 // is raised from the next set(), set_on_stream(), wait_idle() or close().
 //
 // Restoring. The GPU is locked only when the first target arrives, and close()
-// (also run by the destructor) resets what this switcher locked before the
-// worker exits. Interpreter exit and signals are handled by the Python layer,
-// which calls close(). Nothing can run on SIGKILL; `perseus reset-clocks`
-// repairs a GPU afterwards.
+// (also run by the destructor) gives back what this switcher locked before
+// the worker exits. Locks go through the process's ClockLocks
+// (clock_locks.hpp), which counts the switchers holding each GPU, so closing
+// one never unlocks a GPU under another, and which keeps the clock watchdog
+// told which GPUs to reset if the process dies without closing (SIGKILL, a
+// crash). Interpreter exit and signals are handled by the Python layer.
 
 // fork(). A child process has no worker thread and must not reset its
 // parent's clocks: close() and the destructor in another process than the
@@ -166,6 +168,8 @@ class FrequencySwitcher {
   unsigned memory_mhz() const { return memory_mhz_; }  // 0 if memory clocks are left alone
   const nvml::DeviceInfo& device() const { return device_; }
   // The SM clock the worker last locked; 0 when the default clocks apply.
+  // (With several switchers on one GPU, the GPU runs at the clock that the
+  // latest of them applied.)
   unsigned applied_mhz() const { return applied_.load(std::memory_order_acquire); }
   bool closed() const;
   bool failed() const;
@@ -182,8 +186,8 @@ class FrequencySwitcher {
   // In a process forked from the owner: forget everything without touching
   // the worker (which does not exist here) or NVML. close_mutex_ held.
   void abandon_after_fork();
-  // Calls NVML for `target` (0: reset). Returns the status and the name of
-  // the failing function. Worker thread only.
+  // Calls NVML (through ClockLocks) for `target` (0: let go). Returns the
+  // status and the name of the failing function. Worker thread only.
   nvml::Return apply(unsigned target, const char** function);
   nvml::Return unlock_all(const char** function);
   void record(const SwitchRecord& r);  // takes the records mutex only
@@ -201,8 +205,10 @@ class FrequencySwitcher {
   Shared* shared_;  // owned; leaked if host functions are still queued at destruction
                     // or if the object is destroyed in a forked child
   std::atomic<unsigned> applied_{0};
-  bool gpu_locked_ = false;     // worker thread only
-  bool memory_locked_ = false;  // worker thread only
+  bool holds_memory_ = false;  // this switcher holds a memory lock; worker thread only
+  // Something this switcher locked may still be locked (a hold, or a reset
+  // that failed and is retried at close); worker thread only.
+  bool dirty_ = false;
 
   std::mutex close_mutex_;
   bool closed_ = false;     // guarded by close_mutex_

@@ -342,6 +342,52 @@ def test_memory_clock_is_locked_and_given_back(fake_nvml):
     assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (0, 0)
 
 
+def test_two_switchers_on_one_gpu_share_its_lock(fake_nvml):
+    fake_nvml.configure(mem_clocks="2619,1593")
+    a, b = FrequencySwitcher(0, memory_mhz=1593), FrequencySwitcher(0)
+    a.set(1500)
+    a.wait()
+    b.set(1200)
+    b.wait()
+    assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (1200, 1593)  # the latest wins
+    a.close()  # b still holds GPU 0: its clock stays; a's memory lock goes
+    assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (1200, 0)
+    assert b.set(1305) == 1305 and b.wait()
+    assert fake_nvml.locked(0) == 1305
+    b.close()
+    assert fake_nvml.locked(0) == 0
+
+
+def test_releasing_the_latest_clock_gives_back_the_other_holders(fake_nvml):
+    a, b = FrequencySwitcher(0), FrequencySwitcher(0)
+    a.set(1500)
+    a.wait()
+    b.set(1200)
+    b.wait()
+    b.reset()  # b let go; a is the only holder left, and gets its 1500 MHz back
+    b.wait()
+    assert fake_nvml.locked(0) == 1500
+    b.set(1005)
+    b.wait()
+    a.close()
+    assert fake_nvml.locked(0) == 1005  # a was not the latest: nothing to give back
+    b.close()
+    assert fake_nvml.locked(0) == 0
+    resets = [fn for fn, _, _ in fake_nvml.clock_calls() if fn == "nvmlDeviceResetGpuLockedClocks"]
+    assert resets == ["nvmlDeviceResetGpuLockedClocks"]  # only when the last holder let go
+
+
+def test_a_switcher_that_never_locked_does_not_unlock_another(fake_nvml):
+    a = FrequencySwitcher(0)
+    a.set(1500)
+    a.wait()
+    with FrequencySwitcher(0) as b:  # e.g. a profiler's, which fails before it locks anything
+        assert b.applied_mhz is None
+    assert fake_nvml.locked(0) == 1500
+    a.close()
+    assert fake_nvml.locked(0) == 0
+
+
 def test_nvml_device_by_uuid_ignores_cuda_visible_devices(fake_nvml, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     gpu = NvmlDevice.from_uuid("GPU-fa4e0001-0000-0000-0000-000000000001")

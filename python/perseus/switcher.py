@@ -158,6 +158,14 @@ class FrequencySwitcher:
         An argument is not an integer (``True``, ``1500.0``) or is out of
         range; the message names it.
 
+    Notes
+    -----
+    Several switchers may drive one GPU: the GPU runs at the clock the
+    latest of them applied, and it is reset only when the last one that
+    locked it lets go (``reset()`` or ``close()``); until then a release
+    gives the GPU back the clock of the holder that applied one most
+    recently.
+
     Examples
     --------
     >>> with perseus.FrequencySwitcher(device=0) as switcher:   # doctest: +SKIP
@@ -224,7 +232,10 @@ class FrequencySwitcher:
         return applied
 
     def reset(self) -> None:
-        """Request the driver's default clocks (unlock) without closing."""
+        """Request the driver's default clocks (unlock) without closing.
+
+        With other switchers still holding the GPU, it keeps their clock.
+        """
         self._native.reset()
 
     def wait(self, timeout_s: Optional[float] = None, *, timeout: Optional[float] = None) -> bool:
