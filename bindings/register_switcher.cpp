@@ -1,6 +1,6 @@
 // Bindings for the frequency switcher, NVML and the CUDA driver
-// (cpp/switcher.hpp, cpp/nvml_device.hpp, cpp/cuda_module.hpp). Python's
-// facade is python/perseus/switcher.py.
+// (cpp/switcher.hpp, cpp/clock_locks.hpp, cpp/nvml_device.hpp,
+// cpp/cuda_module.hpp). Python's facade is python/perseus/switcher.py.
 //
 // Only glue lives here: turning Python values into C++ ones (the rules they
 // must meet are the core's), waiting so that Ctrl-C still reaches Python,
@@ -12,12 +12,14 @@
 #include <optional>
 #include <string>
 
+#include "clock_locks.hpp"
 #include "cuda_loader.hpp"
 #include "cuda_module.hpp"
 #include "nvml_device.hpp"
 #include "nvml_loader.hpp"
 #include "switcher.hpp"
 
+using perseus::ClockLocks;
 using perseus::FrequencySwitcher;
 using perseus::NvmlDevice;
 using perseus::SwitcherOptions;
@@ -308,6 +310,17 @@ void register_switcher(py::module_& m) {
   m.def(
       "nvml_error_hint", [](int code) { return std::string(nvml::hint(code)); }, "code"_a,
       "What usually fixes an NVML error code ('' if nothing to add).");
+
+  m.def(
+      "set_clock_watchdog", [](int fd) { ClockLocks::instance().set_watchdog(fd); }, "fd"_a,
+      "Hand the core the clock watchdog's socket (it owns the descriptor from now on) and send "
+      "it the GPUs locked now.");
+  m.def(
+      "clock_watchdog_connected", [] { return ClockLocks::instance().has_watchdog(); },
+      "Whether the core still has a live socket to a clock watchdog.");
+  m.def(
+      "locked_clocks", [] { return ClockLocks::instance().state_line(); },
+      "What the clock watchdog was last told: 'sm=<uuid> memory=<uuid> ...' ('' if nothing).");
 
   py::class_<cuda::Module>(m, "CudaModule",
                            "A PTX module in the calling thread's current CUDA context.")

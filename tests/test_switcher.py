@@ -762,46 +762,57 @@ def test_stream_order_on_a_real_gpu(monkeypatch, capfd):  # pragma: no cover - G
 
 
 # ---- restoring clocks when the process ends ---------------------------------------
+#
+# Each scenario runs in a real child process that dies for real. The fake NVML
+# keeps the locked clocks in a state file (FAKE_NVML_STATE) that outlives the
+# child, and logs every call with the caller's pid, so a test can tell whether
+# the child reset its clocks itself or its watchdog did. The watchdog inherits
+# the child's stderr, so Child.finish() returns only once the watchdog is done.
 
 SCRIPT_HEAD = """
-import ctypes, os, signal, sys, threading, time
+import ctypes, os, resource, signal, sys, threading, time
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGQUIT: no core file
 import perseus
+from perseus import switcher as _switcher
 fake = ctypes.CDLL(os.environ["PERSEUS_NVML_LIBRARY"])
+def ready():
+    print("watchdog", _switcher._watchdog.pid, flush=True)
+    print("ready", flush=True)
 """
 
+LOCK_GPU0 = """
+sw = perseus.FrequencySwitcher(0)
+sw.set(1500); sw.wait()
+"""
+
+
+def body(*parts: str) -> str:
+    """Script parts, each dedented on its own, one after the other."""
+    return "\n".join(textwrap.dedent(part) for part in parts)
+
+
+# name: (body, signal to send after "ready" or None, expected exit codes, who resets)
 SCENARIOS = {
-    # name: (body, signal to send after "ready" or None, expected return codes)
-    "interpreter-exit": (
-        """
-        sw = perseus.FrequencySwitcher(0)
-        sw.set(1500); sw.wait()
-        print("ready", flush=True)
-        """,
-        None,
-        (0,),
-    ),
+    "interpreter-exit": (body(LOCK_GPU0, "ready()"), None, (0,), "self"),
     "uncaught-exception": (
-        """
-        sw = perseus.FrequencySwitcher(0)
-        sw.set(1500); sw.wait()
-        print("ready", flush=True)
-        raise ValueError("training step failed")
-        """,
+        body(LOCK_GPU0, 'ready()\nraise ValueError("training step failed")'),
         None,
         (1,),
+        "self",
     ),
     "exception-in-with": (
         """
         try:
             with perseus.FrequencySwitcher(0) as sw:
                 sw.set(1500); sw.wait()
-                print("ready", flush=True)
+                ready()
                 raise ValueError("training step failed")
         except ValueError:
             print("clock after with:", fake.fake_nvml_locked_clock(0), flush=True)
         """,
         None,
         (0,),
+        "self",
     ),
     "created-in-a-thread": (
         """
@@ -809,48 +820,74 @@ SCENARIOS = {
         t = threading.Thread(target=lambda: box.append(perseus.FrequencySwitcher(0)))
         t.start(); t.join()
         box[0].set(1500); box[0].wait()
-        print("ready", flush=True)
+        ready()
         """,
         None,
         (0,),
+        "self",
     ),
     "sigterm": (
-        """
-        sw = perseus.FrequencySwitcher(0)
-        sw.set(1500); sw.wait()
-        print("ready", flush=True)
-        time.sleep(30)
-        """,
+        body(LOCK_GPU0, "ready()\ntime.sleep(30)"),
         signal.SIGTERM,
         (-signal.SIGTERM,),
+        "self",
     ),
     "sigterm-chains-to-user-handler": (
-        """
-        def handler(signum, frame):
-            print("user handler; clock:", fake.fake_nvml_locked_clock(0), flush=True)
-            sys.exit(3)
-        signal.signal(signal.SIGTERM, handler)
-        sw = perseus.FrequencySwitcher(0)
-        sw.set(1500); sw.wait()
-        print("ready", flush=True)
-        time.sleep(30)
-        """,
+        body(
+            """
+            def handler(signum, frame):
+                print("user handler; clock:", fake.fake_nvml_locked_clock(0), flush=True)
+                sys.exit(3)
+            signal.signal(signal.SIGTERM, handler)
+            """,
+            LOCK_GPU0,
+            "ready()\ntime.sleep(30)",
+        ),
         signal.SIGTERM,
         (3,),
+        "self",
     ),
-    "sigint": (
-        """
-        sw = perseus.FrequencySwitcher(0)
-        sw.set(1500); sw.wait()
-        print("ready", flush=True)
-        try:
-            time.sleep(30)
-        except KeyboardInterrupt:
-            print("KeyboardInterrupt; clock:", fake.fake_nvml_locked_clock(0), flush=True)
-            raise
-        """,
+    "sigint-uncaught": (
+        body(
+            LOCK_GPU0,
+            """
+            ready()
+            try:
+                time.sleep(30)
+            except KeyboardInterrupt:
+                print("KeyboardInterrupt; clock:", fake.fake_nvml_locked_clock(0), flush=True)
+                raise
+            """,
+        ),
         signal.SIGINT,
         (-signal.SIGINT, 1),
+        "self",
+    ),
+    "sigkill": (
+        body(LOCK_GPU0, "ready()\ntime.sleep(30)"),
+        signal.SIGKILL,
+        (-signal.SIGKILL,),
+        "watchdog",
+    ),
+    "os-exit": (body(LOCK_GPU0, "ready()\nos._exit(7)"), None, (7,), "watchdog"),
+    "segfault": (
+        body(LOCK_GPU0, "ready()\nctypes.string_at(0)"),
+        None,
+        (-signal.SIGSEGV,),
+        "watchdog",
+    ),
+    "abort": (body(LOCK_GPU0, "ready()\nos.abort()"), None, (-signal.SIGABRT,), "watchdog"),
+    "sigkill-after-one-of-two-switchers-closed": (
+        """
+        a, b = perseus.FrequencySwitcher(0), perseus.FrequencySwitcher(0)
+        a.set(1500); a.wait(); b.set(1410); b.wait()
+        b.close()  # a still holds GPU 0: the watchdog must still reset it
+        ready()
+        time.sleep(30)
+        """,
+        signal.SIGKILL,
+        (-signal.SIGKILL,),
+        "watchdog",
     ),
 }
 
@@ -886,6 +923,14 @@ class Child:
                 )
             seen += chunk
         self._early = seen
+        self.watchdog_pid = self.printed_int("watchdog")
+
+    def printed_int(self, label: str) -> int | None:
+        """The number the child printed after ``label`` before "ready"."""
+        for line in self._early.decode().splitlines():
+            if line.startswith(label + " "):
+                return int(line.split()[1])
+        return None
 
     def _kill(self) -> tuple[bytes, bytes]:
         with contextlib.suppress(ProcessLookupError):
@@ -893,7 +938,7 @@ class Child:
         return self.proc.communicate(timeout=10)
 
     def finish(self, timeout: float = 20.0) -> tuple[str, str]:
-        """Waits for the exit; returns everything it printed (stdout, stderr)."""
+        """Waits for the exit (and the watchdog's); returns what they printed (stdout, stderr)."""
         try:
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -904,29 +949,178 @@ class Child:
         return (self._early + out).decode(), err.decode()
 
 
+def state(fake_nvml) -> list[str]:
+    """The fake's persisted state, one "index sm_min sm_max mem_min mem_max" line per GPU."""
+    return fake_nvml.state_path.read_text().splitlines()
+
+
+def clock_calls_by_pid(fake_nvml) -> list[tuple[int, str, tuple[str, ...], int]]:
+    return [(pid, fn, args, rc) for _, pid, fn, args, rc in fake_nvml.log() if "LockedClocks" in fn]
+
+
+def process_gone(pid: int, wait_s: float = 0.0) -> bool:
+    """True once ``pid`` has exited (a zombie waiting for init to reap it counts)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_clocks_reset_when_the_process_ends(fake_nvml, scenario):
-    body, signum, codes = SCENARIOS[scenario]
-    script = SCRIPT_HEAD + textwrap.dedent(body)
+    script_body, signum, codes, who = SCENARIOS[scenario]
+    script = SCRIPT_HEAD + textwrap.dedent(script_body)
     child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
     if signum is not None:
         time.sleep(0.05)  # let it reach time.sleep()
         child.proc.send_signal(signum)
     out, err = child.finish()
     assert child.proc.returncode in codes, (child.proc.returncode, out, err)
-    calls = fake_nvml.clock_calls()
-    assert calls[0][:2] == ("nvmlDeviceSetGpuLockedClocks", ("0", "1500", "1500"))
-    assert calls[-1] == ("nvmlDeviceResetGpuLockedClocks", ("0",), 0), calls
+    calls = clock_calls_by_pid(fake_nvml)
+    assert calls[0][1:3] == ("nvmlDeviceSetGpuLockedClocks", ("0", "1500", "1500"))
+    last_pid, *last = calls[-1]
+    assert last == ["nvmlDeviceResetGpuLockedClocks", ("0",), 0], calls
     # The fake's persisted state: the GPU is unlocked after the process is gone.
-    assert fake_nvml.state_path.read_text().split("\n")[0] == "0 0 0 0 0"
+    assert state(fake_nvml)[0] == "0 0 0 0 0"
+    watchdog = child.watchdog_pid
+    assert watchdog is not None and watchdog != child.proc.pid
+    if who == "self":
+        # Reset by the process itself, before it died; the watchdog had nothing to do.
+        assert {pid for pid, *_ in calls} == {child.proc.pid}, calls
+        assert "watchdog:" not in err
+    else:
+        assert last_pid == watchdog, calls
+        assert (
+            f"perseus: watchdog: process {child.proc.pid} ended with clocks locked on GPU " in err
+        )
+        assert (
+            "GPU-fa4e0000-0000-0000-0000-000000000000 (NVML 0, Fake NVIDIA H200): SM clocks reset"
+            in err
+        )
+    assert process_gone(watchdog, wait_s=10)  # its job is done, so it is gone
     if scenario == "sigterm-chains-to-user-handler":
         assert "user handler; clock: 0" in out  # reset happened before the chained handler
-    if scenario == "sigint":
+    if scenario == "sigint-uncaught":
         assert "KeyboardInterrupt; clock: 0" in out
     if scenario == "exception-in-with":
         assert "clock after with: 0" in out
     if scenario == "uncaught-exception":
         assert "training step failed" in err
+
+
+def test_watchdog_follows_locks_and_unlocks(fake_nvml):
+    fake_nvml.configure(mem_clocks="2619,1593")
+    script = SCRIPT_HEAD + textwrap.dedent(
+        """
+        a = perseus.FrequencySwitcher(0)
+        b = perseus.FrequencySwitcher(1, memory_mhz=1593)
+        a.set(1500); b.set(1200); a.wait(); b.wait()
+        print("locked:", perseus._core.locked_clocks(), flush=True)
+        a.reset(); a.wait()
+        # Another tool locks GPU 0 after perseus gave it back: not ours to reset.
+        _switcher.NvmlDevice(0).set_locked_clocks(1005, 1005)
+        print("after reset:", perseus._core.locked_clocks(), flush=True)
+        ready()
+        time.sleep(30)
+        """
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    uuid0, uuid1 = (f"GPU-fa4e000{i}-0000-0000-0000-00000000000{i}" for i in (0, 1))
+    child.proc.kill()
+    out, err = child.finish()
+    assert f"locked: sm={uuid0} sm={uuid1} memory={uuid1}" in out
+    assert f"after reset: sm={uuid1} memory={uuid1}" in out
+    assert state(fake_nvml)[:2] == ["0 1005 1005 0 0", "1 0 0 0 0"]
+    by_watchdog = [
+        (fn, args)
+        for pid, fn, args, _ in clock_calls_by_pid(fake_nvml)
+        if pid == child.watchdog_pid
+    ]
+    assert by_watchdog == [
+        ("nvmlDeviceResetGpuLockedClocks", ("1",)),
+        ("nvmlDeviceResetMemoryLockedClocks", ("1",)),
+    ]
+    assert "SM clocks reset, memory clocks reset" in err
+
+
+def test_watchdog_resets_by_uuid_whatever_cuda_visible_devices_says(fake_nvml):
+    fake_nvml.configure(devices=3)
+    fake_nvml.state_path.write_text("0 1005 1005 0 0\n")  # someone else's lock on NVML 0
+    script = SCRIPT_HEAD + body(LOCK_GPU0, "ready()\ntime.sleep(30)")
+    child = Child(
+        script,
+        {"FAKE_NVML_STATE": str(fake_nvml.state_path), "CUDA_VISIBLE_DEVICES": "2,0"},
+    )
+    child.proc.kill()
+    _, err = child.finish()
+    assert state(fake_nvml) == ["0 1005 1005 0 0", "1 0 0 0 0", "2 0 0 0 0"]
+    assert "GPU GPU-fa4e0002-0000-0000-0000-000000000002 (NVML 2," in err
+
+
+def test_watchdog_killed_first_is_reaped_and_replaced(fake_nvml):
+    script = SCRIPT_HEAD + body(
+        LOCK_GPU0,
+        """
+        first = _switcher._watchdog.pid
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (_switcher._watchdog is None or _switcher._watchdog.pid == first) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        print("first", first, flush=True)
+        ready()
+        time.sleep(30)
+        """,
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    first, second = child.printed_int("first"), child.watchdog_pid
+    assert second is not None and second != first
+    # The dead one was reaped by the training process (no zombie left behind)...
+    assert not os.path.exists(f"/proc/{first}")
+    child.proc.kill()
+    _, err = child.finish()
+    # ... and the new one, told what is locked, did the first one's job.
+    assert f"the clock watchdog (pid {first}) exited with status -9; started another" in err
+    assert state(fake_nvml)[0] == "0 0 0 0 0"
+    assert clock_calls_by_pid(fake_nvml)[-1][:2] == (second, "nvmlDeviceResetGpuLockedClocks")
+
+
+def test_forked_child_does_not_keep_the_watchdog_waiting(fake_nvml):
+    script = SCRIPT_HEAD + body(
+        """
+        import warnings
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads, Python >= 3.12
+        """,
+        LOCK_GPU0,
+        """
+        pid = os.fork()
+        if pid == 0:  # e.g. a DataLoader worker: outlives the parent for a while
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1); os.dup2(devnull, 2)
+            time.sleep(30)
+            os._exit(0)
+        print("forked", pid, flush=True)
+        ready()
+        time.sleep(30)
+        """,
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    forked = child.printed_int("forked")
+    try:
+        child.proc.kill()  # the parent only; the forked child lives on
+        child.finish()
+        assert state(fake_nvml)[0] == "0 0 0 0 0"
+        assert not process_gone(forked)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(forked, signal.SIGKILL)
 
 
 def test_forked_child_leaves_the_parents_clocks_alone(fake_nvml):
@@ -943,42 +1137,43 @@ def test_forked_child_leaves_the_parents_clocks_alone(fake_nvml):
             except RuntimeError as error:
                 print("child:", error, flush=True)
             sw.close()
+            print("child locks:", repr(perseus._core.locked_clocks()), flush=True)
             sys.exit(0)  # runs the child's atexit hooks
         os.waitpid(pid, 0)
         print("parent after child: clock", fake.fake_nvml_locked_clock(0), flush=True)
-        print("ready", flush=True)
+        ready()
         """
     )
     child = Child(script)
     out, err = child.finish()
     assert child.proc.returncode == 0, err
     assert "child: this FrequencySwitcher belongs to the parent process" in out
+    assert "child locks: ''" in out
     assert "parent after child: clock 1500" in out
     parent = child.proc.pid
-    calls = [(pid, fn) for _, pid, fn, _, _ in fake_nvml.log() if "LockedClocks" in fn]
+    calls = [(pid, fn) for pid, fn, _, _ in clock_calls_by_pid(fake_nvml)]
     assert calls == [
         (parent, "nvmlDeviceSetGpuLockedClocks"),
         (parent, "nvmlDeviceResetGpuLockedClocks"),
     ]
 
 
-def test_sigkill_then_reset_clocks_command(fake_nvml):
+def test_watchdog_killed_with_the_process_then_reset_clocks_command(fake_nvml):
+    """What nothing can cover (the job's cgroup torn down, say): `perseus reset-clocks` repairs."""
     script = SCRIPT_HEAD + textwrap.dedent(
         """
         a, b = perseus.FrequencySwitcher(0), perseus.FrequencySwitcher(1)
         a.set(1500); b.set(1200); a.wait(); b.wait()
-        print("ready", flush=True)
+        ready()
         time.sleep(30)
         """
     )
     env = {"FAKE_NVML_STATE": str(fake_nvml.state_path)}
     child = Child(script, env)
-    child.proc.kill()  # SIGKILL: nothing can run
+    os.kill(child.watchdog_pid, signal.SIGKILL)
+    child.proc.kill()  # SIGKILL both: nothing can run
     child.finish()
-    assert fake_nvml.state_path.read_text().split("\n")[:2] == [
-        "0 1500 1500 0 0",
-        "1 1200 1200 0 0",
-    ]
+    assert state(fake_nvml)[:2] == ["0 1500 1500 0 0", "1 1200 1200 0 0"]
     done = subprocess.run(
         [sys.executable, "-m", "perseus", "reset-clocks"],
         capture_output=True,
@@ -989,7 +1184,7 @@ def test_sigkill_then_reset_clocks_command(fake_nvml):
     assert done.returncode == 0, done.stderr
     assert "GPU 0 (NVML 0, Fake NVIDIA H200): SM clocks reset, memory clocks reset" in done.stdout
     assert "GPU 1 (NVML 1" in done.stdout
-    assert fake_nvml.state_path.read_text().split("\n")[:2] == ["0 0 0 0 0", "1 0 0 0 0"]
+    assert state(fake_nvml)[:2] == ["0 0 0 0 0", "1 0 0 0 0"]
 
 
 # ---- perseus reset-clocks ---------------------------------------------------------

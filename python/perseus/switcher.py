@@ -7,11 +7,22 @@ is busy. ``set_on_stream(stream, mhz)`` does the same when the GPU reaches
 that point of a CUDA stream, through a host function, so the clock follows
 the GPU rather than the CPU, which may run far ahead.
 
-Clocks are locked at the first ``set`` and given back to the driver on
-``close()``, on leaving a ``with`` block (also after an exception), at
-interpreter exit, and on SIGTERM and SIGINT (the handlers that were installed
-before are called afterwards). A process killed with SIGKILL cannot reset
-anything: run ``perseus reset-clocks`` afterwards.
+Clocks are locked at the first ``set`` and given back to the driver however
+the process ends:
+
+- ``close()``, leaving a ``with`` block (also through an exception), garbage
+  collection, and interpreter exit (which an uncaught exception or
+  ``KeyboardInterrupt`` also reaches);
+- SIGTERM and SIGINT (the handlers that were installed before are called
+  afterwards);
+- anything else that ends the process (SIGKILL, the OOM killer, a segfault,
+  ``os._exit``): a watchdog process (:mod:`perseus._watchdog`), started with
+  the first switcher, resets the clocks still locked when it sees this
+  process's end of their socket close.
+
+Switchers on one GPU share its lock: the GPU is reset when the last of them
+lets go. ``perseus reset-clocks`` repairs what none of this could (the
+machine lost power, the watchdog was killed along with the process).
 
 Libraries are loaded at run time: NVML from ``$PERSEUS_NVML_LIBRARY`` or
 ``libnvidia-ml.so.1``; the CUDA driver (only for ``set_on_stream``) from
@@ -24,11 +35,16 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -365,7 +381,11 @@ def _warn_deprecated_timeout() -> None:
         )
 
 
-# -- restoring clocks at exit and on signals ----------------------------------
+# -- restoring clocks however the process ends --------------------------------
+#
+# Four layers, from the gentlest: the switcher's own close() (with, gc);
+# interpreter exit (atexit, reached also by an uncaught exception); signal
+# handlers; and the watchdog process for deaths that run no code at all.
 
 _open: weakref.WeakSet[FrequencySwitcher] = weakref.WeakSet()
 _hooks_lock = threading.Lock()
@@ -374,24 +394,25 @@ _previous_handlers: dict[int, Any] = {}
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def _close_all() -> None:
-    """Close every open switcher; errors are not raised (the worker printed them)."""
+def _open_switchers() -> list[FrequencySwitcher]:
     for _ in range(3):  # the set may change while we copy it
         try:
-            switchers = list(_open)
-            break
+            return list(_open)
         except RuntimeError:
             continue
-    else:  # pragma: no cover
-        switchers = []
-    for switcher in switchers:
+    return []  # pragma: no cover
+
+
+def _close_all() -> None:
+    """Close every open switcher; errors are not raised (the worker printed them)."""
+    for switcher in _open_switchers():
         try:
             switcher.close()
         except Exception:  # noqa: BLE001
             pass
 
 
-def _on_signal(signum: int, frame: Any) -> None:
+def _on_signal(signum: int, frame: Optional[FrameType]) -> None:
     _close_all()
     previous = _previous_handlers.get(signum, signal.SIG_DFL)
     if callable(previous):
@@ -400,6 +421,141 @@ def _on_signal(signum: int, frame: Any) -> None:
         # Die of the signal as we would have without perseus.
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
+
+
+def _install_signal_handlers() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be installed from the main thread
+    for signum in _HANDLED_SIGNALS:
+        if signum in _previous_handlers:
+            continue
+        previous = signal.getsignal(signum)
+        # Leave alone signals the program ignores, and handlers installed
+        # outside Python (getsignal gives None), which we could not chain.
+        if previous is None or previous == signal.SIG_IGN:
+            continue
+        _previous_handlers[signum] = previous
+        signal.signal(signum, _on_signal)
+
+
+# -- the watchdog process (perseus/_watchdog.py) ------------------------------
+
+# A fresh interpreter, not a fork: forking a process with threads (ours, the
+# framework's) copies locks held by threads that do not exist in the child.
+# Terminal signals are ignored before anything else; the watchdog goes when
+# its socket closes. The package's own folder goes on sys.path so the
+# watchdog runs this very perseus, and the working directory does not.
+_WATCHDOG_BOOT = """\
+import signal, sys
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    signal.signal(s, signal.SIG_IGN)
+sys.path[:] = [p for p in sys.path if p]
+if sys.argv[1] not in sys.path:
+    sys.path.insert(0, sys.argv[1])
+from perseus._watchdog import main
+sys.exit(main(int(sys.argv[2])))
+"""
+_WATCHDOG_QUICK_EXIT_S = 1.0  # a watchdog that dies sooner than this is failing, not killed
+_WATCHDOG_MAX_QUICK_EXITS = 3  # ... and after this many in a row it is not restarted
+
+_watchdog: Optional[subprocess.Popen[bytes]] = None
+_watchdog_quick_exits = 0
+_watchdog_gave_up = False
+
+
+def _start_watchdog() -> subprocess.Popen[bytes]:
+    """Start a watchdog and hand the core our end of its socket. _hooks_lock held."""
+    global _watchdog
+    if not sys.executable:
+        raise RuntimeError("sys.executable is not set, so no Python can be started")
+    ours, theirs = socket.socketpair()  # both ends close-on-exec; theirs becomes its stdin
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        process = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG_BOOT, root, str(os.getpid())],
+            stdin=theirs.fileno(),
+            stdout=subprocess.DEVNULL,
+            # stderr is inherited: the watchdog says there what it reset.
+            # A session of its own: Ctrl-C and kills of our process group miss it.
+            start_new_session=True,
+            close_fds=True,
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    _core.set_clock_watchdog(ours.detach())
+    _watchdog = process
+    threading.Thread(
+        target=_reap_watchdog, args=(process,), name="perseus-watchdog-reaper", daemon=True
+    ).start()
+    return process
+
+
+def _reap_watchdog(process: subprocess.Popen[bytes]) -> None:
+    """Waits for the watchdog (so it never lingers as a zombie) and replaces it if it dies."""
+    global _watchdog, _watchdog_quick_exits, _watchdog_gave_up
+    started = time.monotonic()
+    status = process.wait()
+    with _hooks_lock:
+        if _watchdog is not process:
+            return  # replaced, or we are a forked child
+        _watchdog = None
+        quick = time.monotonic() - started < _WATCHDOG_QUICK_EXIT_S
+        _watchdog_quick_exits = _watchdog_quick_exits + 1 if quick else 0
+        if _watchdog_quick_exits >= _WATCHDOG_MAX_QUICK_EXITS:
+            _watchdog_gave_up = True
+            print(
+                f"perseus: the clock watchdog keeps exiting (status {status}); not restarting "
+                "it: clocks locked by this process are not reset if it dies without closing "
+                "its switchers (SIGKILL, a crash). Run `perseus reset-clocks` after such a death.",
+                file=sys.stderr,
+            )
+            return
+        try:
+            replacement = _start_watchdog()
+        except Exception as error:  # noqa: BLE001
+            _watchdog_gave_up = True
+            print(f"perseus: could not restart the clock watchdog: {error}", file=sys.stderr)
+            return
+        print(
+            f"perseus: the clock watchdog (pid {process.pid}) exited with status {status}; "
+            f"started another (pid {replacement.pid})",
+            file=sys.stderr,
+        )
+
+
+def _ensure_watchdog() -> None:
+    """_hooks_lock held."""
+    global _watchdog_gave_up
+    if _watchdog is not None or _watchdog_gave_up:
+        return
+    try:
+        _start_watchdog()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        _watchdog_gave_up = True
+        warnings.warn(
+            f"perseus: could not start the clock watchdog ({error}): clocks locked by this "
+            "process are not reset if it dies without closing its switchers (SIGKILL, the OOM "
+            "killer, a crash). Run `perseus reset-clocks` after such a death.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def _register(switcher: FrequencySwitcher) -> None:
+    global _atexit_installed
+    _open.add(switcher)
+    with _hooks_lock:
+        if not _atexit_installed:
+            atexit.register(_close_all)
+            _atexit_installed = True
+        _ensure_watchdog()
+        _install_signal_handlers()
+
+
+# -- fork() --------------------------------------------------------------------
 
 
 class _ForkedNative:
@@ -431,36 +587,21 @@ class _ForkedNative:
 
 
 def _after_fork_in_child() -> None:
-    for switcher in list(_open):
+    # The core has already closed the child's copy of the watchdog socket and
+    # emptied its lock books (pthread_atfork), so the parent's watchdog still
+    # fires when the parent dies, whatever the child does.
+    global _hooks_lock, _watchdog, _watchdog_quick_exits, _watchdog_gave_up
+    _hooks_lock = threading.Lock()  # another thread may have held it at the fork
+    _watchdog, _watchdog_quick_exits, _watchdog_gave_up = None, 0, False
+    for switcher in _open_switchers():
         native = switcher._native
-        switcher._native = _ForkedNative(native)  # type: ignore[assignment]
+        switcher._native = _ForkedNative(native)
         native.close()  # in a child: forgets the parent's worker without touching it
     _open.clear()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _register(switcher: FrequencySwitcher) -> None:
-    global _atexit_installed
-    _open.add(switcher)
-    with _hooks_lock:
-        if not _atexit_installed:
-            atexit.register(_close_all)
-            _atexit_installed = True
-        if threading.current_thread() is not threading.main_thread():
-            return  # signal handlers can only be installed from the main thread
-        for signum in _HANDLED_SIGNALS:
-            if signum in _previous_handlers:
-                continue
-            previous = signal.getsignal(signum)
-            # Leave alone signals the program ignores, and handlers installed
-            # outside Python (getsignal gives None), which we could not chain.
-            if previous is None or previous == signal.SIG_IGN:
-                continue
-            _previous_handlers[signum] = previous
-            signal.signal(signum, _on_signal)
 
 
 # -- resetting from the shell -------------------------------------------------
