@@ -4,7 +4,7 @@
 //
 // Only glue lives here: turning Python values into C++ ones (the rules they
 // must meet are the core's), waiting so that Ctrl-C still reaches Python,
-// numpy arrays and exception types.
+// numpy arrays, exception types, and scheduling a call on the main thread.
 #include "pybind11.hpp"
 
 #include <climits>
@@ -111,7 +111,7 @@ py::array_t<std::uint32_t> as_array(const std::vector<unsigned>& v) {
   return to_numpy(std::vector<std::uint32_t>(v.begin(), v.end()));
 }
 
-// ---- Waiting, records ---------------------------------------------------------
+// ---- Waiting, records, the main thread --------------------------------------
 
 // Waits in slices so that Ctrl-C and other signals still reach Python.
 template <typename Wait>
@@ -150,6 +150,16 @@ py::dict log_columns(const FrequencySwitcher& s) {
   out["source"] = to_numpy(std::move(log.source));
   out["dropped"] = log.dropped;
   return out;
+}
+
+// Runs a Python callable queued by call_on_main_thread (main thread, GIL held).
+int run_on_main_thread(void* callable) {
+  PyObject* fn = static_cast<PyObject*>(callable);
+  PyObject* result = PyObject_CallNoArgs(fn);
+  if (result == nullptr) PyErr_WriteUnraisable(fn);  // never raise into whatever main was doing
+  Py_XDECREF(result);
+  Py_DECREF(fn);
+  return 0;
 }
 
 }  // namespace
@@ -236,6 +246,7 @@ void register_switcher(py::module_& m) {
                              [](const FrequencySwitcher& s) { return as_array(s.supported_mhz()); })
       .def_property_readonly("memory_mhz", &FrequencySwitcher::memory_mhz)
       .def_property_readonly("applied_mhz", &FrequencySwitcher::applied_mhz)
+      .def_property_readonly("target_mhz", &FrequencySwitcher::target_mhz)
       .def_property_readonly("device", [](const FrequencySwitcher& s) { return s.device().cuda_index; })
       .def_property_readonly("nvml_index",
                              [](const FrequencySwitcher& s) { return s.device().nvml_index; })
@@ -343,4 +354,16 @@ void register_switcher(py::module_& m) {
       .def_property_readonly("device_address", &cuda::MappedHostMemory::device_address)
       .def_property_readonly("size_bytes", &cuda::MappedHostMemory::size_bytes)
       .def("close", &cuda::MappedHostMemory::close, "Free the memory (idempotent).");
+
+  m.def(
+      "call_on_main_thread",
+      [](const py::function& fn) {
+        PyObject* p = fn.inc_ref().ptr();
+        if (Py_AddPendingCall(&run_on_main_thread, p) == 0) return true;
+        Py_DECREF(p);  // the queue is full
+        return false;
+      },
+      "fn"_a,
+      "Queue fn() to run on the main thread between two of its Python instructions; False if "
+      "the queue is full. Exceptions in fn are reported as unraisable.");
 }

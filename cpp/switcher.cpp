@@ -332,6 +332,11 @@ bool FrequencySwitcher::closed() const {
   return shared_->stopping;
 }
 
+unsigned FrequencySwitcher::target_mhz() const {
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->desired;
+}
+
 bool FrequencySwitcher::failed() const {
   const std::lock_guard<std::mutex> lock(shared_->mutex);
   return shared_->failed;

@@ -171,6 +171,8 @@ class FrequencySwitcher {
   // (With several switchers on one GPU, the GPU runs at the clock that the
   // latest of them applied.)
   unsigned applied_mhz() const { return applied_.load(std::memory_order_acquire); }
+  // The latest request, applied or not; 0 for the default clocks.
+  unsigned target_mhz() const;
   bool closed() const;
   bool failed() const;
   // Host functions enqueued but not yet run.

@@ -832,6 +832,18 @@ SCENARIOS = {
         (-signal.SIGTERM,),
         "self",
     ),
+    "sighup": (
+        body(LOCK_GPU0, "ready()\ntime.sleep(30)"),
+        signal.SIGHUP,
+        (-signal.SIGHUP,),
+        "self",
+    ),
+    "sigquit": (
+        body(LOCK_GPU0, "ready()\ntime.sleep(30)"),
+        signal.SIGQUIT,
+        (-signal.SIGQUIT,),
+        "self",
+    ),
     "sigterm-chains-to-user-handler": (
         body(
             """
@@ -861,6 +873,27 @@ SCENARIOS = {
         ),
         signal.SIGINT,
         (-signal.SIGINT, 1),
+        "self",
+    ),
+    "sigint-made-fatal": (
+        body("signal.signal(signal.SIGINT, signal.SIG_DFL)", LOCK_GPU0, "ready()\ntime.sleep(30)"),
+        signal.SIGINT,
+        (-signal.SIGINT,),
+        "self",
+    ),
+    "sigterm-first-switcher-made-off-the-main-thread": (
+        """
+        box = []
+        t = threading.Thread(target=lambda: box.append(perseus.FrequencySwitcher(0)))
+        t.start(); t.join()
+        # The main thread installs the handlers at its next Python instruction.
+        print("handler:", signal.getsignal(signal.SIGTERM).__name__, flush=True)
+        box[0].set(1500); box[0].wait()
+        ready()
+        time.sleep(30)
+        """,
+        signal.SIGTERM,
+        (-signal.SIGTERM,),
         "self",
     ),
     "sigkill": (
@@ -1008,11 +1041,82 @@ def test_clocks_reset_when_the_process_ends(fake_nvml, scenario):
     if scenario == "sigterm-chains-to-user-handler":
         assert "user handler; clock: 0" in out  # reset happened before the chained handler
     if scenario == "sigint-uncaught":
-        assert "KeyboardInterrupt; clock: 0" in out
+        # KeyboardInterrupt is an exception: nothing is reset until it ends the program.
+        assert "KeyboardInterrupt; clock: 1500" in out
+    if scenario == "sigterm-first-switcher-made-off-the-main-thread":
+        assert "handler: _on_signal" in out
     if scenario == "exception-in-with":
         assert "clock after with: 0" in out
     if scenario == "uncaught-exception":
         assert "training step failed" in err
+
+
+def test_caught_keyboard_interrupt_keeps_the_switchers(fake_nvml):
+    script = SCRIPT_HEAD + body(
+        LOCK_GPU0,
+        """
+        other = perseus.FrequencySwitcher(1)
+        other.set(1200); other.wait()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+        except KeyboardInterrupt:
+            print("caught; clocks:", fake.fake_nvml_locked_clock(0), fake.fake_nvml_locked_clock(1), flush=True)
+        sw.set(1410); sw.wait()  # still open, still switching
+        print("after; clock:", fake.fake_nvml_locked_clock(0), sw.closed, other.closed, flush=True)
+        ready()
+        """,
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    out, err = child.finish()
+    assert child.proc.returncode == 0, err
+    assert "caught; clocks: 1500 1200" in out
+    assert "after; clock: 1410 False False" in out
+    assert state(fake_nvml)[:2] == ["0 0 0 0 0", "1 0 0 0 0"]  # reset at exit
+
+
+def test_user_signal_handler_that_returns_gets_the_clocks_back(fake_nvml):
+    script = SCRIPT_HEAD + body(
+        """
+        def handler(signum, frame):  # e.g. "checkpoint, then carry on"
+            print("handler; clock:", fake.fake_nvml_locked_clock(0), flush=True)
+        signal.signal(signal.SIGTERM, handler)
+        """,
+        LOCK_GPU0,
+        """
+        os.kill(os.getpid(), signal.SIGTERM)
+        sw.wait()
+        print("after; clock:", fake.fake_nvml_locked_clock(0), sw.applied_mhz, flush=True)
+        ready()
+        """,
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    out, err = child.finish()
+    assert child.proc.returncode == 0, err
+    assert "handler; clock: 0" in out
+    assert "after; clock: 1500 1500" in out
+    assert state(fake_nvml)[0] == "0 0 0 0 0"
+
+
+def test_first_switcher_off_a_finished_main_thread_warns(fake_nvml):
+    script = SCRIPT_HEAD + textwrap.dedent(
+        """
+        def train():
+            while threading.main_thread().is_alive():
+                time.sleep(0.01)
+            sw = perseus.FrequencySwitcher(0)
+            sw.set(1500); sw.wait()
+            ready()
+        threading.Thread(target=train).start()
+        """
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    _, err = child.finish()
+    assert child.proc.returncode == 0, err
+    assert "RuntimeWarning: perseus: the first FrequencySwitcher was created off the main " in err
+    assert "the main thread has already finished" in err
+    assert "Create the first switcher on the main thread" in err
+    assert state(fake_nvml)[0] == "0 0 0 0 0"  # still reset at exit
 
 
 def test_watchdog_follows_locks_and_unlocks(fake_nvml):

@@ -13,8 +13,9 @@ the process ends:
 - ``close()``, leaving a ``with`` block (also through an exception), garbage
   collection, and interpreter exit (which an uncaught exception or
   ``KeyboardInterrupt`` also reaches);
-- SIGTERM and SIGINT (the handlers that were installed before are called
-  afterwards);
+- SIGTERM, SIGHUP and SIGQUIT, and SIGINT where the program made it fatal: a
+  handler resets the clocks, then the signal does what it would have done
+  (the process dies of it, or the handler installed before runs);
 - anything else that ends the process (SIGKILL, the OOM killer, a segfault,
   ``os._exit``): a watchdog process (:mod:`perseus._watchdog`), started with
   the first switcher, resets the clocks still locked when it sees this
@@ -384,14 +385,18 @@ def _warn_deprecated_timeout() -> None:
 # -- restoring clocks however the process ends --------------------------------
 #
 # Four layers, from the gentlest: the switcher's own close() (with, gc);
-# interpreter exit (atexit, reached also by an uncaught exception); signal
-# handlers; and the watchdog process for deaths that run no code at all.
+# interpreter exit (atexit, reached also by an uncaught exception or
+# KeyboardInterrupt); signal handlers for the signals that kill by default;
+# and the watchdog process for deaths that run no code at all.
 
 _open: weakref.WeakSet[FrequencySwitcher] = weakref.WeakSet()
 _hooks_lock = threading.Lock()
 _atexit_installed = False
+_signals_requested = False
 _previous_handlers: dict[int, Any] = {}
-_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The signals whose default action ends the process (SIGQUIT also dumps core).
+_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+_SIGNAL_WAIT_S = 10.0  # the longest a handler waits for one switcher's reset
 
 
 def _open_switchers() -> list[FrequencySwitcher]:
@@ -412,30 +417,99 @@ def _close_all() -> None:
             pass
 
 
+def _reset_all() -> list[tuple[FrequencySwitcher, int]]:
+    """Reset every open switcher's clocks, keeping it open; returns what each had asked for."""
+    reset = []
+    for switcher in _open_switchers():
+        try:
+            target = switcher._native.target_mhz
+            switcher._native.reset()
+        except Exception:  # noqa: BLE001 - closed or failed: nothing of it to reset
+            continue
+        reset.append((switcher, target))
+    for switcher, _ in reset:
+        try:
+            switcher._native.wait_idle(_SIGNAL_WAIT_S)
+        except Exception:  # noqa: BLE001
+            pass
+    return reset
+
+
+def _restore(reset: list[tuple[FrequencySwitcher, int]]) -> None:
+    for switcher, target in reset:
+        if target:
+            try:
+                switcher._native.set(target)
+            except Exception:  # noqa: BLE001 - closed meanwhile by the handler
+                pass
+
+
 def _on_signal(signum: int, frame: Optional[FrameType]) -> None:
-    _close_all()
     previous = _previous_handlers.get(signum, signal.SIG_DFL)
-    if callable(previous):
+    if previous is signal.default_int_handler:
+        # KeyboardInterrupt is an exception like any other: with blocks,
+        # close() and interpreter exit give the clocks back if it ends the
+        # program, and a program that catches it keeps its switchers.
         previous(signum, frame)
-    elif previous == signal.SIG_DFL:
-        # Die of the signal as we would have without perseus.
-        signal.signal(signum, signal.SIG_DFL)
-        signal.raise_signal(signum)
+        return
+    if callable(previous):
+        # The program's handler may end the process (clocks are reset
+        # first) or carry on (the clocks it had asked for come back).
+        reset = _reset_all()
+        previous(signum, frame)
+        _restore(reset)
+        return
+    # The signal would have killed the process: reset, then let it.
+    _close_all()
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)
 
 
 def _install_signal_handlers() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers can only be installed from the main thread
+    """Put _on_signal in front of the handlers of _HANDLED_SIGNALS. Main thread only."""
     for signum in _HANDLED_SIGNALS:
         if signum in _previous_handlers:
             continue
         previous = signal.getsignal(signum)
         # Leave alone signals the program ignores, and handlers installed
-        # outside Python (getsignal gives None), which we could not chain.
-        if previous is None or previous == signal.SIG_IGN:
+        # outside Python (getsignal gives None), which we could not chain;
+        # the watchdog still resets if such a signal kills the process.
+        if previous is None or previous == signal.SIG_IGN or previous is _on_signal:
             continue
         _previous_handlers[signum] = previous
         signal.signal(signum, _on_signal)
+
+
+def _install_signal_handlers_on_main_thread() -> None:
+    """Run by the main thread when the first switcher was made on another one."""
+    try:
+        _install_signal_handlers()
+    except Exception as error:  # noqa: BLE001 - never raise into whatever main was doing
+        print(f"perseus: could not install signal handlers: {error}", file=sys.stderr)
+
+
+def _request_signal_handlers() -> None:
+    if threading.current_thread() is threading.main_thread():
+        _install_signal_handlers()
+        return
+    # Python lets only the main thread install handlers: ask it to, at its
+    # next Python instruction. Until it gets there (a main thread blocked in
+    # native code gets there only when the call returns), a signal has its
+    # old effect; the watchdog still resets if that kills the process.
+    why = None
+    if not threading.main_thread().is_alive():
+        why = "the main thread has already finished"
+    elif not _core.call_on_main_thread(_install_signal_handlers_on_main_thread):
+        why = "the interpreter's queue of calls for the main thread is full"
+    if why is not None:
+        warnings.warn(
+            "perseus: the first FrequencySwitcher was created off the main thread and "
+            f"{why}, so no signal handlers reset the clocks on SIGTERM, SIGHUP, SIGQUIT or "
+            "SIGINT (the clock watchdog still resets them once the process is gone). Create "
+            "the first switcher on the main thread to have them.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 # -- the watchdog process (perseus/_watchdog.py) ------------------------------
@@ -545,14 +619,16 @@ def _ensure_watchdog() -> None:
 
 
 def _register(switcher: FrequencySwitcher) -> None:
-    global _atexit_installed
+    global _atexit_installed, _signals_requested
     _open.add(switcher)
     with _hooks_lock:
         if not _atexit_installed:
             atexit.register(_close_all)
             _atexit_installed = True
         _ensure_watchdog()
-        _install_signal_handlers()
+        if not _signals_requested:
+            _signals_requested = True
+            _request_signal_handlers()
 
 
 # -- fork() --------------------------------------------------------------------
@@ -568,6 +644,7 @@ class _ForkedNative:
     closed = True
     failed = False
     applied_mhz = 0
+    target_mhz = 0
     memory_mhz = 0
 
     def __init__(self, native: Any) -> None:
