@@ -33,7 +33,7 @@
 // one never unlocks a GPU under another, and which keeps the clock watchdog
 // told which GPUs to reset if the process dies without closing (SIGKILL, a
 // crash). Interpreter exit and signals are handled by the Python layer.
-
+//
 // fork(). A child process has no worker thread and must not reset its
 // parent's clocks: close() and the destructor in another process than the
 // creator only forget the object (leaking its memory) and touch nothing.
