@@ -1,7 +1,9 @@
 """The clock watchdog: gives back the GPU clocks a process locked, once it is gone.
 
 perseus.switcher starts one per process, with the first FrequencySwitcher,
-as a fresh interpreter whose stdin is one end of a socket pair. The other
+as a fresh interpreter whose stdin is one end of a socket pair. That
+interpreter loads this file and perseus's extension by path, not the
+perseus package, so this module imports nothing but the standard library. The other
 end stays in the training process (close-on-exec, and closed in forked
 children), where the core (cpp/clock_locks.cpp) writes a line each time the
 set of locked GPUs changes::
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import ModuleType
 
 __all__ = ["main", "parse_line"]
 
@@ -65,14 +68,12 @@ def _last_line_before_eof(fd: int) -> bytes:
     return last
 
 
-def _reset(locks: dict[str, set[str]], owner: int) -> int:
-    from ._core import LibraryLoadError, NvmlDevice, NvmlError, NvmlReturn
-
+def _reset(locks: dict[str, set[str]], owner: int, core: ModuleType) -> int:
     failed = False
     for uuid in sorted(locks):
         try:
-            gpu = NvmlDevice.from_uuid(uuid)
-        except (LibraryLoadError, NvmlError, IndexError) as error:
+            gpu = core.NvmlDevice.from_uuid(uuid)
+        except (core.LibraryLoadError, core.NvmlError, IndexError) as error:
             print(f"perseus: watchdog: could not open GPU {uuid}: {error}", file=sys.stderr)
             failed = True
             continue
@@ -85,8 +86,8 @@ def _reset(locks: dict[str, set[str]], owner: int) -> int:
                 continue
             try:
                 call()
-            except NvmlError as error:
-                if error.code == NvmlReturn.ERROR_NOT_SUPPORTED:
+            except core.NvmlError as error:
+                if error.code == core.NvmlReturn.ERROR_NOT_SUPPORTED:
                     continue
                 done.append(f"{what} NOT reset ({error})")
                 failed = True
@@ -102,9 +103,12 @@ def _reset(locks: dict[str, set[str]], owner: int) -> int:
     return 1 if failed else 0
 
 
-def main(owner: int) -> int:
-    """Wait for the owner's (process ``owner``'s) end of stdin to close, then reset what it locked."""
+def main(owner: int, core: ModuleType) -> int:
+    """Wait for stdin, process ``owner``'s end, to close; then reset what it had locked.
+
+    ``core`` is perseus's extension module (perseus._core), loaded by the caller.
+    """
     locks = parse_line(_last_line_before_eof(0))
     if not locks:
         return 0
-    return _reset(locks, owner)
+    return _reset(locks, owner, core)

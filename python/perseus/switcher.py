@@ -51,6 +51,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from . import _core
+from . import _watchdog as _watchdog_module
 from ._core import CudaError, LibraryLoadError, NvmlDevice, NvmlError, NvmlReturn, SwitchSource
 
 __all__ = [
@@ -517,17 +518,23 @@ def _request_signal_handlers() -> None:
 # A fresh interpreter, not a fork: forking a process with threads (ours, the
 # framework's) copies locks held by threads that do not exist in the child.
 # Terminal signals are ignored before anything else; the watchdog goes when
-# its socket closes. The package's own folder goes on sys.path so the
-# watchdog runs this very perseus, and the working directory does not.
+# its socket closes. It loads this very perseus's extension and watchdog
+# module by path, without the package: no numpy, no solver, so it starts in
+# tens of milliseconds and sits in little memory, and no sys.path or working
+# directory can make it run another perseus.
 _WATCHDOG_BOOT = """\
-import signal, sys
+import importlib.util, signal, sys
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
     signal.signal(s, signal.SIG_IGN)
-sys.path[:] = [p for p in sys.path if p]
-if sys.argv[1] not in sys.path:
-    sys.path.insert(0, sys.argv[1])
-from perseus._watchdog import main
-sys.exit(main(int(sys.argv[2])))
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+core = load("perseus._core", sys.argv[1])
+watchdog = load("perseus._watchdog", sys.argv[2])
+sys.exit(watchdog.main(int(sys.argv[3]), core))
 """
 _WATCHDOG_QUICK_EXIT_S = 1.0  # a watchdog that dies sooner than this is failing, not killed
 _WATCHDOG_MAX_QUICK_EXITS = 3  # ... and after this many in a row it is not restarted
@@ -542,11 +549,13 @@ def _start_watchdog() -> subprocess.Popen[bytes]:
     global _watchdog
     if not sys.executable:
         raise RuntimeError("sys.executable is not set, so no Python can be started")
+    core_path, module_path = _core.__file__, _watchdog_module.__file__
+    if core_path is None or module_path is None:
+        raise RuntimeError("perseus is not installed as files the watchdog could load")
     ours, theirs = socket.socketpair()  # both ends close-on-exec; theirs becomes its stdin
     try:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         process = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG_BOOT, root, str(os.getpid())],
+            [sys.executable, "-c", _WATCHDOG_BOOT, core_path, module_path, str(os.getpid())],
             stdin=theirs.fileno(),
             stdout=subprocess.DEVNULL,
             # stderr is inherited: the watchdog says there what it reset.
