@@ -33,6 +33,14 @@ std::unique_ptr<Api> load(const std::string& path) {
   bind(handle, "cuGetErrorName", a->error_name, path);
   bind(handle, "cuGetErrorString", a->error_string, path);
   bind(handle, "cuLaunchHostFunc", a->launch_host_func, path);
+  bind(handle, "cuCtxGetCurrent", a->ctx_get_current, path);
+  bind(handle, "cuModuleLoadData", a->module_load_data, path);
+  bind(handle, "cuModuleUnload", a->module_unload, path);
+  bind(handle, "cuModuleGetFunction", a->module_get_function, path);
+  bind(handle, "cuMemHostAlloc", a->mem_host_alloc, path);
+  bind(handle, "cuMemHostGetDevicePointer_v2", a->mem_host_get_device_pointer, path);
+  bind(handle, "cuMemFreeHost", a->mem_free_host, path);
+  bind(handle, "cuLaunchKernel", a->launch_kernel, path);
   const Result rc = a->init(0);
   if (rc != kSuccess) throw Error(*a, rc, "cuInit");
   return a;  // never dlclose()d: host functions may still be queued
@@ -41,9 +49,9 @@ std::unique_ptr<Api> load(const std::string& path) {
 const char* hint(Result code) {
   switch (code) {
     case kErrorInvalidContext:
-      return "No CUDA context is current on the calling thread: call set_on_stream from a "
-             "thread where your framework has already used the GPU (e.g. after "
-             "torch.cuda.set_device and a first CUDA operation).";
+      return "No CUDA context is current on the calling thread: call from a thread where "
+             "your framework has already used the GPU (e.g. after torch.cuda.set_device and a "
+             "first CUDA operation).";
     case kErrorInvalidHandle:
       return "The stream handle is not a live CUDA stream of the current context (pass "
              "torch.cuda.current_stream().cuda_stream or a CuPy stream's .ptr).";
@@ -77,8 +85,11 @@ Error::Error(const Api& a, Result code, const std::string& function)
 const Api& api() { return load_once<Api>(kLibraryVariable, kDefaultLibrary, &load); }
 
 void launch_host_func(const Api& a, std::uintptr_t stream, HostFn fn, void* data) {
-  const Result rc = a.launch_host_func(reinterpret_cast<Stream>(stream), fn, data);
-  if (rc != kSuccess) throw Error(a, rc, "cuLaunchHostFunc");
+  check(a, a.launch_host_func(reinterpret_cast<Stream>(stream), fn, data), "cuLaunchHostFunc");
+}
+
+void check(const Api& a, Result code, const char* function) {
+  if (code != kSuccess) throw Error(a, code, function);
 }
 
 }  // namespace perseus::cuda

@@ -1,5 +1,7 @@
-// The CUDA driver API, loaded at run time, for one job: enqueueing a host
-// function on a stream (cuLaunchHostFunc).
+// The CUDA driver API, loaded at run time, for two jobs: enqueueing a host
+// function on a stream (cuLaunchHostFunc, the switcher's stream-ordered
+// switching), and loading and launching the profiler's blocking-power kernel
+// from PTX (cuda_module.hpp). It is the only place perseus loads libcuda.
 //
 // Like NVML (nvml_loader.hpp) the driver library is never linked and its
 // headers are never included, so perseus builds and imports without CUDA.
@@ -31,18 +33,25 @@ using Result = int;                   // CUresult
 struct StreamOpaque;                  // struct CUstream_st
 using Stream = StreamOpaque*;         // CUstream
 using HostFn = void (*)(void* data);  // CUhostFn
+struct ContextOpaque;                 // struct CUctx_st
+using Context = ContextOpaque*;       // CUcontext
+struct ModuleOpaque;                  // struct CUmod_st
+using ModuleHandle = ModuleOpaque*;   // CUmodule
+struct FunctionOpaque;                // struct CUfunc_st
+using Function = FunctionOpaque*;     // CUfunction
+using DevicePtr = std::uint64_t;      // CUdeviceptr (64-bit builds)
 
 enum : Result {
   kSuccess = 0,
-  kErrorInvalidValue = 1,
-  kErrorNotInitialized = 3,
   kErrorNoDevice = 100,
   kErrorInvalidContext = 201,
   kErrorInvalidHandle = 400,
-  kErrorNotPermitted = 800,
-  kErrorNotSupported = 801,
   kErrorStreamCaptureUnsupported = 900,
 };
+
+// cuMemHostAlloc flags.
+inline constexpr unsigned kMemHostAllocPortable = 0x01;
+inline constexpr unsigned kMemHostAllocDeviceMap = 0x02;
 
 struct Api {
   std::string path;
@@ -50,6 +59,15 @@ struct Api {
   Result (*error_name)(Result, const char**);            // cuGetErrorName
   Result (*error_string)(Result, const char**);          // cuGetErrorString
   Result (*launch_host_func)(Stream, HostFn, void*);     // cuLaunchHostFunc
+  Result (*ctx_get_current)(Context*);                   // cuCtxGetCurrent
+  Result (*module_load_data)(ModuleHandle*, const void*);  // cuModuleLoadData
+  Result (*module_unload)(ModuleHandle);                 // cuModuleUnload
+  Result (*module_get_function)(Function*, ModuleHandle, const char*);  // cuModuleGetFunction
+  Result (*mem_host_alloc)(void**, std::size_t, unsigned);              // cuMemHostAlloc
+  Result (*mem_host_get_device_pointer)(DevicePtr*, void*, unsigned);   // ..._v2
+  Result (*mem_free_host)(void*);                                       // cuMemFreeHost
+  Result (*launch_kernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                          unsigned, Stream, void**, void**);            // cuLaunchKernel
 };
 
 // The library or a required symbol could not be loaded (dynamic_library.hpp).
@@ -71,5 +89,8 @@ const Api& api();
 
 // Enqueues fn(data) on `stream`. Throws Error.
 void launch_host_func(const Api& api, std::uintptr_t stream, HostFn fn, void* data);
+
+// Throws Error unless code is kSuccess.
+void check(const Api& api, Result code, const char* function);
 
 }  // namespace perseus::cuda

@@ -223,6 +223,20 @@ DeviceInfo open_device(const Session& session, int cuda_index) {
   return info;
 }
 
+DeviceInfo open_device_by_uuid(const Session& session, const std::string& uuid) {
+  const Api& a = session.api();
+  DeviceInfo info;
+  info.cuda_index = -1;
+  const Return rc = a.handle_by_uuid(uuid.c_str(), &info.handle);
+  if (rc == kErrorNotFound || rc == kErrorInvalidArgument)
+    throw std::out_of_range("no GPU has the UUID '" + uuid + "'");
+  check(a, rc, "nvmlDeviceGetHandleByUUID");
+  check(a, a.device_index(info.handle, &info.nvml_index), "nvmlDeviceGetIndex");
+  info.name = read_string(a, a.device_name, info.handle, "nvmlDeviceGetName");
+  info.uuid = read_string(a, a.device_uuid, info.handle, "nvmlDeviceGetUUID");
+  return info;
+}
+
 std::vector<unsigned> supported_memory_clocks(const Api& a, Device device) {
   return clock_list(a, "nvmlDeviceGetSupportedMemoryClocks", [&](unsigned* n, unsigned* out) {
     return a.supported_memory_clocks(device, n, out);

@@ -34,7 +34,9 @@ using Return = int;                  // nvmlReturn_t
 struct DeviceOpaque;                 // struct nvmlDevice_st
 using Device = DeviceOpaque*;        // nvmlDevice_t
 
-enum : Return {
+// The return codes perseus names (nvmlReturn_t values). Unscoped, so that
+// they compare with the plain Return that NVML hands back.
+enum ReturnCode : Return {
   kSuccess = 0,
   kErrorUninitialized = 1,
   kErrorInvalidArgument = 2,
@@ -50,6 +52,29 @@ enum : Return {
   kErrorLibRmVersionMismatch = 18,
   kErrorInUse = 19,
   kErrorUnknown = 999,
+};
+
+// nvml.h's names without the NVML_ prefix, for Python's NvmlReturn enum.
+struct ReturnCodeName {
+  ReturnCode code;
+  const char* name;
+};
+inline constexpr ReturnCodeName kReturnCodeNames[] = {
+    {kSuccess, "SUCCESS"},
+    {kErrorUninitialized, "ERROR_UNINITIALIZED"},
+    {kErrorInvalidArgument, "ERROR_INVALID_ARGUMENT"},
+    {kErrorNotSupported, "ERROR_NOT_SUPPORTED"},
+    {kErrorNoPermission, "ERROR_NO_PERMISSION"},
+    {kErrorNotFound, "ERROR_NOT_FOUND"},
+    {kErrorInsufficientSize, "ERROR_INSUFFICIENT_SIZE"},
+    {kErrorDriverNotLoaded, "ERROR_DRIVER_NOT_LOADED"},
+    {kErrorLibraryNotFound, "ERROR_LIBRARY_NOT_FOUND"},
+    {kErrorFunctionNotFound, "ERROR_FUNCTION_NOT_FOUND"},
+    {kErrorGpuIsLost, "ERROR_GPU_IS_LOST"},
+    {kErrorResetRequired, "ERROR_RESET_REQUIRED"},
+    {kErrorLibRmVersionMismatch, "ERROR_LIB_RM_VERSION_MISMATCH"},
+    {kErrorInUse, "ERROR_IN_USE"},
+    {kErrorUnknown, "ERROR_UNKNOWN"},
 };
 
 enum ClockType : unsigned {  // nvmlClockType_t
@@ -132,7 +157,7 @@ class Session {
 
 // One GPU as CUDA numbers it (see the preamble). Needs a live Session.
 struct DeviceInfo {
-  int cuda_index = 0;       // what the caller asked for
+  int cuda_index = 0;       // what the caller asked for; -1 when opened by UUID
   unsigned nvml_index = 0;  // NVML's (PCI order) index
   Device handle = nullptr;
   std::string name;
@@ -143,6 +168,10 @@ struct DeviceInfo {
 int visible_device_count(const Session& session);
 // Throws std::out_of_range if no such visible device, Error on NVML errors.
 DeviceInfo open_device(const Session& session, int cuda_index);
+// The GPU with this UUID, whatever CUDA_VISIBLE_DEVICES says (the clock
+// watchdog resets GPUs by UUID, which no renumbering changes). Throws
+// std::out_of_range if no GPU has it, Error on other NVML errors.
+DeviceInfo open_device_by_uuid(const Session& session, const std::string& uuid);
 
 // Supported clocks in MHz, ascending. An empty vector when NVML says the
 // query is not supported on this device; other errors throw.

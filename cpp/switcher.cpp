@@ -1,11 +1,15 @@
 #include "switcher.hpp"
 
+#include "clock_locks.hpp"
+
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <stdexcept>
@@ -89,20 +93,64 @@ std::int64_t elapsed_since(std::int64_t start) { return nvml::now_ns() - start; 
 
 }  // namespace
 
-const char* switch_source_name(SwitchSource source) {
-  switch (source) {
-    case SwitchSource::kSet: return "set";
-    case SwitchSource::kStream: return "stream";
-    case SwitchSource::kReset: return "reset";
-    case SwitchSource::kClose: return "close";
-    case SwitchSource::kRecovery: return "recovery";
-  }
-  return "unknown";
+namespace {
+
+std::string shown_or(const char* shown, long long value) {
+  return shown != nullptr ? std::string(shown) : std::to_string(value);
+}
+
+// `shown` comes only with a value too large for a long long: always outside.
+bool outside(long long value, long long lo, long long hi, const char* shown) {
+  return shown != nullptr || value < lo || value > hi;
+}
+
+}  // namespace
+
+unsigned check_clock_mhz(long long mhz, const char* argument, const char* shown) {
+  if (outside(mhz, 1, kMaxClockMhz, shown))
+    throw std::invalid_argument(std::string(argument) + " must be a positive number of MHz (at most " +
+                                std::to_string(kMaxClockMhz) + "), got " + shown_or(shown, mhz));
+  return static_cast<unsigned>(mhz);
+}
+
+int check_device(long long device, const char* argument, const char* shown) {
+  if (shown == nullptr && device < 0)
+    throw std::out_of_range(std::string(argument) + " must be a CUDA device index >= 0, got " +
+                            shown_or(shown, device));
+  if (outside(device, 0, INT_MAX, shown)) throw std::out_of_range("no GPU " + shown_or(shown, device));
+  return static_cast<int>(device);
+}
+
+std::size_t check_record_capacity(long long capacity, const char* argument, const char* shown) {
+  if (outside(capacity, 1, kMaxRecordCapacity, shown))
+    throw std::invalid_argument(std::string(argument) + " must be between 1 and " +
+                                std::to_string(kMaxRecordCapacity) + " records, got " +
+                                shown_or(shown, capacity));
+  return static_cast<std::size_t>(capacity);
+}
+
+std::uintptr_t check_stream(long long stream, const char* argument, const char* shown) {
+  if (outside(stream, 0, LLONG_MAX, shown))
+    throw std::invalid_argument(std::string(argument) +
+                                " must be a CUstream handle (an address, 0 to 2**63 - 1), got " +
+                                shown_or(shown, stream));
+  return static_cast<std::uintptr_t>(stream);
+}
+
+std::int64_t check_timeout_s(double timeout_s, const char* argument) {
+  if (!(timeout_s >= 0))  // also NaN
+    throw std::invalid_argument(std::string(argument) +
+                                " must be >= 0 seconds (None waits forever), got " +
+                                std::to_string(timeout_s));
+  if (std::isinf(timeout_s) || timeout_s >= 9.2e9) return -1;  // past int64 ns: forever
+  return static_cast<std::int64_t>(timeout_s * 1e9);
 }
 
 FrequencySwitcher::FrequencySwitcher(const SwitcherOptions& options)
-    : options_(options), shared_(nullptr), owner_pid_(static_cast<long>(getpid())) {
-  if (options.record_capacity == 0) throw std::invalid_argument("record_capacity must be >= 1");
+    : shared_(nullptr), owner_pid_(static_cast<long>(getpid())) {
+  check_device(options.device, "device");
+  check_record_capacity(static_cast<long long>(options.record_capacity), "record_capacity");
+  if (options.memory_mhz != 0) check_clock_mhz(options.memory_mhz, "memory_mhz");
   session_ = std::make_unique<nvml::Session>();
   const nvml::Api& api = session_->api();
   device_ = nvml::open_device(*session_, options.device);
@@ -183,7 +231,7 @@ void FrequencySwitcher::throw_if_failed_locked() {
 }
 
 unsigned FrequencySwitcher::set(unsigned mhz) {
-  if (mhz == 0) throw std::invalid_argument("a clock must be > 0 MHz (use reset() for default clocks)");
+  check_clock_mhz(mhz, "mhz");
   const unsigned target = snap(mhz);
   bool changed = false;
   {
@@ -196,7 +244,7 @@ unsigned FrequencySwitcher::set(unsigned mhz) {
 }
 
 unsigned FrequencySwitcher::set_on_stream(std::uintptr_t stream, unsigned mhz) {
-  if (mhz == 0) throw std::invalid_argument("a clock must be > 0 MHz");
+  check_clock_mhz(mhz, "mhz");
   const unsigned target = snap(mhz);
   const cuda::Api* api = cuda_.load(std::memory_order_acquire);
   if (api == nullptr) {
@@ -284,6 +332,11 @@ bool FrequencySwitcher::closed() const {
   return shared_->stopping;
 }
 
+unsigned FrequencySwitcher::target_mhz() const {
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->desired;
+}
+
 bool FrequencySwitcher::failed() const {
   const std::lock_guard<std::mutex> lock(shared_->mutex);
   return shared_->failed;
@@ -293,16 +346,36 @@ int FrequencySwitcher::pending_stream_callbacks() const {
   return shared_->inflight.load(std::memory_order_acquire);
 }
 
-std::vector<SwitchRecord> FrequencySwitcher::records(std::uint64_t* dropped) const {
-  const std::lock_guard<std::mutex> lock(shared_->records_mutex);
-  const Shared& s = *shared_;
-  std::vector<SwitchRecord> out;
-  out.reserve(s.ring_count);
-  const std::size_t cap = s.ring.size();
-  const std::size_t first = (s.ring_next + cap - s.ring_count) % cap;
-  for (std::size_t k = 0; k < s.ring_count; ++k) out.push_back(s.ring[(first + k) % cap]);
-  if (dropped != nullptr) *dropped = s.dropped;
-  return out;
+SwitchLog FrequencySwitcher::records() const {
+  std::vector<SwitchRecord> rows;
+  SwitchLog log;
+  {
+    const std::lock_guard<std::mutex> lock(shared_->records_mutex);
+    const Shared& s = *shared_;
+    rows.reserve(s.ring_count);
+    const std::size_t cap = s.ring.size();
+    const std::size_t first = (s.ring_next + cap - s.ring_count) % cap;
+    for (std::size_t k = 0; k < s.ring_count; ++k) rows.push_back(s.ring[(first + k) % cap]);
+    log.dropped = s.dropped;
+  }
+  const std::size_t n = rows.size();
+  log.time_ns.resize(n);
+  log.requested_ns.resize(n);
+  log.latency_ns.resize(n);
+  log.requested_mhz.resize(n);
+  log.applied_mhz.resize(n);
+  log.status.resize(n);
+  log.source.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    log.time_ns[i] = rows[i].time_ns;
+    log.requested_ns[i] = rows[i].requested_ns;
+    log.latency_ns[i] = rows[i].latency_ns;
+    log.requested_mhz[i] = rows[i].requested_mhz;
+    log.applied_mhz[i] = rows[i].applied_mhz;
+    log.status[i] = rows[i].status;
+    log.source[i] = static_cast<std::uint8_t>(rows[i].source);
+  }
+  return log;
 }
 
 void FrequencySwitcher::record(const SwitchRecord& r) {
@@ -334,34 +407,27 @@ std::string FrequencySwitcher::fail(nvml::Return code, const char* function, boo
 }
 
 nvml::Return FrequencySwitcher::apply(unsigned target, const char** function) {
-  const nvml::Api& api = session_->api();
   if (target == 0) return unlock_all(function);
-  if (memory_mhz_ != 0 && !memory_locked_) {
+  ClockLocks& locks = ClockLocks::instance();
+  const nvml::Api& api = session_->api();
+  if (memory_mhz_ != 0 && !holds_memory_) {
     *function = "nvmlDeviceSetMemoryLockedClocks";
-    const nvml::Return rc = api.set_memory_locked_clocks(device_.handle, memory_mhz_, memory_mhz_);
+    const nvml::Return rc = locks.lock_memory(this, api, device_, memory_mhz_);
     if (rc != nvml::kSuccess) return rc;
-    memory_locked_ = true;
+    holds_memory_ = dirty_ = true;
   }
   *function = "nvmlDeviceSetGpuLockedClocks";
-  const nvml::Return rc = api.set_gpu_locked_clocks(device_.handle, target, target);
-  if (rc == nvml::kSuccess) gpu_locked_ = true;
+  const nvml::Return rc = locks.lock_sm(this, api, device_, target);
+  if (rc == nvml::kSuccess) dirty_ = true;
   return rc;
 }
 
 nvml::Return FrequencySwitcher::unlock_all(const char** function) {
-  const nvml::Api& api = session_->api();
-  nvml::Return status = nvml::kSuccess;
-  if (gpu_locked_) {
-    const nvml::Return rc = api.reset_gpu_locked_clocks(device_.handle);
-    if (rc == nvml::kSuccess) gpu_locked_ = false;
-    else { status = rc; *function = "nvmlDeviceResetGpuLockedClocks"; }
-  }
-  if (memory_locked_) {
-    const nvml::Return rc = api.reset_memory_locked_clocks(device_.handle);
-    if (rc == nvml::kSuccess) memory_locked_ = false;
-    else if (status == nvml::kSuccess) { status = rc; *function = "nvmlDeviceResetMemoryLockedClocks"; }
-  }
-  return status;
+  if (!dirty_) return nvml::kSuccess;
+  const nvml::Return rc = ClockLocks::instance().release(this, session_->api(), device_, function);
+  holds_memory_ = false;  // released even when a reset failed (ClockLocks retries it)
+  if (rc == nvml::kSuccess) dirty_ = false;
+  return rc;
 }
 
 namespace {
@@ -400,7 +466,7 @@ void FrequencySwitcher::run_worker() {
     const std::uint64_t seq = s.desired_seq;
     const unsigned target = s.desired;
     const SwitchRecord pending{0, s.requested_ns, 0, s.requested, target, 0, s.source};
-    if (target == applied_.load(std::memory_order_relaxed) && (target != 0 || !gpu_locked_)) {
+    if (target == applied_.load(std::memory_order_relaxed) && (target != 0 || !dirty_)) {
       s.done_seq = seq;  // e.g. a, b, a coalesced back to a: nothing to do
       s.idle.notify_all();
       continue;
@@ -412,7 +478,7 @@ void FrequencySwitcher::run_worker() {
     const nvml::Return rc = timed(pending, [&] { return apply(target, &function); });
     nvml::Return reset_rc = nvml::kSuccess;
     const char* reset_function = "";
-    const bool recover = rc != nvml::kSuccess && (gpu_locked_ || memory_locked_);
+    const bool recover = rc != nvml::kSuccess && dirty_;
     if (recover)  // never leave a stale clock behind
       reset_rc = timed(SwitchRecord{0, 0, 0, 0, 0, 0, SwitchSource::kRecovery},
                        [&] { return unlock_all(&reset_function); });
@@ -432,7 +498,7 @@ void FrequencySwitcher::run_worker() {
   }
 
   // Closing: give back whatever this switcher locked.
-  if (gpu_locked_ || memory_locked_) {
+  if (dirty_) {
     s.busy = true;
     lock.unlock();
     const char* function = "";

@@ -27,10 +27,12 @@
 // is raised from the next set(), set_on_stream(), wait_idle() or close().
 //
 // Restoring. The GPU is locked only when the first target arrives, and close()
-// (also run by the destructor) resets what this switcher locked before the
-// worker exits. Interpreter exit and signals are handled by the Python layer,
-// which calls close(). Nothing can run on SIGKILL; `perseus reset-clocks`
-// repairs a GPU afterwards.
+// (also run by the destructor) gives back what this switcher locked before
+// the worker exits. Locks go through the process's ClockLocks
+// (clock_locks.hpp), which counts the switchers holding each GPU, so closing
+// one never unlocks a GPU under another, and which keeps the clock watchdog
+// told which GPUs to reset if the process dies without closing (SIGKILL, a
+// crash). Interpreter exit and signals are handled by the Python layer.
 //
 // fork(). A child process has no worker thread and must not reset its
 // parent's clocks: close() and the destructor in another process than the
@@ -61,6 +63,17 @@ enum class SwitchSource : std::uint8_t {
   kRecovery = 4,  // reset after an NVML error
 };
 
+// Their names, for Python's SwitchSource enum.
+struct SwitchSourceName {
+  SwitchSource source;
+  const char* name;
+};
+inline constexpr SwitchSourceName kSwitchSourceNames[] = {
+    {SwitchSource::kSet, "SET"},       {SwitchSource::kStream, "STREAM"},
+    {SwitchSource::kReset, "RESET"},   {SwitchSource::kClose, "CLOSE"},
+    {SwitchSource::kRecovery, "RECOVERY"},
+};
+
 // One NVML clock call made by the worker. Times are CLOCK_MONOTONIC
 // nanoseconds (comparable with Python's time.monotonic_ns()).
 struct SwitchRecord {
@@ -73,25 +86,60 @@ struct SwitchRecord {
   SwitchSource source;
 };
 
+// The records as columns, oldest first (what Python's SwitchLog holds).
+struct SwitchLog {
+  std::vector<std::int64_t> time_ns;
+  std::vector<std::int64_t> requested_ns;
+  std::vector<std::int64_t> latency_ns;
+  std::vector<std::uint32_t> requested_mhz;
+  std::vector<std::uint32_t> applied_mhz;
+  std::vector<std::int32_t> status;
+  std::vector<std::uint8_t> source;  // SwitchSource values
+  std::uint64_t dropped = 0;         // records that fell out of the ring
+};
+
 struct SwitcherOptions {
   int device = 0;                    // CUDA device index (honours CUDA_VISIBLE_DEVICES)
   unsigned memory_mhz = 0;           // also lock memory clocks at this MHz; 0 leaves them alone
-  std::size_t record_capacity = 1u << 16;  // records kept (oldest dropped first); >= 1
+  std::size_t record_capacity = 1u << 16;  // records kept (oldest dropped first); see below
 };
+
+// ---- Argument rules. The bindings turn Python values into long long (or
+// double) and ask these, so each rule and its wording exist once. Each
+// throws std::invalid_argument (std::out_of_range for device) naming
+// `argument`. `shown` is given only for a value too large for a long long
+// (Python's text of it), which every rule rejects, printing that text.
+
+// No GPU clocks anywhere near 100 GHz: a larger number is a unit mistake.
+inline constexpr long long kMaxClockMhz = 100000;
+// 16 M records (640 MB): beyond that the log is a leak, not a log.
+inline constexpr long long kMaxRecordCapacity = 1LL << 24;
+
+// A clock in MHz: 1..kMaxClockMhz.
+unsigned check_clock_mhz(long long mhz, const char* argument, const char* shown = nullptr);
+// A CUDA device index: 0..INT_MAX (whether that GPU exists is open_device's business).
+int check_device(long long device, const char* argument, const char* shown = nullptr);
+// 1..kMaxRecordCapacity.
+std::size_t check_record_capacity(long long capacity, const char* argument,
+                                  const char* shown = nullptr);
+// A CUstream handle: an address, so 0..2**63-1.
+std::uintptr_t check_stream(long long stream, const char* argument, const char* shown = nullptr);
+// Seconds, >= 0 (infinity: forever); returns nanoseconds, -1 for forever.
+std::int64_t check_timeout_s(double timeout_s, const char* argument);
 
 class FrequencySwitcher {
  public:
   // Opens NVML and the device and reads its supported clocks; locks nothing.
   // Throws nvml::LibraryError, nvml::Error, std::out_of_range (no such
-  // device) or std::invalid_argument (bad options).
+  // device) or std::invalid_argument (bad options, checked as above).
   explicit FrequencySwitcher(const SwitcherOptions& options);
   ~FrequencySwitcher();  // close(), errors swallowed
   FrequencySwitcher(const FrequencySwitcher&) = delete;
   FrequencySwitcher& operator=(const FrequencySwitcher&) = delete;
 
-  // Requests SM clock `mhz` (> 0), snapped to the nearest supported clock,
-  // which is returned. Never waits for NVML. Thread-safe.
-  // Throws std::invalid_argument (mhz == 0), std::logic_error (closed), or
+  // Requests SM clock `mhz` (check_clock_mhz), snapped to the nearest
+  // supported clock, which is returned. Never waits for NVML. Thread-safe.
+  // Throws std::invalid_argument (a bad mhz), std::logic_error (closed), or
   // the worker's NVML error once it has failed.
   unsigned set(unsigned mhz);
 
@@ -117,18 +165,21 @@ class FrequencySwitcher {
   unsigned snap(unsigned mhz) const;
   // Supported SM clocks in MHz, ascending (empty if the GPU does not list them).
   const std::vector<unsigned>& supported_mhz() const { return supported_; }
-  const std::vector<unsigned>& supported_memory_mhz() const { return supported_memory_; }
   unsigned memory_mhz() const { return memory_mhz_; }  // 0 if memory clocks are left alone
   const nvml::DeviceInfo& device() const { return device_; }
   // The SM clock the worker last locked; 0 when the default clocks apply.
+  // (With several switchers on one GPU, the GPU runs at the clock that the
+  // latest of them applied.)
   unsigned applied_mhz() const { return applied_.load(std::memory_order_acquire); }
+  // The latest request, applied or not; 0 for the default clocks.
+  unsigned target_mhz() const;
   bool closed() const;
   bool failed() const;
   // Host functions enqueued but not yet run.
   int pending_stream_callbacks() const;
 
-  // The kept records, oldest first; *dropped gets how many were discarded.
-  std::vector<SwitchRecord> records(std::uint64_t* dropped) const;
+  // The kept records, oldest first.
+  SwitchLog records() const;
 
   struct Shared;  // what the worker, callers and host functions share
 
@@ -137,8 +188,8 @@ class FrequencySwitcher {
   // In a process forked from the owner: forget everything without touching
   // the worker (which does not exist here) or NVML. close_mutex_ held.
   void abandon_after_fork();
-  // Calls NVML for `target` (0: reset). Returns the status and the name of
-  // the failing function. Worker thread only.
+  // Calls NVML (through ClockLocks) for `target` (0: let go). Returns the
+  // status and the name of the failing function. Worker thread only.
   nvml::Return apply(unsigned target, const char** function);
   nvml::Return unlock_all(const char** function);
   void record(const SwitchRecord& r);  // takes the records mutex only
@@ -146,7 +197,6 @@ class FrequencySwitcher {
   std::string fail(nvml::Return code, const char* function, bool at_close);
   void throw_if_failed_locked();                    // mutex held
 
-  SwitcherOptions options_;
   std::unique_ptr<nvml::Session> session_;
   nvml::DeviceInfo device_;
   std::vector<unsigned> supported_;
@@ -157,8 +207,10 @@ class FrequencySwitcher {
   Shared* shared_;  // owned; leaked if host functions are still queued at destruction
                     // or if the object is destroyed in a forked child
   std::atomic<unsigned> applied_{0};
-  bool gpu_locked_ = false;     // worker thread only
-  bool memory_locked_ = false;  // worker thread only
+  bool holds_memory_ = false;  // this switcher holds a memory lock; worker thread only
+  // Something this switcher locked may still be locked (a hold, or a reset
+  // that failed and is retried at close); worker thread only.
+  bool dirty_ = false;
 
   std::mutex close_mutex_;
   bool closed_ = false;     // guarded by close_mutex_
@@ -166,7 +218,5 @@ class FrequencySwitcher {
   long owner_pid_;          // the process that created the worker
   std::unique_ptr<std::thread> worker_;
 };
-
-const char* switch_source_name(SwitchSource source);
 
 }  // namespace perseus

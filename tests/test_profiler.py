@@ -310,6 +310,53 @@ def test_measure_blocking_power_alone(nvml):
         measure_blocking_power(0, mode="cpu", window_s=0)
 
 
+def test_driver_wait_kernel_runs_through_the_cuda_loader(nvml, fake_libraries):
+    """The no-CuPy path of the blocking-power kernel, on the fake driver (which runs
+    "perseus_wait" as the PTX would: poll the flag, then store spins and seen)."""
+    import ctypes
+
+    from perseus.profiler._blocking import _BUFFER_BYTES, _DriverWaiter
+
+    stream = 0xB10C
+    waiter = _DriverWaiter(stream)
+    try:
+        assert ctypes.string_at(waiter.host, _BUFFER_BYTES) == bytes(_BUFFER_BYTES)  # zeroed
+        flag = ctypes.c_int32.from_address(waiter.host)
+        waiter.launch(int(10e9))
+        time.sleep(0.05)
+        flag.value = 1
+        assert fake_libraries.cuda.fake_cuda_synchronize(stream, 5000) == 0
+        spins = ctypes.c_uint64.from_address(waiter.host + 8).value
+        seen = ctypes.c_uint64.from_address(waiter.host + 16).value
+        assert seen == 1 and spins > 1
+        # A flag nobody sets: the kernel gives up after its timeout.
+        flag.value = 0
+        waiter.launch(int(20e6))
+        assert fake_libraries.cuda.fake_cuda_synchronize(stream, 5000) == 0
+        assert ctypes.c_uint64.from_address(waiter.host + 16).value == 0
+    finally:
+        waiter.close()
+    waiter.close()  # idempotent
+
+
+def test_driver_wait_kernel_errors_are_profiler_errors(nvml, fake_libraries, monkeypatch):
+    from perseus.profiler._blocking import _DriverWaiter
+
+    nvml.configure(fake_cuda_no_context=1)
+    with pytest.raises(
+        ProfilerError, match=r"CUDA_ERROR_INVALID_CONTEXT.*No CUDA context is current"
+    ):
+        _DriverWaiter(0)
+    monkeypatch.delenv("FAKE_CUDA_NO_CONTEXT")
+    nvml.configure(fake_cuda_fail="cuLaunchKernel=400")
+    waiter = _DriverWaiter(0)
+    try:
+        with pytest.raises(ProfilerError, match="cuLaunchKernel: CUDA_ERROR_INVALID_HANDLE"):
+            waiter.launch(1000)
+    finally:
+        waiter.close()
+
+
 def test_unlocked_profiles_once_at_the_default_clock(nvml, fake_libraries, tmp_path):
     result = profile_stages(
         stages(fake_libraries, 2), tmp_path / "p.csv", lock_clocks=False, **FAST

@@ -29,15 +29,16 @@ import pytest
 from perseus import _core
 from perseus.cli import main as cli_main
 from perseus.switcher import (
-    SOURCES,
     ClockSnapWarning,
     CudaError,
     FrequencySwitcher,
     LibraryLoadError,
     NvmlDevice,
     NvmlError,
+    NvmlReturn,
     SwitchLog,
     SwitchRecord,
+    SwitchSource,
     reset_clocks,
 )
 
@@ -70,13 +71,18 @@ def test_set_returns_at_once_and_worker_applies(fake_nvml):
         assert sw.set(1500) == 1500
         elapsed = time.perf_counter() - t0
         assert elapsed < 0.015, f"set() waited {elapsed * 1e3:.1f} ms for a 30 ms NVML call"
-        assert sw.wait(timeout=5)
+        assert sw.wait(timeout_s=5)
         assert sw.applied_mhz == 1500
         assert fake_nvml.locked(0) == 1500
         log = sw.records()
         assert len(log) == 1
         r = log[0]
-        assert (r.requested_mhz, r.applied_mhz, r.status, r.source) == (1500, 1500, 0, "set")
+        assert (r.requested_mhz, r.applied_mhz, r.status, r.source) == (
+            1500,
+            1500,
+            0,
+            SwitchSource.SET,
+        )
         assert r.latency_ns >= 30e6
         assert r.requested_ns <= r.time_ns - r.latency_ns
     assert fake_nvml.locked(0) == 0
@@ -99,7 +105,7 @@ def test_requests_coalesce_to_the_latest(fake_nvml):
         wait_until(lambda: fake_nvml.calls("nvmlDeviceSetGpuLockedClocks") == 1)  # worker busy
         for mhz in (1410, 1305, 1200):
             sw.set(mhz)
-        assert sw.wait(timeout=5)
+        assert sw.wait(timeout_s=5)
         applied = [
             args[1] for fn, args, _ in fake_nvml.clock_calls() if fn.startswith("nvmlDeviceSet")
         ]
@@ -129,7 +135,11 @@ def test_reset_gives_default_clocks_and_relocks_later(fake_nvml):
         sw.set(1200)
         sw.wait()
         assert fake_nvml.locked(0) == 1200
-        assert [r.source for r in sw.records()] == ["set", "reset", "set"]
+        assert [r.source for r in sw.records()] == [
+            SwitchSource.SET,
+            SwitchSource.RESET,
+            SwitchSource.SET,
+        ]
 
 
 def test_unsupported_clock_snaps_with_one_warning(fake_nvml):
@@ -174,6 +184,118 @@ def test_invalid_arguments(fake_nvml):
         assert sw.set(np.int64(1500)) == 1500
 
 
+NOT_AN_INTEGER = [
+    pytest.param(True, TypeError, "must be an integer, not bool", id="True"),
+    pytest.param(np.bool_(True), TypeError, "must be an integer, not bool", id="numpy-bool"),
+    pytest.param(1500.0, TypeError, r"must be an integer, not float \(1500.0\)", id="float"),
+    pytest.param(float("nan"), TypeError, "must be an integer, not float", id="nan"),
+    pytest.param(
+        np.float32(1500), TypeError, "must be an integer, not numpy.float32", id="np-float"
+    ),
+    pytest.param("1500", TypeError, "must be an integer, not str", id="str"),
+    pytest.param(None, TypeError, "must be an integer, not NoneType", id="None"),
+]
+OUT_OF_RANGE_MHZ = [
+    pytest.param(
+        0, ValueError, r"must be a positive number of MHz \(at most 100000\), got 0$", id="0"
+    ),
+    pytest.param(100001, ValueError, "got 100001", id="100 GHz"),
+    pytest.param(2**32, ValueError, "got 4294967296", id="2**32"),
+    pytest.param(2**32 + 1500, ValueError, "got 4294968796", id="2**32+1500"),
+    pytest.param(-(2**70), ValueError, "got -1180591620717411303424", id="-2**70"),
+    pytest.param(2**100, ValueError, "got 1267650600228229401496703205376", id="2**100"),
+]
+
+
+@pytest.mark.parametrize(("value", "error", "message"), NOT_AN_INTEGER + OUT_OF_RANGE_MHZ)
+def test_clock_arguments_are_checked(fake_nvml, value, error, message):
+    def raises(argument):
+        return pytest.raises(error, match=f"^{argument} .*{message}")
+
+    with FrequencySwitcher(0) as sw:
+        with raises("mhz"):
+            sw.set(value)
+        with raises("mhz"):
+            sw.set_on_stream(STREAM, value)
+        with raises("mhz"):
+            sw.snap(value)
+        with raises("min_mhz"):
+            NvmlDevice(0).set_locked_clocks(value, 1500)
+        with raises("max_mhz"):
+            NvmlDevice(0).set_locked_clocks(1500, value)
+    if value is not None:  # None leaves memory clocks alone
+        with raises("memory_mhz"):
+            FrequencySwitcher(0, memory_mhz=value)
+    # Nothing was locked: before the fix, True locked 210 MHz and 2**32 + 1500 locked 1500.
+    assert fake_nvml.clock_calls() == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"device": True}, TypeError, "^device must be an integer, not bool"),
+        ({"device": 0.0}, TypeError, "^device must be an integer, not float"),
+        ({"device": -1}, IndexError, "^device must be a CUDA device index >= 0, got -1"),
+        ({"device": 2**40}, IndexError, "^no GPU 1099511627776"),
+        ({"device": 2**80}, IndexError, "^no GPU 1208925819614629174706176"),
+        ({"record_capacity": True}, TypeError, "^record_capacity must be an integer, not bool"),
+        ({"record_capacity": -1}, ValueError, "^record_capacity must be between 1 and 16777216"),
+        ({"record_capacity": 2**24 + 1}, ValueError, "^record_capacity must be between 1"),
+        ({"record_capacity": 2**64}, ValueError, "got 18446744073709551616"),
+    ],
+)
+def test_constructor_arguments_are_checked(fake_nvml, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        FrequencySwitcher(**kwargs)
+    assert fake_nvml.init_count() == 0  # nothing left open
+
+
+def test_other_arguments_are_checked(fake_nvml):
+    with FrequencySwitcher(0) as sw:
+        for bad in (True, -1, 2**64):
+            with pytest.raises((TypeError, ValueError), match="^stream "):
+                sw.set_on_stream(bad, 1500)
+        for bad, error in ((-1.0, ValueError), (float("nan"), ValueError), (True, TypeError)):
+            with pytest.raises(error, match="^timeout_s "):
+                sw.wait(timeout_s=bad)
+        with pytest.raises(TypeError, match="^timeout_s must be a number of seconds or None"):
+            sw.wait(timeout_s="1")
+        assert sw.wait(timeout_s=float("inf")) and sw.wait(timeout_s=0) and sw.wait(timeout_s=2)
+    with pytest.raises(TypeError, match="^index must be an integer, not bool"):
+        NvmlDevice(True)
+    with pytest.raises(ValueError, match=r"min_mhz \(1500\) must not exceed max_mhz \(1005\)"):
+        NvmlDevice(0).set_locked_clocks(1500, 1005)
+    with pytest.raises(ValueError, match="^memory_mhz must be a positive"):
+        NvmlDevice(0).supported_graphics_clocks(memory_mhz=0)
+
+
+def test_wait_timeout_is_a_deprecated_alias_of_timeout_s(fake_nvml, monkeypatch):
+    monkeypatch.setattr(perseus.switcher, "_timeout_warned", False)
+    with FrequencySwitcher(0) as sw:
+        with pytest.warns(DeprecationWarning, match=r"wait\(timeout=...\) is deprecated"):
+            assert sw.wait(timeout=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once only
+            assert sw.wait(timeout=1)
+        with pytest.raises(TypeError, match="timeout_s only"):
+            sw.wait(1, timeout=1)
+
+
+def test_enums_come_from_the_core(fake_nvml):
+    assert int(NvmlReturn.ERROR_NO_PERMISSION) == 4
+    assert NvmlReturn.ERROR_NOT_SUPPORTED == 3  # an int enum: compares with NvmlError.code
+    assert [m.name for m in sorted(SwitchSource.__members__.values(), key=int)] == [
+        "SET",
+        "STREAM",
+        "RESET",
+        "CLOSE",
+        "RECOVERY",
+    ]
+    assert not hasattr(perseus.switcher, "SOURCES") and not hasattr(
+        perseus.switcher, "_NVML_NOT_SUPPORTED"
+    )
+
+
 def test_garbage_collected_switcher_resets(fake_nvml):
     sw = FrequencySwitcher(0)
     sw.set(1500)
@@ -205,7 +327,8 @@ def test_records_are_bounded(fake_nvml):
     assert all(isinstance(r, SwitchRecord) for r in rows)
     with pytest.raises(AttributeError):
         rows[0].applied_mhz = 1  # frozen
-    assert set(SOURCES) >= {r.source for r in rows}
+    assert all(isinstance(r.source, SwitchSource) for r in rows)
+    assert np.all(log.source == int(SwitchSource.SET))
 
 
 def test_memory_clock_is_locked_and_given_back(fake_nvml):
@@ -217,6 +340,60 @@ def test_memory_clock_is_locked_and_given_back(fake_nvml):
         sw.wait()
         assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (1500, 2619)
     assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (0, 0)
+
+
+def test_two_switchers_on_one_gpu_share_its_lock(fake_nvml):
+    fake_nvml.configure(mem_clocks="2619,1593")
+    a, b = FrequencySwitcher(0, memory_mhz=1593), FrequencySwitcher(0)
+    a.set(1500)
+    a.wait()
+    b.set(1200)
+    b.wait()
+    assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (1200, 1593)  # the latest wins
+    a.close()  # b still holds GPU 0: its clock stays; a's memory lock goes
+    assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (1200, 0)
+    assert b.set(1305) == 1305 and b.wait()
+    assert fake_nvml.locked(0) == 1305
+    b.close()
+    assert fake_nvml.locked(0) == 0
+
+
+def test_releasing_the_latest_clock_gives_back_the_other_holders(fake_nvml):
+    a, b = FrequencySwitcher(0), FrequencySwitcher(0)
+    a.set(1500)
+    a.wait()
+    b.set(1200)
+    b.wait()
+    b.reset()  # b let go; a is the only holder left, and gets its 1500 MHz back
+    b.wait()
+    assert fake_nvml.locked(0) == 1500
+    b.set(1005)
+    b.wait()
+    a.close()
+    assert fake_nvml.locked(0) == 1005  # a was not the latest: nothing to give back
+    b.close()
+    assert fake_nvml.locked(0) == 0
+    resets = [fn for fn, _, _ in fake_nvml.clock_calls() if fn == "nvmlDeviceResetGpuLockedClocks"]
+    assert resets == ["nvmlDeviceResetGpuLockedClocks"]  # only when the last holder let go
+
+
+def test_a_switcher_that_never_locked_does_not_unlock_another(fake_nvml):
+    a = FrequencySwitcher(0)
+    a.set(1500)
+    a.wait()
+    with FrequencySwitcher(0) as b:  # e.g. a profiler's, which fails before it locks anything
+        assert b.applied_mhz is None
+    assert fake_nvml.locked(0) == 1500
+    a.close()
+    assert fake_nvml.locked(0) == 0
+
+
+def test_nvml_device_by_uuid_ignores_cuda_visible_devices(fake_nvml, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    gpu = NvmlDevice.from_uuid("GPU-fa4e0001-0000-0000-0000-000000000001")
+    assert (gpu.index, gpu.nvml_index, gpu.name) == (-1, 1, "Fake NVIDIA H200")
+    with pytest.raises(IndexError, match="no GPU has the UUID 'GPU-nope'"):
+        NvmlDevice.from_uuid("GPU-nope")
 
 
 def test_nvml_device_reads_clocks_and_energy(fake_nvml):
@@ -326,7 +503,7 @@ def test_wait_raises_worker_error(fake_nvml):
     with FrequencySwitcher(0) as sw:
         sw.set(1500)
         with pytest.raises(NvmlError, match="Insufficient Permissions"):
-            sw.wait(timeout=5)
+            sw.wait(timeout_s=5)
 
 
 def test_error_after_a_lock_resets_at_once(fake_nvml):
@@ -339,7 +516,11 @@ def test_error_after_a_lock_resets_at_once(fake_nvml):
     wait_until(lambda: sw.failed)
     wait_until(lambda: len(sw.records()) == 3)
     assert fake_nvml.locked(0) == 0  # no stale lock left behind
-    assert [r.source for r in sw.records()] == ["set", "set", "recovery"]
+    assert [r.source for r in sw.records()] == [
+        SwitchSource.SET,
+        SwitchSource.SET,
+        SwitchSource.RECOVERY,
+    ]
     with pytest.raises(NvmlError):
         sw.close()
     assert fake_nvml.locked(0) == 0
@@ -425,7 +606,7 @@ def test_many_threads_calling_set(fake_nvml):
             t.join()
         assert errors == []
         sw.set(1605)
-        assert sw.wait(timeout=5)
+        assert sw.wait(timeout_s=5)
         assert fake_nvml.locked(0) == 1605 and sw.applied_mhz == 1605
         log = sw.records()
         assert np.all(log.status == 0)
@@ -451,13 +632,13 @@ def test_stream_switch_lands_between_kernels(fake_nvml, fake_libraries):
         cuda.fake_cuda_launch_kernel(STREAM, 1_000, 3)
         assert fake_nvml.locked(0) == 0  # the GPU has not reached the first point yet
         assert cuda.fake_cuda_synchronize(STREAM, 5000) == 0
-        assert sw.wait(timeout=5)
+        assert sw.wait(timeout_s=5)
         events = {(e, i): t for t, e, i in fake_nvml.cuda_log()}
         log = sw.records()
     assert t_returned - t0 < 20e6
     assert t_returned < events["kernel_end", 1]
     assert list(log.applied_mhz[:2]) == [1500, 1200]
-    assert [r.source for r in log][:2] == ["stream", "stream"]
+    assert [r.source for r in log][:2] == [SwitchSource.STREAM] * 2
     # Each target was handed over after the kernel before it and before the one after it.
     assert events["kernel_end", 1] <= log.requested_ns[0] <= events["kernel_start", 2]
     assert events["kernel_end", 2] <= log.requested_ns[1] <= events["kernel_start", 3]
@@ -477,7 +658,7 @@ def test_stream_switch_waits_for_the_gpu(fake_nvml, fake_libraries):
             sw.set_on_stream(STREAM, 1500)
             assert sw._native.pending_stream_callbacks == 1
             time.sleep(0.05)
-            assert sw.wait(timeout=1) and fake_nvml.locked(0) == 0
+            assert sw.wait(timeout_s=1) and fake_nvml.locked(0) == 0
             cuda.fake_cuda_pause(STREAM, 0)
             assert cuda.fake_cuda_synchronize(STREAM, 5000) == 0
             assert sw._native.pending_stream_callbacks == 0
@@ -566,7 +747,7 @@ def test_stream_order_on_a_real_gpu(monkeypatch, capfd):  # pragma: no cover - G
         torch.cuda.synchronize()
         t_done = time.monotonic_ns()
         try:
-            sw.wait(timeout=10)
+            sw.wait(timeout_s=10)
         except NvmlError as error:
             assert error.code in (3, 4)  # NOT_SUPPORTED / NO_PERMISSION here
         log = sw.records()
@@ -576,51 +757,62 @@ def test_stream_order_on_a_real_gpu(monkeypatch, capfd):  # pragma: no cover - G
         except NvmlError:
             pass
     capfd.readouterr()
-    assert len(log) >= 1 and log[0].applied_mhz == target and log[0].source == "stream"
+    assert len(log) >= 1 and log[0].applied_mhz == target and log[0].source == SwitchSource.STREAM
     assert t_enqueued < log[0].requested_ns <= t_done
 
 
 # ---- restoring clocks when the process ends ---------------------------------------
+#
+# Each scenario runs in a real child process that dies for real. The fake NVML
+# keeps the locked clocks in a state file (FAKE_NVML_STATE) that outlives the
+# child, and logs every call with the caller's pid, so a test can tell whether
+# the child reset its clocks itself or its watchdog did. The watchdog inherits
+# the child's stderr, so Child.finish() returns only once the watchdog is done.
 
 SCRIPT_HEAD = """
-import ctypes, os, signal, sys, threading, time
+import ctypes, os, resource, signal, sys, threading, time
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGQUIT: no core file
 import perseus
+from perseus import switcher as _switcher
 fake = ctypes.CDLL(os.environ["PERSEUS_NVML_LIBRARY"])
+def ready():
+    print("watchdog", _switcher._watchdog.pid, flush=True)
+    print("ready", flush=True)
 """
 
+LOCK_GPU0 = """
+sw = perseus.FrequencySwitcher(0)
+sw.set(1500); sw.wait()
+"""
+
+
+def body(*parts: str) -> str:
+    """Script parts, each dedented on its own, one after the other."""
+    return "\n".join(textwrap.dedent(part) for part in parts)
+
+
+# name: (body, signal to send after "ready" or None, expected exit codes, who resets)
 SCENARIOS = {
-    # name: (body, signal to send after "ready" or None, expected return codes)
-    "interpreter-exit": (
-        """
-        sw = perseus.FrequencySwitcher(0)
-        sw.set(1500); sw.wait()
-        print("ready", flush=True)
-        """,
-        None,
-        (0,),
-    ),
+    "interpreter-exit": (body(LOCK_GPU0, "ready()"), None, (0,), "self"),
     "uncaught-exception": (
-        """
-        sw = perseus.FrequencySwitcher(0)
-        sw.set(1500); sw.wait()
-        print("ready", flush=True)
-        raise ValueError("training step failed")
-        """,
+        body(LOCK_GPU0, 'ready()\nraise ValueError("training step failed")'),
         None,
         (1,),
+        "self",
     ),
     "exception-in-with": (
         """
         try:
             with perseus.FrequencySwitcher(0) as sw:
                 sw.set(1500); sw.wait()
-                print("ready", flush=True)
+                ready()
                 raise ValueError("training step failed")
         except ValueError:
             print("clock after with:", fake.fake_nvml_locked_clock(0), flush=True)
         """,
         None,
         (0,),
+        "self",
     ),
     "created-in-a-thread": (
         """
@@ -628,48 +820,107 @@ SCENARIOS = {
         t = threading.Thread(target=lambda: box.append(perseus.FrequencySwitcher(0)))
         t.start(); t.join()
         box[0].set(1500); box[0].wait()
-        print("ready", flush=True)
+        ready()
         """,
         None,
         (0,),
+        "self",
     ),
     "sigterm": (
+        body(LOCK_GPU0, "ready()\ntime.sleep(30)"),
+        signal.SIGTERM,
+        (-signal.SIGTERM,),
+        "self",
+    ),
+    "sighup": (
+        body(LOCK_GPU0, "ready()\ntime.sleep(30)"),
+        signal.SIGHUP,
+        (-signal.SIGHUP,),
+        "self",
+    ),
+    "sigquit": (
+        body(LOCK_GPU0, "ready()\ntime.sleep(30)"),
+        signal.SIGQUIT,
+        (-signal.SIGQUIT,),
+        "self",
+    ),
+    "sigterm-chains-to-user-handler": (
+        body(
+            """
+            def handler(signum, frame):
+                print("user handler; clock:", fake.fake_nvml_locked_clock(0), flush=True)
+                sys.exit(3)
+            signal.signal(signal.SIGTERM, handler)
+            """,
+            LOCK_GPU0,
+            "ready()\ntime.sleep(30)",
+        ),
+        signal.SIGTERM,
+        (3,),
+        "self",
+    ),
+    "sigint-uncaught": (
+        body(
+            LOCK_GPU0,
+            """
+            ready()
+            try:
+                time.sleep(30)
+            except KeyboardInterrupt:
+                print("KeyboardInterrupt; clock:", fake.fake_nvml_locked_clock(0), flush=True)
+                raise
+            """,
+        ),
+        signal.SIGINT,
+        (-signal.SIGINT, 1),
+        "self",
+    ),
+    "sigint-made-fatal": (
+        body("signal.signal(signal.SIGINT, signal.SIG_DFL)", LOCK_GPU0, "ready()\ntime.sleep(30)"),
+        signal.SIGINT,
+        (-signal.SIGINT,),
+        "self",
+    ),
+    "sigterm-first-switcher-made-off-the-main-thread": (
         """
-        sw = perseus.FrequencySwitcher(0)
-        sw.set(1500); sw.wait()
-        print("ready", flush=True)
+        box = []
+        t = threading.Thread(target=lambda: box.append(perseus.FrequencySwitcher(0)))
+        t.start(); t.join()
+        # The main thread installs the handlers at its next Python instruction.
+        print("handler:", signal.getsignal(signal.SIGTERM).__name__, flush=True)
+        box[0].set(1500); box[0].wait()
+        ready()
         time.sleep(30)
         """,
         signal.SIGTERM,
         (-signal.SIGTERM,),
+        "self",
     ),
-    "sigterm-chains-to-user-handler": (
+    "sigkill": (
+        body(LOCK_GPU0, "ready()\ntime.sleep(30)"),
+        signal.SIGKILL,
+        (-signal.SIGKILL,),
+        "watchdog",
+    ),
+    "os-exit": (body(LOCK_GPU0, "ready()\nos._exit(7)"), None, (7,), "watchdog"),
+    "segfault": (
+        body(LOCK_GPU0, "ready()\nctypes.string_at(0)"),
+        None,
+        (-signal.SIGSEGV,),
+        "watchdog",
+    ),
+    "abort": (body(LOCK_GPU0, "ready()\nos.abort()"), None, (-signal.SIGABRT,), "watchdog"),
+    "sigkill-after-one-of-two-switchers-closed": (
         """
-        def handler(signum, frame):
-            print("user handler; clock:", fake.fake_nvml_locked_clock(0), flush=True)
-            sys.exit(3)
-        signal.signal(signal.SIGTERM, handler)
-        sw = perseus.FrequencySwitcher(0)
-        sw.set(1500); sw.wait()
-        print("ready", flush=True)
+        a, b = perseus.FrequencySwitcher(0), perseus.FrequencySwitcher(0)
+        a.set(1500); a.wait(); b.set(1410); b.wait()
+        b.close()  # a still holds GPU 0: the watchdog must still reset it
+        ready()
         time.sleep(30)
         """,
-        signal.SIGTERM,
-        (3,),
-    ),
-    "sigint": (
-        """
-        sw = perseus.FrequencySwitcher(0)
-        sw.set(1500); sw.wait()
-        print("ready", flush=True)
-        try:
-            time.sleep(30)
-        except KeyboardInterrupt:
-            print("KeyboardInterrupt; clock:", fake.fake_nvml_locked_clock(0), flush=True)
-            raise
-        """,
-        signal.SIGINT,
-        (-signal.SIGINT, 1),
+        signal.SIGKILL,
+        (-signal.SIGKILL,),
+        "watchdog",
     ),
 }
 
@@ -705,6 +956,14 @@ class Child:
                 )
             seen += chunk
         self._early = seen
+        self.watchdog_pid = self.printed_int("watchdog")
+
+    def printed_int(self, label: str) -> int | None:
+        """The number the child printed after ``label`` before "ready"."""
+        for line in self._early.decode().splitlines():
+            if line.startswith(label + " "):
+                return int(line.split()[1])
+        return None
 
     def _kill(self) -> tuple[bytes, bytes]:
         with contextlib.suppress(ProcessLookupError):
@@ -712,7 +971,7 @@ class Child:
         return self.proc.communicate(timeout=10)
 
     def finish(self, timeout: float = 20.0) -> tuple[str, str]:
-        """Waits for the exit; returns everything it printed (stdout, stderr)."""
+        """Waits for the exit (and the watchdog's); returns what they printed (stdout, stderr)."""
         try:
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -723,29 +982,249 @@ class Child:
         return (self._early + out).decode(), err.decode()
 
 
+def state(fake_nvml) -> list[str]:
+    """The fake's persisted state, one "index sm_min sm_max mem_min mem_max" line per GPU."""
+    return fake_nvml.state_path.read_text().splitlines()
+
+
+def clock_calls_by_pid(fake_nvml) -> list[tuple[int, str, tuple[str, ...], int]]:
+    return [(pid, fn, args, rc) for _, pid, fn, args, rc in fake_nvml.log() if "LockedClocks" in fn]
+
+
+def process_gone(pid: int, wait_s: float = 0.0) -> bool:
+    """True once ``pid`` has exited (a zombie waiting for init to reap it counts)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_clocks_reset_when_the_process_ends(fake_nvml, scenario):
-    body, signum, codes = SCENARIOS[scenario]
-    script = SCRIPT_HEAD + textwrap.dedent(body)
+    script_body, signum, codes, who = SCENARIOS[scenario]
+    script = SCRIPT_HEAD + textwrap.dedent(script_body)
     child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
     if signum is not None:
         time.sleep(0.05)  # let it reach time.sleep()
         child.proc.send_signal(signum)
     out, err = child.finish()
     assert child.proc.returncode in codes, (child.proc.returncode, out, err)
-    calls = fake_nvml.clock_calls()
-    assert calls[0][:2] == ("nvmlDeviceSetGpuLockedClocks", ("0", "1500", "1500"))
-    assert calls[-1] == ("nvmlDeviceResetGpuLockedClocks", ("0",), 0), calls
+    calls = clock_calls_by_pid(fake_nvml)
+    assert calls[0][1:3] == ("nvmlDeviceSetGpuLockedClocks", ("0", "1500", "1500"))
+    last_pid, *last = calls[-1]
+    assert last == ["nvmlDeviceResetGpuLockedClocks", ("0",), 0], calls
     # The fake's persisted state: the GPU is unlocked after the process is gone.
-    assert fake_nvml.state_path.read_text().split("\n")[0] == "0 0 0 0 0"
+    assert state(fake_nvml)[0] == "0 0 0 0 0"
+    watchdog = child.watchdog_pid
+    assert watchdog is not None and watchdog != child.proc.pid
+    if who == "self":
+        # Reset by the process itself, before it died; the watchdog had nothing to do.
+        assert {pid for pid, *_ in calls} == {child.proc.pid}, calls
+        assert "watchdog:" not in err
+    else:
+        assert last_pid == watchdog, calls
+        assert (
+            f"perseus: watchdog: process {child.proc.pid} ended with clocks locked on GPU " in err
+        )
+        assert (
+            "GPU-fa4e0000-0000-0000-0000-000000000000 (NVML 0, Fake NVIDIA H200): SM clocks reset"
+            in err
+        )
+    assert process_gone(watchdog, wait_s=10)  # its job is done, so it is gone
     if scenario == "sigterm-chains-to-user-handler":
         assert "user handler; clock: 0" in out  # reset happened before the chained handler
-    if scenario == "sigint":
-        assert "KeyboardInterrupt; clock: 0" in out
+    if scenario == "sigint-uncaught":
+        # KeyboardInterrupt is an exception: nothing is reset until it ends the program.
+        assert "KeyboardInterrupt; clock: 1500" in out
+    if scenario == "sigterm-first-switcher-made-off-the-main-thread":
+        assert "handler: _on_signal" in out
     if scenario == "exception-in-with":
         assert "clock after with: 0" in out
     if scenario == "uncaught-exception":
         assert "training step failed" in err
+
+
+def test_caught_keyboard_interrupt_keeps_the_switchers(fake_nvml):
+    script = SCRIPT_HEAD + body(
+        LOCK_GPU0,
+        """
+        other = perseus.FrequencySwitcher(1)
+        other.set(1200); other.wait()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+        except KeyboardInterrupt:
+            print("caught; clocks:", fake.fake_nvml_locked_clock(0), fake.fake_nvml_locked_clock(1), flush=True)
+        sw.set(1410); sw.wait()  # still open, still switching
+        print("after; clock:", fake.fake_nvml_locked_clock(0), sw.closed, other.closed, flush=True)
+        ready()
+        """,
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    out, err = child.finish()
+    assert child.proc.returncode == 0, err
+    assert "caught; clocks: 1500 1200" in out
+    assert "after; clock: 1410 False False" in out
+    assert state(fake_nvml)[:2] == ["0 0 0 0 0", "1 0 0 0 0"]  # reset at exit
+
+
+def test_user_signal_handler_that_returns_gets_the_clocks_back(fake_nvml):
+    script = SCRIPT_HEAD + body(
+        """
+        def handler(signum, frame):  # e.g. "checkpoint, then carry on"
+            print("handler; clock:", fake.fake_nvml_locked_clock(0), flush=True)
+        signal.signal(signal.SIGTERM, handler)
+        """,
+        LOCK_GPU0,
+        """
+        os.kill(os.getpid(), signal.SIGTERM)
+        sw.wait()
+        print("after; clock:", fake.fake_nvml_locked_clock(0), sw.applied_mhz, flush=True)
+        ready()
+        """,
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    out, err = child.finish()
+    assert child.proc.returncode == 0, err
+    assert "handler; clock: 0" in out
+    assert "after; clock: 1500 1500" in out
+    assert state(fake_nvml)[0] == "0 0 0 0 0"
+
+
+def test_first_switcher_off_a_finished_main_thread_warns(fake_nvml):
+    script = SCRIPT_HEAD + textwrap.dedent(
+        """
+        def train():
+            while threading.main_thread().is_alive():
+                time.sleep(0.01)
+            sw = perseus.FrequencySwitcher(0)
+            sw.set(1500); sw.wait()
+            ready()
+        threading.Thread(target=train).start()
+        """
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    _, err = child.finish()
+    assert child.proc.returncode == 0, err
+    assert "RuntimeWarning: perseus: the first FrequencySwitcher was created off the main " in err
+    assert "the main thread has already finished" in err
+    assert "Create the first switcher on the main thread" in err
+    assert state(fake_nvml)[0] == "0 0 0 0 0"  # still reset at exit
+
+
+def test_watchdog_follows_locks_and_unlocks(fake_nvml):
+    fake_nvml.configure(mem_clocks="2619,1593")
+    script = SCRIPT_HEAD + textwrap.dedent(
+        """
+        a = perseus.FrequencySwitcher(0)
+        b = perseus.FrequencySwitcher(1, memory_mhz=1593)
+        a.set(1500); b.set(1200); a.wait(); b.wait()
+        print("locked:", perseus._core.locked_clocks(), flush=True)
+        a.reset(); a.wait()
+        # Another tool locks GPU 0 after perseus gave it back: not ours to reset.
+        _switcher.NvmlDevice(0).set_locked_clocks(1005, 1005)
+        print("after reset:", perseus._core.locked_clocks(), flush=True)
+        ready()
+        time.sleep(30)
+        """
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    uuid0, uuid1 = (f"GPU-fa4e000{i}-0000-0000-0000-00000000000{i}" for i in (0, 1))
+    child.proc.kill()
+    out, err = child.finish()
+    assert f"locked: sm={uuid0} sm={uuid1} memory={uuid1}" in out
+    assert f"after reset: sm={uuid1} memory={uuid1}" in out
+    assert state(fake_nvml)[:2] == ["0 1005 1005 0 0", "1 0 0 0 0"]
+    by_watchdog = [
+        (fn, args)
+        for pid, fn, args, _ in clock_calls_by_pid(fake_nvml)
+        if pid == child.watchdog_pid
+    ]
+    assert by_watchdog == [
+        ("nvmlDeviceResetGpuLockedClocks", ("1",)),
+        ("nvmlDeviceResetMemoryLockedClocks", ("1",)),
+    ]
+    assert "SM clocks reset, memory clocks reset" in err
+
+
+def test_watchdog_resets_by_uuid_whatever_cuda_visible_devices_says(fake_nvml):
+    fake_nvml.configure(devices=3)
+    fake_nvml.state_path.write_text("0 1005 1005 0 0\n")  # someone else's lock on NVML 0
+    script = SCRIPT_HEAD + body(LOCK_GPU0, "ready()\ntime.sleep(30)")
+    child = Child(
+        script,
+        {"FAKE_NVML_STATE": str(fake_nvml.state_path), "CUDA_VISIBLE_DEVICES": "2,0"},
+    )
+    child.proc.kill()
+    _, err = child.finish()
+    assert state(fake_nvml) == ["0 1005 1005 0 0", "1 0 0 0 0", "2 0 0 0 0"]
+    assert "GPU GPU-fa4e0002-0000-0000-0000-000000000002 (NVML 2," in err
+
+
+def test_watchdog_killed_first_is_reaped_and_replaced(fake_nvml):
+    script = SCRIPT_HEAD + body(
+        LOCK_GPU0,
+        """
+        first = _switcher._watchdog.pid
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (_switcher._watchdog is None or _switcher._watchdog.pid == first) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        print("first", first, flush=True)
+        ready()
+        time.sleep(30)
+        """,
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    first, second = child.printed_int("first"), child.watchdog_pid
+    assert second is not None and second != first
+    # The dead one was reaped by the training process (no zombie left behind)...
+    assert not os.path.exists(f"/proc/{first}")
+    child.proc.kill()
+    _, err = child.finish()
+    # ... and the new one, told what is locked, did the first one's job.
+    assert f"the clock watchdog (pid {first}) exited with status -9; started another" in err
+    assert state(fake_nvml)[0] == "0 0 0 0 0"
+    assert clock_calls_by_pid(fake_nvml)[-1][:2] == (second, "nvmlDeviceResetGpuLockedClocks")
+
+
+def test_forked_child_does_not_keep_the_watchdog_waiting(fake_nvml):
+    script = SCRIPT_HEAD + body(
+        """
+        import warnings
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads, Python >= 3.12
+        """,
+        LOCK_GPU0,
+        """
+        pid = os.fork()
+        if pid == 0:  # e.g. a DataLoader worker: outlives the parent for a while
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1); os.dup2(devnull, 2)
+            time.sleep(30)
+            os._exit(0)
+        print("forked", pid, flush=True)
+        ready()
+        time.sleep(30)
+        """,
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
+    forked = child.printed_int("forked")
+    try:
+        child.proc.kill()  # the parent only; the forked child lives on
+        child.finish()
+        assert state(fake_nvml)[0] == "0 0 0 0 0"
+        assert not process_gone(forked)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(forked, signal.SIGKILL)
 
 
 def test_forked_child_leaves_the_parents_clocks_alone(fake_nvml):
@@ -762,42 +1241,43 @@ def test_forked_child_leaves_the_parents_clocks_alone(fake_nvml):
             except RuntimeError as error:
                 print("child:", error, flush=True)
             sw.close()
+            print("child locks:", repr(perseus._core.locked_clocks()), flush=True)
             sys.exit(0)  # runs the child's atexit hooks
         os.waitpid(pid, 0)
         print("parent after child: clock", fake.fake_nvml_locked_clock(0), flush=True)
-        print("ready", flush=True)
+        ready()
         """
     )
     child = Child(script)
     out, err = child.finish()
     assert child.proc.returncode == 0, err
     assert "child: this FrequencySwitcher belongs to the parent process" in out
+    assert "child locks: ''" in out
     assert "parent after child: clock 1500" in out
     parent = child.proc.pid
-    calls = [(pid, fn) for _, pid, fn, _, _ in fake_nvml.log() if "LockedClocks" in fn]
+    calls = [(pid, fn) for pid, fn, _, _ in clock_calls_by_pid(fake_nvml)]
     assert calls == [
         (parent, "nvmlDeviceSetGpuLockedClocks"),
         (parent, "nvmlDeviceResetGpuLockedClocks"),
     ]
 
 
-def test_sigkill_then_reset_clocks_command(fake_nvml):
+def test_watchdog_killed_with_the_process_then_reset_clocks_command(fake_nvml):
+    """What nothing can cover (the job's cgroup torn down, say): `perseus reset-clocks` repairs."""
     script = SCRIPT_HEAD + textwrap.dedent(
         """
         a, b = perseus.FrequencySwitcher(0), perseus.FrequencySwitcher(1)
         a.set(1500); b.set(1200); a.wait(); b.wait()
-        print("ready", flush=True)
+        ready()
         time.sleep(30)
         """
     )
     env = {"FAKE_NVML_STATE": str(fake_nvml.state_path)}
     child = Child(script, env)
-    child.proc.kill()  # SIGKILL: nothing can run
+    os.kill(child.watchdog_pid, signal.SIGKILL)
+    child.proc.kill()  # SIGKILL both: nothing can run
     child.finish()
-    assert fake_nvml.state_path.read_text().split("\n")[:2] == [
-        "0 1500 1500 0 0",
-        "1 1200 1200 0 0",
-    ]
+    assert state(fake_nvml)[:2] == ["0 1500 1500 0 0", "1 1200 1200 0 0"]
     done = subprocess.run(
         [sys.executable, "-m", "perseus", "reset-clocks"],
         capture_output=True,
@@ -808,7 +1288,7 @@ def test_sigkill_then_reset_clocks_command(fake_nvml):
     assert done.returncode == 0, done.stderr
     assert "GPU 0 (NVML 0, Fake NVIDIA H200): SM clocks reset, memory clocks reset" in done.stdout
     assert "GPU 1 (NVML 1" in done.stdout
-    assert fake_nvml.state_path.read_text().split("\n")[:2] == ["0 0 0 0 0", "1 0 0 0 0"]
+    assert state(fake_nvml)[:2] == ["0 0 0 0 0", "1 0 0 0 0"]
 
 
 # ---- perseus reset-clocks ---------------------------------------------------------

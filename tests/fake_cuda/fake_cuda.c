@@ -1,5 +1,6 @@
 /* A fake libcuda.so.1: just enough of the CUDA driver API for perseus's
- * stream-ordered switching (cpp/cuda_loader.cpp) to run without a GPU.
+ * stream-ordered switching and its blocking-power kernel (cpp/cuda_loader.cpp,
+ * cpp/cuda_module.cpp) to run without a GPU.
  *
  * Every stream handle (any integer; 0 included) gets a FIFO queue and a
  * thread of its own that plays the role of the GPU: it takes the queued
@@ -9,12 +10,22 @@
  * sleep, logging their start and end) around host functions to check where
  * a clock change lands.
  *
+ * Modules and kernels: cuModuleLoadData keeps the PTX text, and
+ * cuModuleGetFunction finds ".entry <name>(" in it. cuLaunchKernel of
+ * "perseus_wait" (the profiler's blocking-power kernel) runs, on the stream's
+ * thread, what the kernel does: poll the int at its first argument until it
+ * is non-zero or its second argument (ns) has passed, then store the number
+ * of polls and whether the flag was seen at its third argument. Any other
+ * kernel just logs. Host memory (cuMemHostAlloc) is calloc'ed, and its
+ * "device" address is its host address.
+ *
  * Environment, read by cuInit and fake_cuda_reload():
  *   FAKE_CUDA_LOG    append "<CLOCK_MONOTONIC ns> <event> <arg>" lines here
  *                    (events: kernel_start, kernel_end, host_start, host_end)
  *   FAKE_CUDA_FAIL   "function=code,...": the function returns `code`
  *                    (e.g. "cuLaunchHostFunc=201", CUDA_ERROR_INVALID_CONTEXT)
  *   FAKE_CUDA_DELAY_US  the "GPU" waits this long before each item
+ *   FAKE_CUDA_NO_CONTEXT  if set, cuCtxGetCurrent reports no current context
  *
  * Test hooks: fake_cuda_reload, fake_cuda_launch_kernel,
  * fake_cuda_synchronize, fake_cuda_pause, fake_cuda_pending.
@@ -45,6 +56,16 @@ struct item {
   void* data;
   unsigned duration_us; /* fake kernel */
   unsigned id;
+  int wait;             /* perseus_wait: args[0] flag, args[1] timeout ns, args[2] out */
+  uint64_t args[3];
+};
+
+struct module {
+  char* image;
+};
+
+struct function {
+  char name[128];
 };
 
 struct stream {
@@ -70,6 +91,8 @@ static char g_log[1024];
 static struct fail_rule g_fails[MAX_FAILS];
 static int g_fail_count;
 static unsigned g_delay_us;
+static int g_no_context;
+static int g_context; /* its address is the one context handle */
 
 static long long now_ns(void) {
   struct timespec ts;
@@ -107,6 +130,7 @@ static void configure(void) {
   snprintf(g_log, sizeof g_log, "%s", v ? v : "");
   v = getenv("FAKE_CUDA_DELAY_US");
   g_delay_us = v ? (unsigned)atoi(v) : 0;
+  g_no_context = getenv("FAKE_CUDA_NO_CONTEXT") != NULL;
   g_fail_count = 0;
   v = getenv("FAKE_CUDA_FAIL");
   if (v != NULL) {
@@ -144,7 +168,25 @@ static void* run_stream(void* arg) {
     pthread_mutex_unlock(&g_lock);
 
     if (delay) sleep_us(delay);
-    if (it->fn != NULL) {
+    if (it->wait) {
+      log_event("kernel_start", it->id);
+      const volatile int* flag = (const volatile int*)(uintptr_t)it->args[0];
+      long long start = now_ns();
+      uint64_t spins = 0, seen = 0;
+      for (;;) {
+        if (*flag != 0) {
+          seen = 1;
+          break;
+        }
+        ++spins;
+        if ((uint64_t)(now_ns() - start) >= it->args[1]) break;
+        sleep_us(200); /* a GPU spins; two shared CPU cores should not */
+      }
+      uint64_t* out = (uint64_t*)(uintptr_t)it->args[2];
+      out[0] = spins;
+      out[1] = seen;
+      log_event("kernel_end", it->id);
+    } else if (it->fn != NULL) {
       log_event("host_start", it->id);
       it->fn(it->data);
       log_event("host_end", it->id);
@@ -228,6 +270,7 @@ static const char* name_of(CUresult code) {
     case 100: return "CUDA_ERROR_NO_DEVICE";
     case 201: return "CUDA_ERROR_INVALID_CONTEXT";
     case 400: return "CUDA_ERROR_INVALID_HANDLE";
+    case 500: return "CUDA_ERROR_NOT_FOUND";
     default: return NULL;
   }
 }
@@ -241,6 +284,7 @@ static const char* text_of(CUresult code) {
     case 100: return "no CUDA-capable device is detected";
     case 201: return "invalid device context";
     case 400: return "invalid resource handle";
+    case 500: return "named symbol not found";
     default: return NULL;
   }
 }
@@ -258,6 +302,109 @@ EXPORT CUresult cuGetErrorString(CUresult code, const char** out) {
 EXPORT CUresult cuLaunchHostFunc(void* stream, CUhostFn fn, void* data) {
   if (fn == NULL) return 1;
   return enqueue((uintptr_t)stream, fn, data, 0, 0, "cuLaunchHostFunc");
+}
+
+static CUresult failure_of(const char* function) {
+  pthread_mutex_lock(&g_lock);
+  CUresult rc = failure(function);
+  pthread_mutex_unlock(&g_lock);
+  return rc;
+}
+
+EXPORT CUresult cuCtxGetCurrent(void** context) {
+  CUresult rc = failure_of("cuCtxGetCurrent");
+  if (rc == 0) *context = g_no_context ? NULL : (void*)&g_context;
+  return rc;
+}
+
+EXPORT CUresult cuModuleLoadData(void** module, const void* image) {
+  CUresult rc = failure_of("cuModuleLoadData");
+  if (rc != 0) return rc;
+  if (module == NULL || image == NULL) return 1;
+  struct module* m = (struct module*)calloc(1, sizeof *m);
+  if (m == NULL || (m->image = strdup((const char*)image)) == NULL) {
+    free(m);
+    return 2;
+  }
+  *module = m;
+  return 0;
+}
+
+EXPORT CUresult cuModuleUnload(void* module) {
+  CUresult rc = failure_of("cuModuleUnload");
+  if (rc != 0) return rc;
+  struct module* m = (struct module*)module;
+  if (m == NULL) return 400;
+  free(m->image);
+  free(m);
+  return 0;
+}
+
+EXPORT CUresult cuModuleGetFunction(void** function, void* module, const char* name) {
+  CUresult rc = failure_of("cuModuleGetFunction");
+  if (rc != 0) return rc;
+  const struct module* m = (const struct module*)module;
+  if (m == NULL || name == NULL) return 1;
+  char entry[160];
+  snprintf(entry, sizeof entry, ".entry %s(", name);
+  if (strstr(m->image, entry) == NULL) return 500;
+  struct function* f = (struct function*)calloc(1, sizeof *f); /* leaked, as a module owns it */
+  if (f == NULL) return 2;
+  snprintf(f->name, sizeof f->name, "%s", name);
+  *function = f;
+  return 0;
+}
+
+EXPORT CUresult cuMemHostAlloc(void** pointer, size_t bytes, unsigned flags) {
+  (void)flags;
+  CUresult rc = failure_of("cuMemHostAlloc");
+  if (rc != 0) return rc;
+  *pointer = calloc(1, bytes);
+  return *pointer ? 0 : 2;
+}
+
+EXPORT CUresult cuMemHostGetDevicePointer_v2(unsigned long long* device, void* host,
+                                             unsigned flags) {
+  (void)flags;
+  CUresult rc = failure_of("cuMemHostGetDevicePointer_v2");
+  if (rc == 0) *device = (unsigned long long)(uintptr_t)host;
+  return rc;
+}
+
+EXPORT CUresult cuMemFreeHost(void* host) {
+  CUresult rc = failure_of("cuMemFreeHost");
+  if (rc == 0) free(host);
+  return rc;
+}
+
+EXPORT CUresult cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shared_bytes, void* stream,
+                               void** params, void** extra) {
+  (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared_bytes, (void)extra;
+  const struct function* f = (const struct function*)function;
+  if (f == NULL) return 400;
+  pthread_mutex_lock(&g_lock);
+  CUresult rc = failure("cuLaunchKernel");
+  if (rc == 0) {
+    struct stream* s = find_stream((uintptr_t)stream, 1);
+    struct item* it = (struct item*)calloc(1, sizeof *it);
+    if (s == NULL || it == NULL) {
+      free(it);
+      rc = 2;
+    } else {
+      if (strcmp(f->name, "perseus_wait") == 0) {
+        it->wait = 1;
+        for (int i = 0; i < 3; ++i) it->args[i] = *(const uint64_t*)params[i];
+      }
+      if (s->tail) s->tail->next = it;
+      else s->head = it;
+      s->tail = it;
+      ++s->pending;
+      pthread_cond_broadcast(&s->changed);
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
+  return rc;
 }
 
 /* ---- Test hooks -------------------------------------------------------- */

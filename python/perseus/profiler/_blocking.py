@@ -5,21 +5,22 @@ the host proxy) writes. :func:`measure_blocking_power` does the same on one
 GPU: a one-warp kernel polls a flag in host-mapped memory, the host sets the
 flag after ``window_s`` seconds, and the power is NVML's energy over that
 window divided by its length. The kernel is built with CuPy when it is
-installed, otherwise loaded as PTX through the CUDA driver (``libcuda``) in
-torch's context. In ``mode="cpu"`` the host simply sleeps through the window.
+installed, otherwise loaded as PTX in torch's context through perseus's own
+CUDA driver loader (cpp/cuda_loader.hpp, ``PERSEUS_CUDA_LIBRARY``), the one
+the switcher uses. In ``mode="cpu"`` the host simply sleeps through the window.
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib
-import os
 import time
 from typing import Any, Optional
 
 import numpy as np
 
-from ..switcher import FrequencySwitcher
+from .. import _core
+from ..switcher import CudaError, FrequencySwitcher, LibraryLoadError
 from ._backend import MODES, Backend, GpuBackend, open_backend
 from ._records import BlockingPower, ProfilerError
 
@@ -96,7 +97,7 @@ END:
 
 _THREADS = 32  # one warp polls, as one NCCL channel's threads do
 _BUFFER_BYTES = 24  # flag (int32, padded to 8) + spins (u64) + seen (u64)
-_HOST_ALLOC_PORTABLE_MAPPED = 0x01 | 0x02  # cudaHostAlloc / cuMemHostAlloc flags
+_HOST_ALLOC_PORTABLE_MAPPED = 0x01 | 0x02  # cudaHostAlloc flags (CuPy)
 
 
 class _CupyWaiter:
@@ -129,84 +130,53 @@ class _CupyWaiter:
 
 
 class _DriverWaiter:
-    """The same kernel as PTX, through the CUDA driver, in torch's current context."""
+    """The same kernel as PTX, through perseus's CUDA driver loader, in the current context.
+
+    ``stream`` is the CUstream to launch on; the caller has made the
+    framework's context current on this thread (any CUDA call of it does).
+    """
 
     method = "cuda driver kernel"
 
-    def __init__(self, backend: GpuBackend) -> None:
-        self._backend = backend
-        backend.torch.cuda.synchronize(backend.device)  # makes torch's context current here
-        name = os.environ.get("PERSEUS_CUDA_LIBRARY") or "libcuda.so.1"
-        self._cuda = cuda = ctypes.CDLL(name)
-        context = ctypes.c_void_p()
-        self._check(cuda.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
-        if not context.value:
-            raise ProfilerError(
-                "no CUDA context is current on this thread (is torch using the GPU?)"
-            )
-        self._module = ctypes.c_void_p()
-        self._check(
-            cuda.cuModuleLoadData(ctypes.byref(self._module), _PTX + b"\0"), "cuModuleLoadData"
-        )
-        self._function = ctypes.c_void_p()
-        self._check(
-            cuda.cuModuleGetFunction(ctypes.byref(self._function), self._module, b"perseus_wait"),
-            "cuModuleGetFunction",
-        )
-        pointer = ctypes.c_void_p()
-        self._check(
-            cuda.cuMemHostAlloc(
-                ctypes.byref(pointer),
-                ctypes.c_size_t(_BUFFER_BYTES),
-                ctypes.c_uint(_HOST_ALLOC_PORTABLE_MAPPED),
-            ),
-            "cuMemHostAlloc",
-        )
-        if pointer.value is None:
-            raise ProfilerError("cuMemHostAlloc returned no memory for the blocking-power flag")
-        self.host = pointer.value
-        device_address = ctypes.c_uint64()
-        self._check(
-            cuda.cuMemHostGetDevicePointer_v2(
-                ctypes.byref(device_address), ctypes.c_void_p(self.host), ctypes.c_uint(0)
-            ),
-            "cuMemHostGetDevicePointer",
-        )
-        self._device_address = device_address.value
-        ctypes.memset(self.host, 0, _BUFFER_BYTES)
-
-    def _check(self, status: int, call: str) -> None:
-        if status != 0:
-            text = ctypes.c_char_p()
-            self._cuda.cuGetErrorString(status, ctypes.byref(text))
-            message = text.value.decode() if text.value else "unknown error"
-            raise ProfilerError(f"{call} failed with CUDA error {status}: {message}")
+    def __init__(self, stream: int) -> None:
+        self._stream = stream
+        try:
+            self._module = _core.CudaModule(_PTX)
+            try:
+                self._memory = _core.MappedHostMemory(_BUFFER_BYTES)
+            except BaseException:
+                self._module.close()
+                raise
+        except (CudaError, LibraryLoadError) as error:
+            raise ProfilerError(f"cannot run the blocking-power kernel: {error}") from error
+        self.host = self._memory.host_address
+        self._device_address = self._memory.device_address
 
     def launch(self, timeout_ns: int) -> None:
-        arguments = [
-            ctypes.c_uint64(self._device_address),
-            ctypes.c_uint64(timeout_ns),
-            ctypes.c_uint64(self._device_address + 8),
-        ]
-        pointers = (ctypes.c_void_p * 3)(*(ctypes.addressof(a) for a in arguments))
-        stream = self._backend.torch.cuda.current_stream(self._backend.device).cuda_stream
-        self._check(
-            self._cuda.cuLaunchKernel(
-                self._function, 1, 1, 1, _THREADS, 1, 1, 0, ctypes.c_void_p(stream), pointers, None
-            ),
-            "cuLaunchKernel",
-        )
+        address = self._device_address
+        try:
+            self._module.launch(
+                "perseus_wait",
+                grid=1,
+                block=_THREADS,
+                stream=self._stream,
+                arguments=[address, timeout_ns, address + 8],
+            )
+        except CudaError as error:
+            raise ProfilerError(f"cannot run the blocking-power kernel: {error}") from error
 
     def close(self) -> None:
-        self._cuda.cuMemFreeHost(ctypes.c_void_p(self.host))
-        self._cuda.cuModuleUnload(self._module)
+        self._memory.close()
+        self._module.close()
 
 
 def _gpu_waiter(backend: GpuBackend) -> Any:
     try:
         cupy = importlib.import_module("cupy")
     except ImportError:
-        return _DriverWaiter(backend)
+        backend.sync()  # makes torch's context current on this thread
+        stream = backend.torch.cuda.current_stream(backend.device).cuda_stream
+        return _DriverWaiter(stream)
     return _CupyWaiter(cupy, backend.device.index)
 
 
