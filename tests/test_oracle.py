@@ -275,7 +275,7 @@ def test_suite_holds_rows_only_blocking_power_makes_useful():
     for case in CASES:
         for (stage, instruction), group in case.rows.items():
             kept = set(case.profile.options(stage, instruction).frequency_mhz.tolist())
-            for (f0, t0, e0), (f1, t1, e1) in zip(group, group[1:]):
+            for (_f0, t0, e0), (f1, t1, e1) in zip(group, group[1:]):
                 if t1 > t0 and e1 > e0 and f1 in kept:
                     found += 1
     assert found >= 10
@@ -323,7 +323,7 @@ def test_plan_for_any_deadline_against_exhaustive_optimum(index):
 
 def test_optimum_that_needs_a_raw_costlier_option_is_found():
     index = case_ids.index("effective-trap")
-    case, oracle, frontier = solved(index)
+    _case, oracle, frontier = solved(index)
     # The light stage runs at 1200 MHz at the fastest time: slower and 0.1 J
     # more than 1410 MHz, but it would idle 4 ms at 100 W otherwise.
     best = oracle.frequencies_of(oracle.best_plan)

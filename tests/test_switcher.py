@@ -270,7 +270,9 @@ def test_other_arguments_are_checked(fake_nvml):
 
 
 def test_wait_timeout_is_a_deprecated_alias_of_timeout_s(fake_nvml, monkeypatch):
-    monkeypatch.setattr(perseus.switcher, "_timeout_warned", False)
+    from perseus import _deprecation
+
+    monkeypatch.setattr(_deprecation, "_warned", set())
     with FrequencySwitcher(0) as sw:
         with pytest.warns(DeprecationWarning, match=r"wait\(timeout=...\) is deprecated"):
             assert sw.wait(timeout=1)

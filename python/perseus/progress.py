@@ -62,7 +62,7 @@ class SolveProgress:
 def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f} s"
-    minutes, rest = divmod(int(round(seconds)), 60)
+    minutes, rest = divmod(round(seconds), 60)
     return f"{minutes} min {rest:02d} s"
 
 

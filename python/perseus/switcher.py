@@ -53,6 +53,7 @@ import numpy as np
 from . import _core
 from . import _watchdog as _watchdog_module
 from ._core import CudaError, LibraryLoadError, NvmlDevice, NvmlError, NvmlReturn, SwitchSource
+from ._deprecation import warn_renamed
 
 __all__ = [
     "ClockSnapWarning",
@@ -267,7 +268,7 @@ class FrequencySwitcher:
         if timeout is not None:
             if timeout_s is not None:
                 raise TypeError("pass timeout_s only (timeout is its deprecated name)")
-            _warn_deprecated_timeout()
+            warn_renamed("FrequencySwitcher.wait(timeout=...)", "wait(timeout_s=...)")
             timeout_s = timeout
         done: bool = self._native.wait_idle(timeout_s)
         return done
@@ -365,20 +366,6 @@ class FrequencySwitcher:
             f"{mhz} MHz is not a supported SM clock of GPU {self.device} ({self.name}); "
             f"using {applied} MHz (supported: {span})",
             ClockSnapWarning,
-            stacklevel=3,
-        )
-
-
-_timeout_warned = False
-
-
-def _warn_deprecated_timeout() -> None:
-    global _timeout_warned
-    if not _timeout_warned:
-        _timeout_warned = True
-        warnings.warn(
-            "FrequencySwitcher.wait(timeout=...) is deprecated; use timeout_s=... (seconds)",
-            DeprecationWarning,
             stacklevel=3,
         )
 
