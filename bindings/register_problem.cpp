@@ -197,6 +197,7 @@ void register_problem(py::module_& m) {
       .def_readwrite("max_solver_units", &SolverBudgets::max_solver_units)
       .def_readwrite("candidate_energy_resolution", &SolverBudgets::candidate_energy_resolution)
       .def_readwrite("candidate_max_spacing_units", &SolverBudgets::candidate_max_spacing_units)
+      .def_readwrite("tight_chain_coarsening", &SolverBudgets::tight_chain_coarsening)
       .def_readwrite("local_search_work_per_element", &SolverBudgets::local_search_work_per_element)
       .def_readwrite("local_search_work_floor", &SolverBudgets::local_search_work_floor)
       .def_readwrite("local_search_work_cap", &SolverBudgets::local_search_work_cap)

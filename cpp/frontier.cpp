@@ -141,7 +141,10 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   if (options.refine) {
     PlanImprover tight(pipeline, dag, table);
     Worker worker([&](const Ticker& worker_tick) {
-      collect_chain(steps, Chain::kTight, unit, sampling, true, tight, logs[1], worker_tick);
+      Sampling sparse = sampling;
+      sparse.energy_resolution *= static_cast<double>(budgets.tight_chain_coarsening);
+      sparse.max_spacing *= std::max<std::int64_t>(1, budgets.tight_chain_coarsening);
+      collect_chain(steps, Chain::kTight, unit, sparse, true, tight, logs[1], worker_tick);
     });
     collect_chain(steps, Chain::kReclaimed, unit, sampling, true, improver, logs[0], tick);
     worker.finish([&] { pacer.tick(walk, 1, 1); });

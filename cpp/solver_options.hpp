@@ -58,6 +58,10 @@ struct SolverBudgets {
   // less, the resolution the frontier is judged at.
   double candidate_energy_resolution = 1e-4;
   std::int64_t candidate_max_spacing_units = 8;
+  // The tight chain (refinement.hpp) samples this many times more sparsely:
+  // it matters where the frontier is flat, near the slow end, and costs
+  // twice what the other chain does per candidate.
+  std::int64_t tight_chain_coarsening = 4;
   // Local search at every frontier plan's time and at most
   // local_search_max_grid more deadlines spread over the frontier's range:
   // work units per DAG element (node or edge) for the whole frontier, within
