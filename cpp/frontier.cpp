@@ -175,6 +175,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     std::vector<std::size_t> wanted = frontier_of(times, energies, blocking_w, resolution_j);
     std::sort(wanted.begin(), wanted.end());  // the order rebuild() visits plans in
     log.rebuild(wanted, [&](std::size_t k, const OptionIndex* choice) {
+      pacer.tick(walk, static_cast<std::int64_t>(k), static_cast<std::int64_t>(wanted.size()));
       const Evaluation e = evaluator.evaluate(choice);
       all.rows.insert(all.rows.end(), choice, choice + n);
       all.time_s.push_back(e.iteration_time_s);

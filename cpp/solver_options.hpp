@@ -69,7 +69,7 @@ struct SolverBudgets {
   // pays off most (coarse clock tables leave the convex model far from the
   // discrete optimum); large ones, whose candidates are dense, the cap.
   double local_search_work_per_element = 2e3;
-  double local_search_work_floor = 3e6;
+  double local_search_work_floor = 3e7;
   double local_search_work_cap = 5e7;
   std::int64_t local_search_max_grid = 512;
   // Rounds of it, each from the frontier the last one left (the budget is
