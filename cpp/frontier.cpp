@@ -203,8 +203,13 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   if (options.refine) {
     started = Clock::now();
     const double elements = static_cast<double>(dag.num_nodes() + dag.num_edges());
-    const double budget = std::clamp(budgets.local_search_work_per_element * elements,
-                                     budgets.local_search_work_floor, budgets.local_search_work_cap);
+    // The floor shrinks as pipelines grow past local_search_floor_computations:
+    // tiny ones get much search, large ones their per-element share.
+    const double small = std::min(1.0, budgets.local_search_floor_computations /
+                                           std::max(static_cast<double>(dag.num_nodes()), 1.0));
+    const double floor = budgets.local_search_work_floor * small * small;
+    const double budget = std::min(std::max(budgets.local_search_work_per_element * elements, floor),
+                                   budgets.local_search_work_cap);
     // Rounds: each starts from the frontier the one before left, so a good
     // structure found at one deadline spreads to its neighbours.
     const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);

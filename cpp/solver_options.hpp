@@ -64,12 +64,16 @@ struct SolverBudgets {
   std::int64_t tight_chain_coarsening = 4;
   // Local search at every frontier plan's time and at most
   // local_search_max_grid more deadlines spread over the frontier's range:
-  // work units per DAG element (node or edge) for the whole frontier, within
-  // [floor, cap]. Tiny pipelines get the floor: their search is cheap and
-  // pays off most (coarse clock tables leave the convex model far from the
-  // discrete optimum); large ones, whose candidates are dense, the cap.
+  // work units per DAG element (node or edge) for the whole frontier, at
+  // most the cap, at least the floor scaled down by the square of
+  // local_search_floor_computations / computations. Tiny pipelines get the whole
+  // floor: their search is cheap and pays off most (coarse clock tables
+  // leave the convex model far from the discrete optimum; on the corpus's
+  // 4-8-clock cases less than 3e7 leaves plans that lose to the reference).
+  // Large ones, whose candidates are dense, get their per-element share.
   double local_search_work_per_element = 2e3;
   double local_search_work_floor = 3e7;
+  double local_search_floor_computations = 64;
   double local_search_work_cap = 5e7;
   std::int64_t local_search_max_grid = 512;
   // Rounds of it, each from the frontier the last one left (the budget is
