@@ -166,7 +166,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   const double resolution_j = budgets.plan_energy_resolution * result.baseline.energy_j;
   // The plans worth keeping from a log, replayed once more on measured times.
   Gathered all;
-  auto gather = [&](const PlanLog& log) {
+  auto gather = [&](const PlanLog& log, Phase phase) {
     std::vector<double> times(log.size()), energies(log.size());
     for (std::size_t k = 0; k < log.size(); ++k) {
       times[k] = log.time_s(k);
@@ -175,7 +175,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     std::vector<std::size_t> wanted = frontier_of(times, energies, blocking_w, resolution_j);
     std::sort(wanted.begin(), wanted.end());  // the order rebuild() visits plans in
     log.rebuild(wanted, [&](std::size_t k, const OptionIndex* choice) {
-      pacer.tick(walk, static_cast<std::int64_t>(k), static_cast<std::int64_t>(wanted.size()));
+      pacer.tick(phase, static_cast<std::int64_t>(k), static_cast<std::int64_t>(wanted.size()));
       const Evaluation e = evaluator.evaluate(choice);
       all.rows.insert(all.rows.end(), choice, choice + n);
       all.time_s.push_back(e.iteration_time_s);
@@ -196,7 +196,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     }
     all = std::move(kept);
   };
-  for (int k = 0; k < 3; ++k) gather(logs[ix(k)]);
+  for (int k = 0; k < 3; ++k) gather(logs[ix(k)], walk);
   select();
 
   std::int64_t searched = 0;
@@ -221,7 +221,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
                          pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
                        });
       searched += static_cast<std::int64_t>(found.size());
-      gather(found);
+      gather(found, Phase::kLocalSearch);
       select();
     }
     result.phase_seconds[static_cast<int>(Phase::kLocalSearch)] = seconds_since(started);

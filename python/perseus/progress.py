@@ -81,12 +81,16 @@ class ProgressReporter:
         self._weights = _WEIGHTS_REFINED if refine else _WEIGHTS_PLAIN
         self._sinks = sinks
         self._started = time.monotonic()
+        self._fraction = 0.0
 
     def __call__(self, phase: object, done: int, total: int) -> bool:
         name = _phase_name(phase)
         share = min(1.0, done / total) if total > 0 else 0.0
         before = sum(self._weights[p] for p in _ORDER[: _ORDER.index(name)])
-        fraction = min(1.0, before + self._weights[name] * share)
+        # A phase may walk several lists (the candidates, then the fast end):
+        # the share of the whole solve never goes back.
+        fraction = max(self._fraction, min(1.0, before + self._weights[name] * share))
+        self._fraction = fraction
         elapsed = time.monotonic() - self._started
         eta = elapsed * (1 - fraction) / fraction if fraction > 0.02 and elapsed > 0.2 else None
         report = SolveProgress(name, int(done), int(total), fraction, elapsed, eta)
