@@ -288,6 +288,7 @@ def optimize(
         solver_unit_time_s=result.unit_time_s,
         stop_reason=_core.stop_reason_name(result.stop_reason),
         phase_times_s=result.phase_seconds,
+        profile=profile,
     )
 
 
