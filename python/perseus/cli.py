@@ -735,6 +735,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _COMMANDS[args.command](args)
     except UsageError as error:
         message, prog = str(error), error.prog or prog
+    except BrokenPipeError:  # `perseus show ... | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the final flush at exit is quiet too
+        return 141  # 128 + SIGPIPE, as a shell tool killed by it would
     except (ProfileError, ValueError, OSError, ImportError) as error:
         message = _describe(error)
     except KeyboardInterrupt:

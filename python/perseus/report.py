@@ -30,7 +30,7 @@ _ALPHABET = "".join(c for c in map(chr, range(33, 127)) if c not in "\"'\\<>&")
 
 def _svg(fig: Any) -> str:
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg")
+    fig.savefig(buffer, format="svg", metadata={"Date": None})  # the same input, the same page
     text = buffer.getvalue()
     return text[text.index("<svg") :]  # drop the XML prolog and doctype: inline in HTML
 
