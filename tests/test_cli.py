@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import perseus
 import pytest
 from perseus.cli import main
@@ -127,7 +126,7 @@ def test_missing_sidecar_needs_the_flag(tmp_path, capsys):
 
 def test_flag_overrides_sidecar_and_warns_on_mismatch(tmp_path, capsys):
     csv = copy_profile(tmp_path)
-    status, out, err = run(
+    status, _out, err = run(
         capsys, "optimize", csv, "-m", 8, "--blocking-power", 80, "-o", tmp_path, "-q"
     )
     assert status == 0
@@ -233,7 +232,7 @@ def test_output_is_checked_before_the_solve(tmp_path, capsys, monkeypatch):
 
 
 def test_existing_frontier_needs_force(solved, tmp_path, capsys):
-    csv, path, _ = solved
+    csv, _path, _ = solved
     target = tmp_path / "frontier.json"
     target.write_text("keep me")
     os.chmod(target, 0o600)
@@ -429,7 +428,7 @@ def zeus_eval(path):
     path = Path(path)
     assert path.is_file() and path.suffix == ".py"
     with open(path, encoding="utf-8") as f:
-        return eval(f.read())  # noqa: S307 - what Zeus does; our own file
+        return eval(f.read())  # what Zeus does (on our own file)
 
 
 def test_plan_zeus_reads_as_zeus_reads_it(solved, tmp_path, capsys):
@@ -733,7 +732,7 @@ def test_report_is_self_contained(solved, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     _, path, frontier = solved
     target = tmp_path / "report.html"
-    status, out, err = run(capsys, "report", path, "-o", target)
+    status, _out, err = run(capsys, "report", path, "-o", target)
     assert status == 0, err
     page = target.read_text()
     assert page.count("<svg") >= 3 and "<table" in page and 'type="range"' in page
