@@ -44,10 +44,11 @@ def page(tmp_path_factory):
 
 def set_slider(browser, seconds):
     return browser.evaluate(
-        "(() => { const s = document.getElementById('slider'); s.value = String(%r);"
-        " s.dispatchEvent(new Event('input')); return [parseFloat(s.value),"
+        "(() => { const s = document.getElementById('slider'); s.value = String("
+        + repr(seconds)
+        + "); s.dispatchEvent(new Event('input')); return [parseFloat(s.value),"
         " document.getElementById('choice').textContent,"
-        " parseInt(document.getElementById('choice').dataset.plan)]; })()" % seconds
+        " parseInt(document.getElementById('choice').dataset.plan)]; })()"
     )
 
 
