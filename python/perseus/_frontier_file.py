@@ -149,7 +149,9 @@ def _fail(field: str, problem: str) -> NoReturn:
     raise _Malformed(f"{field}: {problem}")
 
 
-def _object(value: Any, field: str, required: tuple[str, ...], optional: tuple[str, ...] = ()):
+def _object(
+    value: Any, field: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
     if not isinstance(value, dict):
         _fail(field, f"expected an object, got {_kind(value)}")
     missing = [k for k in required if k not in value]
@@ -170,7 +172,11 @@ def _kind(value: Any) -> str:
         return f"number {value!r}"
     if isinstance(value, str):
         return f"string {value[:40]!r}"
-    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
 
 
 def _integer(value: Any, field: str, low: int = 0, high: int = _MAX_COUNT) -> int:
