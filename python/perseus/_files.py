@@ -41,8 +41,8 @@ def write_text_atomically(
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
-        if isinstance(error, OSError) and error.filename != name:
-            raise type(error)(error.errno, error.strerror, name) from None
+        if isinstance(error, OSError) and error.errno is not None and error.filename != name:
+            raise type(error)(error.errno, error.strerror, name) from None  # name the target
         raise
     with contextlib.suppress(OSError):  # make the rename itself durable
         handle = os.open(directory, os.O_RDONLY)
