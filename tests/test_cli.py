@@ -204,6 +204,12 @@ def test_bad_input_is_one_line_naming_the_flag(tmp_path, capsys, args, needles):
     assert not (tmp_path / "frontier.json").exists()
 
 
+def test_solver_limits_name_the_flag(tmp_path, capsys):
+    status, _, err = run(capsys, "optimize", GPT3, "-m", 32, "--unit-time", 1e-9, "-o", tmp_path)
+    assert_one_line_error(status, err, "use a larger --unit-time than 1e-09 s")
+    assert "unit_time_s" not in err
+
+
 def test_bad_row_names_file_line_and_field(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     lines = SMALL.read_text().splitlines()
@@ -335,7 +341,7 @@ def test_progress_on_a_terminal_redraws_one_line():
         ("evaluate", ["--frontier", "(default: None)"]),
         ("plot", ["(default: 150)", "--timeline", "--power"]),
         ("report", ["-o FILE"]),
-        ("reset-clocks", ["(default: None)"]),
+        ("reset-clocks", ["(default: None)", "--json"]),
     ],
 )
 def test_every_subcommand_has_help_with_defaults(capsys, command, defaults):

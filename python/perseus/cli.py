@@ -17,9 +17,11 @@ writable before any work and never overwritten without ``--force``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, Optional
@@ -288,6 +290,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="CUDA device index (honours CUDA_VISIBLE_DEVICES); default: every visible GPU",
     )
+    json_flag(reset)
     return parser
 
 
@@ -358,6 +361,23 @@ def _blocking_power(csv_path: str, flag_w: Optional[float]) -> tuple[float, str]
             f"(with {BLOCKING_POWER_KEY}) next to {csv_path}; the profiler writes one"
         )
     return stored.blocking_power_w, f"read from {stored.path}"
+
+
+_FLAGS = {
+    "unit_time_s": "--unit-time",
+    "virtual_stages": "--virtual-stages",
+    "blocking_power_w": "--blocking-power",
+    "microbatches": "-m/--microbatches",
+}
+# Argument names with an underscore are always names; "microbatches" only before "=" or "must".
+_ARGUMENT = re.compile(
+    r"\b(unit_time_s|virtual_stages|blocking_power_w|microbatches(?==| must))(=)?"
+)
+
+
+def _flags_for_arguments(message: str) -> str:
+    """A library message with its argument names replaced by the flags that set them."""
+    return _ARGUMENT.sub(lambda m: _FLAGS[m.group(1)] + (" " if m.group(2) else ""), message)
 
 
 def _load_frontier(path: str) -> Frontier:
@@ -447,6 +467,8 @@ def _optimize(args: argparse.Namespace) -> int:
             unit_time_s=args.unit_time,
             progress=bar,
         )
+    except ProfileError as error:  # the library names its arguments; here they are flags
+        raise UsageError(_flags_for_arguments(str(error))) from None
     finally:
         if bar is not None:
             bar.close(completed=sys.exc_info()[0] is None)
@@ -700,10 +722,14 @@ def _reset_clocks(args: argparse.Namespace) -> int:
     except (NvmlError, IndexError) as error:
         print(f"perseus reset-clocks: error: {error}", file=sys.stderr)
         return 1
-    for r in results:
-        print(
-            f"GPU {r.device} (NVML {r.nvml_index}, {r.name}): SM clocks {r.gpu}, memory clocks {r.memory}"
-        )
+    if args.json:
+        _emit_json({"gpus": [dataclasses.asdict(r) for r in results]})
+    else:
+        for r in results:
+            print(
+                f"GPU {r.device} (NVML {r.nvml_index}, {r.name}): SM clocks {r.gpu}, "
+                f"memory clocks {r.memory}"
+            )
     return 0 if all(r.ok for r in results) else 1
 
 

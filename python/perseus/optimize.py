@@ -267,7 +267,7 @@ def optimize(
         raise ProfileError(str(error)) from None
     finally:
         if bar is not None:
-            bar.close()
+            bar.close(completed=sys.exc_info()[0] is None)  # no "done" after Ctrl-C
     group = pipeline.group.astype(np.int64)
     frequencies = table.frequency_mhz[table.offsets[group] + result.choices.astype(np.int64)]
     plans = [
