@@ -254,6 +254,11 @@ def test_size_cap(tmp_path, frontier):
     assert len(Frontier.load(tmp_path / "f.json", max_bytes=size)) == len(frontier)
 
 
+def test_devices_are_refused():
+    with pytest.raises(ValueError, match="/dev/zero: a device, not a frontier file"):
+        Frontier.load("/dev/zero")
+
+
 def test_given_profile_is_checked_and_attached(tmp_path, frontier, profile):
     frontier.save(tmp_path / "f.json")
     assert Frontier.load(tmp_path / "f.json", profile).profile is profile

@@ -27,6 +27,7 @@ import json
 import math
 import numbers
 import os
+import stat
 from typing import Any, NoReturn, Optional
 
 import numpy as np
@@ -406,7 +407,10 @@ def decode(cls: type[Frontier], name: str, profile: Optional[Profile], max_bytes
     if profile is not None and not isinstance(profile, Profile):
         raise TypeError(f"profile must be a perseus.Profile, got {type(profile).__name__}")
     with open(name, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
+        info = os.fstat(file.fileno())
+        if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):  # /dev/zero, a disk
+            raise ValueError(f"{name}: a device, not a frontier file")
+        size = info.st_size
         if size > max_bytes:
             raise ValueError(
                 f"{name}: {size} bytes is larger than a frontier file may be ({max_bytes} bytes; "
