@@ -276,7 +276,7 @@ def test_load_wrong_format(tmp_path, document):
         Frontier.load(path)
 
 
-@pytest.mark.parametrize("version", [2, "1", None])
+@pytest.mark.parametrize("version", [3, "1", None, True])
 def test_load_unsupported_version(tmp_path, frontier, version):
     document = saved_document(tmp_path, frontier)
     document["version"] = version

@@ -16,6 +16,7 @@ from typing import Any, Optional, TextIO, Union
 import numpy as np
 
 from .. import _core
+from .._sidecar import BLOCKING_POWER_KEY
 from ..errors import ProfileError
 from ..profile import INSTRUCTIONS, Profile
 from ..switcher import FrequencySwitcher, NvmlError
@@ -561,6 +562,8 @@ def profile_stages(
             say.say(
                 f"blocking power {blocking.watts:.4g} W over {blocking.window_s:.3g} s ({blocking.method})"
             )
+        # The key `perseus optimize` reads; the details stay under "blocking_power".
+        metadata[BLOCKING_POWER_KEY] = float(metadata["blocking_power"]["watts"])
         save()
 
         # -- the sweep
