@@ -125,7 +125,11 @@ def _pipeline_of(spec: PipelineSpec) -> _core.Pipeline:
 
 
 def _is_index(value: object, size: int) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value < size
+    return (
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, bool)
+        and 0 <= int(value) < size
+    )
 
 
 def _seconds(value: object, name: str) -> float:

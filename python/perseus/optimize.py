@@ -145,8 +145,8 @@ def _progress_sinks(
         warn_renamed(
             "progress=callable(done, expected)", "progress=callable(SolveProgress)", stacklevel=4
         )
-        legacy = progress
-        return [lambda report: legacy(report.done, report.total)], None  # type: ignore[call-arg]
+        legacy: Callable[[int, int], object] = progress  # type: ignore[assignment]
+        return [lambda report: legacy(report.done, report.total)], None
     return [progress], None
 
 

@@ -96,7 +96,7 @@ class GpuBackend(Backend):
         if during is not None:
             during()
         self.sync()  # also waits for work the callable put on other streams
-        return start.elapsed_time(end) / 1e3  # ms -> s
+        return float(start.elapsed_time(end)) / 1e3  # ms -> s
 
     def close(self) -> None:
         self.torch.cuda.set_device(self._previous)
