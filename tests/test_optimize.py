@@ -515,13 +515,13 @@ def test_a_slow_callback_is_never_called_back_to_back(example_profile):
 
     def slow(report):
         start = time.monotonic()
-        time.sleep(0.03)
+        time.sleep(0.02)
         calls.append((start, time.monotonic()))
 
-    perseus.optimize(example_profile, microbatches=16, progress=slow, progress_period_s=0.05)
+    perseus.optimize(example_profile, microbatches=32, progress=slow, progress_period_s=0.03)
     assert len(calls) >= 2
     gaps = [b[0] - a[1] for a, b in zip(calls, calls[1:])]
-    assert min(gaps) >= 0.05 - 1e-3
+    assert min(gaps) >= 0.03 - 1e-3
 
 
 SIGINT_CHILD = r"""

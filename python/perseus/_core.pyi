@@ -1,7 +1,7 @@
 """Type stubs for perseus's compiled core (bindings/, cpp/)."""
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypedDict
+from typing import ClassVar, TypedDict
 
 import numpy as np
 import numpy.typing as npt

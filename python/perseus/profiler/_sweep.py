@@ -314,7 +314,7 @@ def profile_stages(
     computations: Union[
         Mapping[int, Mapping[str, Callable[[], Any]]], Sequence[Mapping[str, Callable[[], Any]]]
     ],
-    output: Union[str, "os.PathLike[str]"],
+    output: Union[str, os.PathLike[str]],
     *,
     mode: str = "gpu",
     device: int = 0,
