@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -81,10 +82,12 @@ QuantisedGroup::QuantisedGroup(const OptionTable& table, Index group, double uni
   quantised_.resize(ix(n));
   for (Index k = 0; k < n; ++k) {
     const double units = std::max(1.0, std::floor(table.time_s(group, k) / unit_time_s + 0.5));
-    if (!(units <= kMaxUnits))
-      throw std::invalid_argument(group_name(group) + ": an option of " +
-                                  std::to_string(table.time_s(group, k)) + " s is more than 2^52 units of " +
-                                  std::to_string(unit_time_s) + " s; use a larger unit time");
+    if (!(units <= kMaxUnits)) {
+      char text[160];
+      std::snprintf(text, sizeof text, ": an option of %g s is more than 2^52 units of %g s; use a larger unit time",
+                    table.time_s(group, k), unit_time_s);
+      throw std::invalid_argument(group_name(group) + text);
+    }
     quantised_[ix(k)] = static_cast<std::int64_t>(units);
   }
 

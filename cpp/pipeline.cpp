@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace perseus {
@@ -44,8 +45,13 @@ Pipeline::Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages,
     throw std::invalid_argument(std::string("the ") + schedule_name(kind) +
                                 " schedule has no virtual stages; use interleaved-1f1b");
   }
-  const long long total = 2LL * num_gpus * virtual_stages * num_microbatches;
-  if (total > 0x3fffffffLL) throw std::invalid_argument("pipeline too large");
+  // In doubles: the product of three int32 counts overflows int64 (each factor is >= 1 here).
+  const double total = 2.0 * num_gpus * virtual_stages * num_microbatches;
+  if (total > 0x3fffffff)
+    throw std::invalid_argument("pipeline too large: " + std::to_string(num_gpus) + " GPUs x " +
+                                std::to_string(virtual_stages) + " chunks x " +
+                                std::to_string(num_microbatches) +
+                                " microbatches is more than 2^30 computations");
 
   computations_.resize(static_cast<std::size_t>(total));
   for (Index stage = 0; stage < num_stages(); ++stage)

@@ -1,6 +1,8 @@
 #include "problem.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -13,7 +15,31 @@ Problem::Problem(const Pipeline& pipeline, std::vector<Index> offsets, std::vect
       dag_(pipeline_),
       table_(pipeline_.num_stages(), std::move(offsets), std::move(time_s), std::move(energy_j),
              blocking_power_w),
-      evaluator_(pipeline_, dag_, table_) {}
+      evaluator_(pipeline_, dag_, table_) {
+  // Every sum the solver forms must stay far from overflow, whatever the
+  // caller checked: plan energies (blocking included), effective energies
+  // summed over all computations, and the pipeline's blocking power over the
+  // slowest iteration. They are largest for the all-fastest and all-slowest
+  // plans; a margin of 2^20 leaves room for the differences and sums of them.
+  const auto n = ix(pipeline_.size());
+  std::vector<OptionIndex> choice(n, 0);
+  const Evaluation fastest = evaluator_.evaluate(choice.data());
+  double effective = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Index g = evaluator_.group(static_cast<Index>(i));
+    choice[i] = static_cast<OptionIndex>(table_.num_options(g) - 1);
+    effective += std::abs(table_.effective_j(g, 0)) + std::abs(table_.effective_j(g, choice[i]));
+  }
+  const Evaluation slowest = evaluator_.evaluate(choice.data());
+  fastest_time_s_ = fastest.iteration_time_s;
+  slowest_time_s_ = slowest.iteration_time_s;
+  const double largest = std::abs(fastest.energy_j) + std::abs(slowest.energy_j) + effective +
+                         evaluator_.pipeline_blocking_w() * slowest.iteration_time_s;
+  if (!(std::isfinite(slowest.iteration_time_s) && std::isfinite(largest * 0x1p20)))
+    throw std::invalid_argument(
+        "the iteration's energy overflows: energies, times or the blocking power are too large "
+        "(an iteration's energy must stay below 1e300 J or so)");
+}
 
 std::vector<Evaluation> Problem::evaluate(const OptionIndex* choices, std::size_t plans) {
   const auto n = ix(pipeline_.size());
@@ -45,6 +71,27 @@ std::vector<Evaluation> Problem::replay(const double* time_s, const double* ener
 }
 
 FrontierResult Problem::solve(const SolverOptions& options) const {
+  // The min-cut loop counts iteration time in integer units of at least
+  // unit_time_s / max_unit_divisor and keeps arrays as long as the span from
+  // the fastest to the slowest iteration: both must fit, whatever the caller checked.
+  const double unit = options.unit_time_s;
+  if (!(unit > 0) || !std::isfinite(unit))
+    throw std::invalid_argument("unit time must be a positive number of seconds");
+  const double n = static_cast<double>(pipeline_.size());
+  const double divisor = std::max(1.0, options.budgets.max_unit_divisor);
+  const double span_units = (slowest_time_s_ - fastest_time_s_) / unit + n;
+  const double longest_units = slowest_time_s_ / unit * divisor + n;
+  if (!(span_units <= kMaxSpanUnits) || !(longest_units <= kMaxLongestUnits)) {
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "unit_time_s=%g s is too fine: iterations from %g s to %g s span %.3g units "
+                  "(at most 2^31; the slowest iteration at most 2^52 units of the solver's "
+                  "quantum): use a larger unit_time_s",
+                  unit, fastest_time_s_, slowest_time_s_, span_units);
+    throw std::invalid_argument(text);
+  }
+  if (!(options.budgets.max_solver_units <= kMaxSpanUnits))
+    throw std::invalid_argument("budgets.max_solver_units must be at most 2^31");
   return solve_frontier(pipeline_, dag_, table_, options);
 }
 
