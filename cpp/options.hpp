@@ -84,7 +84,7 @@ class QuantisedGroup {
   std::int64_t max_duration() const { return quantised_.back(); }
   // Convex, non-increasing cost of duration d in [min_duration, max_duration].
   double cost(std::int64_t d) const {
-    if (!cost_table_.empty()) return cost_table_[static_cast<std::size_t>(d - quantised_.front())];
+    if (!cost_table_.empty()) return cost_table_[ix(d - quantised_.front())];
     return hull_cost(d);
   }
   // The slowest option whose quantised duration is <= d.
