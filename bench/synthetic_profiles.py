@@ -83,7 +83,8 @@ Where the magnitudes come from (roughly)
   ``P_idle + P_leak + P_spin``: 84 W (A100), 118 W (H100), 121 W (H200).
 - Busy power at the top clock: A100 SXM's limit is 400 W and large-GEMM work
   draws 300-400 W; H100/H200 SXM's limit is 700 W, 500-650 W busy. The
-  presets land at about 330 W and 560 W for a compute-bound stage.
+  presets land at about 330 W and 500 W for a compute-bound stage (less for
+  the memory-bound ones).
 - Times: a forward of a GPT-3-size stage (a dozen layers, tensor parallel 8)
   at the top clock is 40-55 ms on A100 (50 ms in the SOSP '24 GPT-3 profile),
   roughly half that on H100; the presets use 10-60 ms per microbatch.
