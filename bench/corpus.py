@@ -5,10 +5,10 @@ subset of its stages), the blocking power it was measured or generated with,
 and a pipeline: GPUs, virtual stages (model chunks per GPU), schedule,
 microbatches and the solver's unit time. ``lowtime`` says whether the
 reference solver runs on the case by default; it only knows the 1F1B
-schedule, and it is slow on 2 cores (about 15 s at GPT-3 8x12 on the options
-perseus keeps, 40-50 s on the raw rows, and it grows roughly with the square
-of the microbatches), so the large cases are perseus-only unless
-``--lowtime-big`` is given.
+schedule, and it is slow on 2 cores: on the raw rows of the SOSP '24 GPT-3
+profile 37 s, 176 s and 937 s at 8 x 12, 24, 48 (about 13 s at 8 x 12 on the
+options perseus keeps), growing with about the square of the microbatches.
+The larger 1F1B cases are perseus-only unless ``--lowtime-big`` is given.
 
 Profiles
 --------
@@ -239,13 +239,34 @@ CASES: tuple[Case, ...] = (
     ),
     _syn("h100-coarse-4s8c", 4, 8, lowtime=True, quick=True, note="4 stages, 8 clocks"),
     # --- synthetic A100 (81 clocks 1410..210) and H100 (79 clocks 1980..810), with lowtime.
-    _syn("a100-gpt-8", 8, 8, lowtime=True, note="A100, every clock to 210 MHz"),
-    _syn("a100-gpt-8", 8, 24, lowtime=True, note="A100, every clock to 210 MHz"),
+    _syn(
+        "a100-gpt-8",
+        8,
+        8,
+        lowtime=True,
+        note="A100, every clock to 210 MHz: lowtime stops at once (a step under 1e-6 J)",
+    ),
+    _syn("a100-gpt-8", 8, 24, note="A100, every clock to 210 MHz"),
+    _syn("a100-gpt-8-810", 8, 8, lowtime=True, note="A100, 41 clocks 1410..810 MHz"),
+    _syn("a100-gpt-8-810", 8, 24, lowtime=True, note="A100, 41 clocks 1410..810 MHz"),
     _syn("h100-8", 8, 8, lowtime=True, quick=True, ladder="quick", note="H100, 79 clocks"),
     _syn("h100-8", 8, 24, lowtime=True, note="H100, 79 clocks"),
     _syn("h100-8", 8, 96, target_wall_s=1.0, note="H100-like 8x96 at 1 ms"),
     # --- synthetic, large: 16 stages, interleaved.
-    _syn("h200-16", 16, 16, lowtime=True, note="16 stages, 110 clocks 1980..345 MHz"),
+    _syn(
+        "h200-16",
+        16,
+        16,
+        lowtime=True,
+        note="16 stages, 110 clocks 1980..345 MHz: lowtime's frontier ends early",
+    ),
+    _syn(
+        "h100-16chunk",
+        16,
+        8,
+        lowtime=True,
+        note="the 16-chunk profile as 16 1F1B stages (79 clocks), with lowtime",
+    ),
     _syn("h200-16", 16, 128, target_wall_s=5.0, note="16 stages x 128 microbatches"),
     _syn(
         "h100-16chunk",

@@ -67,6 +67,8 @@ REPLAY_RTOL = 1e-9
 LOWTIME_REPEAT_BELOW_S = 2.0
 #: A perseus run this long (s) or longer is not repeated (the median is of the runs made).
 PERSEUS_REPEAT_BELOW_S = 10.0
+#: lowtime's fastest plan this much slower than the all-fastest plan is reported (NOTE).
+LOWTIME_SHORT_RTOL = 0.01
 #: Ad-hoc cases (--profile) run lowtime up to this many computations unless --lowtime-big.
 ADHOC_LOWTIME_MAX_COMPUTATIONS = 600
 
@@ -180,12 +182,19 @@ def compare(
             }
         )
     d = np.asarray(diffs)
+    # Split at perseus's slowest plan: beyond it perseus can only wait at blocking power.
+    slowest = float(p_times[-1]) if p_times.size else -math.inf
+    compared = [p for p in points if p["diff_pct"] is not None]
+    beyond = np.asarray([p["lowtime_s"] > slowest * (1 + TIME_RTOL) for p in compared], dtype=bool)
+    within = d[~beyond] if d.size else d
     return {
         "points": points,
         "energy_diff_worst_pct": float(d.max()) if d.size else None,
         "energy_diff_mean_pct": float(d.mean()) if d.size else None,
         "energy_diff_best_pct": float(d.min()) if d.size else None,
+        "energy_diff_worst_within_pct": float(within.max()) if within.size else None,
         "unmatched": int((d > tolerance_pct).sum()) + too_fast,
+        "unmatched_beyond_perseus_slowest": int((d[beyond] > tolerance_pct).sum()) if d.size else 0,
         "too_fast_for_perseus": too_fast,
     }
 
@@ -351,7 +360,11 @@ class CaseResult:
     energy_diff_worst_pct: Optional[float] = None
     energy_diff_mean_pct: Optional[float] = None
     energy_diff_best_pct: Optional[float] = None
+    # Worst dE% over lowtime plans no slower than perseus's slowest plan.
+    energy_diff_worst_within_pct: Optional[float] = None
     unmatched: Optional[int] = None
+    # Of the unmatched: lowtime plans slower than perseus's slowest plan.
+    unmatched_beyond_perseus_slowest: Optional[int] = None
     too_fast_for_perseus: Optional[int] = None
     points: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -505,7 +518,10 @@ def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResu
     if lt_orders != perseus_order(case.num_gpus, case.microbatches):
         res.mismatches.append("lowtime's and perseus's 1F1B execution orders differ")
     if not res.lowtime_plans:
-        res.notes.append("lowtime produced no plans")
+        res.notes.append(
+            "lowtime produced no plans (lowtime 0.3.0 stops at the first step that costs less "
+            "than 1e-6 J, before yielding it)"
+        )
         return res
     res.lowtime_fastest_quantised_s = float(min(lt["quant_times_s"]))
 
@@ -516,6 +532,13 @@ def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResu
     front = pareto_points(lt_t, lt_e, blocking_w)
     res.lowtime_frontier_plans = int(front.size)
     res.lowtime_fastest_s = float(lt_t.min())
+    if res.lowtime_fastest_s > res.all_fastest_s * (1 + LOWTIME_SHORT_RTOL):
+        res.notes.append(
+            f"lowtime's frontier ends early: its fastest replayed plan takes "
+            f"{res.lowtime_fastest_s:.4f} s, the all-fastest plan {res.all_fastest_s:.4f} s "
+            f"({len(lt['knobs'])} iterations; lowtime 0.3.0 stops at the first step that costs "
+            "less than 1e-6 J or whose cut is infinite)"
+        )
     out = compare(lt_t[front], lt_e[front], p_t, p_e, blocking_w)
     res.points = out.pop("points")
     for key, value in out.items():
@@ -676,8 +699,10 @@ def check_targets(
                 name,
                 "ok" if r.unmatched == 0 else "MISS",
                 f"{r.unmatched}/{r.lowtime_frontier_plans} lowtime frontier plans unmatched "
-                f"({r.too_fast_for_perseus} faster than perseus's fastest), worst "
-                f"{_fmt(r.energy_diff_worst_pct, '+.4f')} %",
+                f"({r.too_fast_for_perseus} faster than perseus's fastest, "
+                f"{r.unmatched_beyond_perseus_slowest} slower than its slowest), worst "
+                f"{_fmt(r.energy_diff_worst_pct, '+.4f')} % ("
+                f"{_fmt(r.energy_diff_worst_within_pct, '+.4f')} % within perseus's time range)",
             )
     for fit in fits:
         if fit["ladder"] != corpus.SCALING_LADDER:
@@ -755,12 +780,13 @@ def print_results(
         "worst dE%",
         "mean dE%",
         "unmatched",
+        "slower",
         "fastest",
     ]
     rows = []
     for r in results:
         if r.error is not None:
-            rows.append([r.case, str(r.computations), "CRASH", *["-"] * 9])
+            rows.append([r.case, str(r.computations), "CRASH", *["-"] * 10])
             continue
         if r.lowtime == "ran":
             lt_s = _seconds(r.lowtime_wall_s)
@@ -784,6 +810,7 @@ def print_results(
                 _fmt(r.energy_diff_worst_pct, "+.3f"),
                 _fmt(r.energy_diff_mean_pct, "+.3f"),
                 "-" if r.unmatched is None else f"{r.unmatched}/{r.lowtime_frontier_plans}",
+                _fmt(r.unmatched_beyond_perseus_slowest),
                 _fmt(r.perseus_fastest_ok),
             ]
         )
@@ -792,7 +819,8 @@ def print_results(
         "dE% = (perseus - lowtime) / lowtime for each plan on lowtime's replayed frontier, against "
         "perseus's cheapest plan at least as fast, both over an iteration as long as the lowtime "
         f"plan (negative: perseus uses less). unmatched: worse by > {MATCH_TOLERANCE_PCT:g} % or "
-        "faster than perseus's fastest. fastest: perseus's fastest plan is as fast as every "
+        "faster than perseus's fastest; slower: how many of those are slower than perseus's "
+        "slowest plan. fastest: perseus's fastest plan is as fast as every "
         "computation at its fastest measured row. ratio: lowtime s / perseus s, same run only."
     )
     for r in results:
