@@ -74,11 +74,17 @@ FrontierResult Problem::solve(const SolverOptions& options) const {
   // The min-cut loop counts iteration time in integer units of at least
   // unit_time_s / max_unit_divisor and keeps arrays as long as the span from
   // the fastest to the slowest iteration: both must fit, whatever the caller checked.
+  check_options(options);
   const double unit = options.unit_time_s;
   if (!(unit > 0) || !std::isfinite(unit))
     throw std::invalid_argument("unit time must be a positive number of seconds");
   const double n = static_cast<double>(pipeline_.size());
   const double divisor = std::max(1.0, options.budgets.max_unit_divisor);
+  if (!std::isnormal(unit / divisor)) {  // a subnormal quantum loses its digits, or is 0
+    char text[160];
+    std::snprintf(text, sizeof text, "unit_time_s=%g s is too small: use a larger unit_time_s", unit);
+    throw std::invalid_argument(text);
+  }
   const double span_units = (slowest_time_s_ - fastest_time_s_) / unit + n;
   const double longest_units = slowest_time_s_ / unit * divisor + n;
   if (!(span_units <= kMaxSpanUnits) || !(longest_units <= kMaxLongestUnits)) {
@@ -90,8 +96,6 @@ FrontierResult Problem::solve(const SolverOptions& options) const {
                   unit, fastest_time_s_, slowest_time_s_, span_units);
     throw std::invalid_argument(text);
   }
-  if (!(options.budgets.max_solver_units <= kMaxSpanUnits))
-    throw std::invalid_argument("budgets.max_solver_units must be at most 2^31");
   return solve_frontier(pipeline_, dag_, table_, options);
 }
 

@@ -108,4 +108,10 @@ struct SolverOptions {
   double interrupt_poll_s = 0.05;
 };
 
+// Throws std::invalid_argument naming the first field of options.budgets
+// outside its range (non-finite, negative, or so large that a count
+// overflows or a loop cannot end), and for hook periods that are not seconds
+// in 0..1e9. Problem::solve calls it before anything else.
+void check_options(const SolverOptions& options);
+
 }  // namespace perseus

@@ -171,13 +171,31 @@ def _budgets_argument(budgets: Any) -> _core.SolverBudgets:
     if isinstance(budgets, Mapping):
         out = _core.SolverBudgets()
         for key, value in budgets.items():
-            if not hasattr(out, key) or key.startswith("_"):
+            if not isinstance(key, str) or not hasattr(out, key) or key.startswith("_"):
                 raise ProfileError(f"budgets: unknown field {key!r}")
-            setattr(out, key, value)
+            kind = type(getattr(out, key))  # bool, int (int64) or float
+            allowed = {bool: bool, int: numbers.Integral, float: numbers.Real}[kind]
+            if not isinstance(value, allowed) or (isinstance(value, bool) and kind is not bool):
+                raise ProfileError(f"budgets.{key}: expected {kind.__name__}, got {value!r}")
+            try:
+                setattr(out, key, kind(value))
+            except (TypeError, OverflowError):  # an int beyond int64
+                raise ProfileError(f"budgets.{key}: {value!r} is out of range") from None
         return out
     raise TypeError(
         f"budgets must be a perseus.SolverBudgets or a mapping, got {type(budgets).__name__}"
     )
+
+
+def _period_argument(progress_period_s: Any) -> float:
+    if isinstance(progress_period_s, bool) or not isinstance(progress_period_s, numbers.Real):
+        raise ProfileError(
+            f"progress_period_s must be a number of seconds, got {progress_period_s!r}"
+        )
+    try:
+        return float(progress_period_s)  # the core checks the range
+    except OverflowError:
+        raise ProfileError(f"progress_period_s={progress_period_s!r} is out of range") from None
 
 
 def optimize(
@@ -257,12 +275,13 @@ def optimize(
     spec = _spec(profile, microbatches, schedule, virtual_stages)
     unit = _unit_time_argument(unit_time_s, unit_time)
     solver_budgets = _budgets_argument(budgets)
+    period = _period_argument(progress_period_s)
     _check_size(profile, spec, unit)
     problem, table, pipeline = _setup(profile, spec)
     sinks, bar = _progress_sinks(progress)
     reporter = ProgressReporter(refine=refine, sinks=sinks) if sinks else None
     try:
-        result = problem.solve(unit, refine, solver_budgets, reporter, float(progress_period_s))
+        result = problem.solve(unit, refine, solver_budgets, reporter, period)
     except ValueError as error:
         raise ProfileError(str(error)) from None
     finally:

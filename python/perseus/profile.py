@@ -558,7 +558,10 @@ def _number(value: Any, where: str, field: str) -> int | float:
     elif isinstance(value, numbers.Integral):
         return int(value)
     else:
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # a Fraction or other Real beyond the float range
+            raise ProfileError(f"{where}, field {field!r}: {value!r} is out of range") from None
     if not math.isfinite(number):
         raise ProfileError(f"{where}, field {field!r}: {value!r} is not finite")
     return number
@@ -600,8 +603,7 @@ def check_blocking_power_w(value: Any) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or not 0 <= float(value) <= LIMITS.max_blocking_power_w
+        or not 0 <= value <= LIMITS.max_blocking_power_w  # NaN fails too; no float() of 2**1100
     ):
         raise ProfileError(
             f"blocking_power_w must be a number of watts in 0..{LIMITS.max_blocking_power_w:g}, "
