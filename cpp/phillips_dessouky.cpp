@@ -125,8 +125,12 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag,
   cut_direction_.reserve(ix(n));
   changed_.reserve(ix(n));
   // The log is the only thing the loop appends to: size it for the expected
-  // runs (at most one per unit; a run changes a few computations).
-  const auto expected = ix(max_units_ - min_units_ + 1);
+  // runs (at most one per unit; a run changes a few computations), but no
+  // more than a few MiB up front: with multi-unit steps runs are far fewer
+  // than units, and a fine unit over a long span (1e-9 s over 0.1 s) would
+  // otherwise reserve gigabytes before the first step. It grows as needed.
+  constexpr std::int64_t kMaxReservedRuns = std::int64_t{1} << 16;
+  const auto expected = ix(std::min(max_units_ - min_units_ + 1, kMaxReservedRuns));
   run_units_.reserve(expected);
   run_end_.reserve(expected);
   log_computation_.reserve(expected * 8);

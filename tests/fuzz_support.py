@@ -12,6 +12,17 @@ import os
 import re
 import sys
 
+from hypothesis import HealthCheck, settings
+
+
+def fuzz_settings(examples: int) -> settings:
+    """`examples` under the default "ci" profile, scaled with the loaded one ("thorough": 20x)."""
+    return settings(
+        max_examples=max(1, examples * settings.default.max_examples // 100),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
 
 def tally(outcome: str) -> None:
     """Record one case's outcome, under the running test's name, when PERSEUS_FUZZ_LOG is set."""

@@ -20,17 +20,12 @@ import warnings
 import numpy as np
 import perseus
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzz_support import fuzz_settings, tally
+from hypothesis import given
 from hypothesis import strategies as st
-from perseus import Frontier, Profile
+from perseus import Frontier, Profile, ProfileWarning
 
-from fuzz_support import tally
-
-FUZZ = settings(
-    max_examples=120,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+FUZZ = fuzz_settings(120)
 
 RECORDS = [
     (s, k, f, t * (1.0 + 0.25 * j), e * (1.0 - 0.2 * j))
@@ -162,7 +157,7 @@ def damaged_text(draw) -> bytes:
 
 
 def check_frontier(frontier: Frontier) -> None:
-    """Everything a loaded Frontier promises (the same checks Frontier.load makes, independently)."""
+    """Everything a loaded Frontier promises (Frontier.load's checks, made independently)."""
     assert len(frontier) >= 1
     times = frontier.iteration_times_s
     energies = frontier.energies_j
@@ -192,6 +187,7 @@ def load_outcome(tmp_path, data: bytes, profile=None) -> str:
     path.write_bytes(data)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.simplefilter("ignore", ProfileWarning)  # a stored row 20x off its neighbours
         try:
             frontier = Frontier.load(path, profile)
         except ValueError as error:
@@ -202,7 +198,7 @@ def load_outcome(tmp_path, data: bytes, profile=None) -> str:
             if "malformed frontier file" in message:
                 # ... names the field: "plans[1].energy_j: ..." or "(top level): ...".
                 assert re.match(
-                    rf"{re.escape(str(path))}: malformed frontier file: [\w\[\]. ()'-]+: ", message
+                    rf"{re.escape(str(path))}: malformed frontier file: \S.*?: \S", message
                 ), message
             kind = re.sub(
                 r"\[\d+\]",
@@ -228,7 +224,7 @@ def test_fuzz_mutated_fields_against_the_profile(tmp_path, data):
     load_outcome(tmp_path, data, PROFILE)
 
 
-@settings(FUZZ, max_examples=80)
+@fuzz_settings(80)
 @given(data=damaged_text())
 def test_fuzz_damaged_text(tmp_path, data):
     load_outcome(tmp_path, data)

@@ -19,20 +19,15 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzz_support import fuzz_settings, tally
+from hypothesis import given
 from hypothesis import strategies as st
 from perseus import LIMITS, Profile, ProfileError
 from perseus.profile import INSTRUCTIONS, ProfileWarning
 
-from fuzz_support import tally
-
 pytestmark = pytest.mark.filterwarnings("ignore::perseus.profile.ProfileWarning")
 
-FUZZ = settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+FUZZ = fuzz_settings(150)
 COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
 VALID_ROWS = [
     (s, k, f, t * (1.0 + 0.3 * j), e * (1.0 - 0.2 * j))
@@ -124,7 +119,10 @@ def outcome(call) -> str:
     return "profile"
 
 
-def render(rows, header=",".join(COLUMNS)) -> str:
+HEADER = ",".join(COLUMNS)
+
+
+def render(rows, header=HEADER) -> str:
     return "".join(line + "\n" for line in [header, *(",".join(map(str, r)) for r in rows)])
 
 
@@ -171,7 +169,7 @@ def mutated_csv(draw) -> bytes:
         lines.insert(draw(st.integers(1, len(lines))), lines[draw(st.integers(1, len(lines) - 1))])
         text = "".join(lines)
     elif action == "header":
-        names = draw(st.permutations(list(COLUMNS) + [draw(st.sampled_from(COLUMNS + ("x",)))]))
+        names = draw(st.permutations([*COLUMNS, draw(st.sampled_from((*COLUMNS, "x")))]))
         text = render(rows, ",".join(names[: draw(st.integers(0, 6))]))
     elif action == "extra":
         at = draw(st.integers(0, len(text)))

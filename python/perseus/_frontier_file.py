@@ -32,6 +32,7 @@ from typing import Any, NoReturn, Optional
 
 import numpy as np
 
+from . import _core
 from ._zeus_format import COLUMNS, INSTRUCTIONS
 from .errors import ProfileError
 from .frontier import (
@@ -476,9 +477,13 @@ def _decode(
     if not isinstance(phases, dict):
         _fail("phase_times_s", f"expected an object, got {_kind(phases)}")
     phase_times_s = {}
+    known = [_core.phase_name(_core.Phase(p)) for p in range(4)]
     for key, seconds in phases.items():
-        if len(key) > 40:
-            _fail("phase_times_s", f"unknown phase {key[:40]!r}...")
+        if key not in known:
+            _fail(
+                "phase_times_s",
+                f"unknown phase {key[:40]!r}; known: {', '.join(repr(k) for k in known)}",
+            )
         phase_times_s[key] = _real(seconds, f"phase_times_s.{key}", "seconds", positive=False)
     baseline_doc = _object(document["baseline"], "baseline", ("iteration_time_s", "energy_j"))
     baseline = Evaluation(

@@ -33,6 +33,10 @@ ProgressArg = Union[None, bool, Callable[[SolveProgress], object]]
 # Up-front size limits: a solve estimated beyond either is refused before it
 # allocates anything large, with a message saying what to change.
 MAX_WORK = 2e11  # computations x min-cut steps (about an hour on one core)
+# Min-cut steps of unit_time_s, whatever the pipeline: each costs a few
+# microseconds beyond the computations it touches, and a frontier needs no
+# more distinct times than this (a unit of 1e-9 s asked for 1e8 of them).
+MAX_STEPS = 1e7
 MAX_MEMORY_BYTES = 16 * 2**30
 _BYTES_PER_COMPUTATION = 400  # pipeline, DAG, solver and improver arrays
 _BYTES_PER_PLAN_COMPUTATION = 6  # a frontier plan: uint16 in the core, int32 in Python
@@ -125,6 +129,11 @@ def _check_size(profile: Profile, spec: PipelineSpec, unit_time_s: float) -> Non
             f"this solve would take about {steps:.3g} min-cut steps over {computations} "
             f"computations ({work:.3g} work units; the limit is {MAX_WORK:.3g}): use a larger "
             f"unit_time_s than {unit_time_s:g} s, or fewer microbatches"
+        )
+    if steps > MAX_STEPS:
+        raise ProfileError(
+            f"this solve would take about {steps:.3g} min-cut steps of {unit_time_s:g} s "
+            f"(the limit is {MAX_STEPS:.3g}): use a larger unit_time_s"
         )
     if memory > MAX_MEMORY_BYTES:
         raise ProfileError(

@@ -12,7 +12,7 @@ import math
 import numbers
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import numpy as np
 
@@ -63,7 +63,10 @@ def _seconds(value: object, name: str) -> float:
     """`value` as a finite float of seconds, or a TypeError/ValueError naming `name`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    seconds = float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond the float range is beyond every plan
+        seconds = math.inf if cast(float, value) > 0 else -math.inf
     if math.isnan(seconds):
         raise ValueError(f"{name} must be a number of seconds, got NaN")
     return seconds

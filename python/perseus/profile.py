@@ -29,7 +29,7 @@ import re
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, cast
 
 import numpy as np
 
@@ -603,7 +603,8 @@ def check_blocking_power_w(value: Any) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
-        or not 0 <= value <= LIMITS.max_blocking_power_w  # NaN fails too; no float() of 2**1100
+        # Compared as it is (NaN fails too); float() of 2**1100 would overflow.
+        or not 0 <= cast(float, value) <= LIMITS.max_blocking_power_w
     ):
         raise ProfileError(
             f"blocking_power_w must be a number of watts in 0..{LIMITS.max_blocking_power_w:g}, "

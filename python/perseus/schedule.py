@@ -22,6 +22,8 @@ def count_argument(name: str, value: object) -> int:
     """`value` as an int >= 1 (numpy integers welcome), or `ProfileError` naming `name`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
         raise ProfileError(f"{name} must be an integer >= 1, got {value!r}")
+    if int(value) > 2**31 - 1:  # the core counts in int32
+        raise ProfileError(f"{name}={value!r} is too large (at most 2^31-1)")
     return int(value)
 
 
