@@ -184,6 +184,11 @@ def test_profiler_sidecar_layout_is_read(tmp_path, capsys):
             ["argument --blocking-power", "0..10000"],
         ),
         ([str(SMALL), "-m", "8", "--blocking-power", "nan"], ["argument --blocking-power"]),
+        (  # it segfaulted: every plan's energy was inf
+            [str(SMALL), "-m", "8", "--blocking-power", "1.7976931348623157e308"],
+            ["argument --blocking-power", "0..10000"],
+        ),
+        ([str(SMALL), "-m", "1" + "0" * 400], ["microbatches"]),
         ([str(SMALL), "-m", "8", "--unit-time", "0"], ["argument --unit-time", "positive"]),
         ([str(SMALL), "-m", "8", "--schedule", "zb-h1"], ["argument --schedule", "zb-h1"]),
         (

@@ -561,3 +561,19 @@ def test_sigint_stops_every_phase_quickly(tmp_path, phase):
     assert "Traceback" not in done.stderr
     # Ctrl-C is polled every 50 ms in every phase; allow for a loaded machine.
     assert float(done.stdout.split()[1]) < 1.0
+
+
+@pytest.mark.parametrize("power", [0.0, 50.0])
+def test_deadline_queries_refuse_nan_and_non_numbers(power):
+    frontier = perseus.optimize(make_profile(stages=2, blocking_power_w=power), microbatches=2)
+    for query in (frontier.plan_for, frontier.energy_at, frontier.fastest.energy_at):
+        with pytest.raises(ValueError, match=r"must be a number of seconds, got NaN"):
+            query(math.nan)
+        for bad in ("0.3", None, True, 1j):
+            with pytest.raises(TypeError, match=r"seconds"):
+                query(bad)
+    # Endless deadlines are the slowest plan; its energy grows with the blocking power only.
+    for endless in (math.inf, 10**400):
+        assert frontier.plan_for(endless) is frontier[len(frontier) - 1]
+        energy = frontier.energy_at(endless)
+        assert energy == (frontier[len(frontier) - 1].energy_j if power == 0 else math.inf)

@@ -905,6 +905,13 @@ SCENARIOS = {
         (-signal.SIGKILL,),
         "watchdog",
     ),
+    # A signal perseus does not handle, whose default action ends the process.
+    "sigusr1": (
+        body(LOCK_GPU0, "ready()\ntime.sleep(30)"),
+        signal.SIGUSR1,
+        (-signal.SIGUSR1,),
+        "watchdog",
+    ),
     "os-exit": (body(LOCK_GPU0, "ready()\nos._exit(7)"), None, (7,), "watchdog"),
     "segfault": (
         body(LOCK_GPU0, "ready()\nctypes.string_at(0)"),

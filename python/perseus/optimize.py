@@ -133,7 +133,7 @@ def _check_size(profile: Profile, spec: PipelineSpec, unit_time_s: float) -> Non
     if steps > MAX_STEPS:
         raise ProfileError(
             f"this solve would take about {steps:.3g} min-cut steps of {unit_time_s:g} s "
-            f"(the limit is {MAX_STEPS:.3g}): use a larger unit_time_s"
+            f"(the limit is {MAX_STEPS:.3g}): use a larger unit_time_s than {unit_time_s:g} s"
         )
     if memory > MAX_MEMORY_BYTES:
         raise ProfileError(

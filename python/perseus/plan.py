@@ -266,6 +266,8 @@ class Plan:
                 f"this plan takes {self._iteration_time_s:.6g} s; it cannot finish in {length:.6g} s"
             )
         extra = max(0.0, length - self._iteration_time_s)
+        if self._blocking_power_w == 0:  # not 0 * inf = NaN for an endless iteration
+            return self._energy_j
         return self._energy_j + self._spec.num_gpus * self._blocking_power_w * extra
 
     @property
