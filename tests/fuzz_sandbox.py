@@ -223,6 +223,7 @@ class Sandbox:
     def close(self) -> None:
         self.process.stdin.close()  # type: ignore[union-attr]
         self.process.wait(timeout=30)
+        self.process.stdout.close()  # type: ignore[union-attr]
 
 
 if __name__ == "__main__":

@@ -284,7 +284,10 @@ def _hashable(value) -> bool:
 
 
 @FUZZ
-@given(records=hostile_records(), power=st.one_of(st.just(50.0), hostile_value))
+@given(
+    records=hostile_records(),
+    power=st.tuples(st.integers(0, 4), hostile_value).map(lambda c: c[1] if c[0] == 4 else 50.0),
+)
 def test_fuzz_records_are_a_profile_or_a_located_error(records, power):
     result = outcome(lambda: Profile.from_records(records, blocking_power_w=power))
     if result != "profile":
