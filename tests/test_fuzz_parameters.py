@@ -124,6 +124,7 @@ ISSUE_CASES = [
     ({}, {"microbatches": 10**6}, r"ProfileError"),
     ({}, {"microbatches": 4, "unit_time_s": 1e-9}, r"ProfileError"),
     ({}, {"microbatches": HUGE_INT}, r"ProfileError"),
+    ({}, {"microbatches": 4, "unit_time_s": HUGE_INT}, r"ProfileError"),  # found by the fuzzer
     ({}, {"microbatches": 4, "refine": "no"}, r"TypeError"),
     ({"power": 1.7976931348623157e308}, {"microbatches": 4}, r"ProfileError"),
     ({"time_scale": 1e14}, {"microbatches": 4}, r"ProfileError"),

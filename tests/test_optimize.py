@@ -577,3 +577,10 @@ def test_deadline_queries_refuse_nan_and_non_numbers(power):
         assert frontier.plan_for(endless) is frontier[len(frontier) - 1]
         energy = frontier.energy_at(endless)
         assert energy == (frontier[len(frontier) - 1].energy_j if power == 0 else math.inf)
+
+
+def test_huge_integers_are_clean_errors(frontier, profile):
+    with pytest.raises(ProfileError, match=r"unit_time_s must be a positive number of seconds"):
+        perseus.optimize(profile, microbatches=2, unit_time_s=10**400)
+    with pytest.raises(ValueError, match=r"cap_w must be a positive number of watts"):
+        frontier.plan_for_power(10**400)

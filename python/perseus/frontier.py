@@ -259,7 +259,10 @@ class Frontier(Sequence[Plan]):
         """
         if isinstance(cap_w, bool) or not isinstance(cap_w, numbers.Real):
             raise TypeError(f"cap_w must be a number of watts, got {cap_w!r}")
-        cap = float(cap_w)
+        try:
+            cap = float(cap_w)
+        except OverflowError:  # an int beyond the float range
+            cap = math.inf
         if not cap > 0 or math.isinf(cap):  # also NaN
             raise ValueError(f"cap_w must be a positive number of watts, got {cap_w!r}")
         if not isinstance(peak, bool):

@@ -103,7 +103,10 @@ def _unit_time_argument(unit_time_s: Any, legacy: Any) -> float:
         return 1e-3
     if isinstance(unit_time_s, bool) or not isinstance(unit_time_s, numbers.Real):
         raise ProfileError(f"unit_time_s must be a number of seconds, got {unit_time_s!r}")
-    unit = float(unit_time_s)
+    try:
+        unit = float(unit_time_s)
+    except OverflowError:  # an int beyond the float range
+        unit = math.inf
     if not math.isfinite(unit) or unit <= 0:
         raise ProfileError(f"unit_time_s must be a positive number of seconds, got {unit_time_s!r}")
     return unit
