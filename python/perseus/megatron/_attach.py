@@ -303,6 +303,7 @@ class Attachment:
             self._patch.uninstall()
         self._current = None
         self._close_previous_locally()
+        self._started = self._off = False  # attached again, it starts afresh
         driver, self._driver = self._driver, None
         switcher, self._switcher = self._switcher, None
         if self._recorder is not None:
@@ -648,14 +649,16 @@ class Attachment:
     def _choose_plan(self, it: Iteration, config: Any) -> None:
         book = self._book
         assert book is not None and self._settings is not None
-        if not self._following:
-            it.following = False
-            return
+        # The workload is the same on every rank, whatever this rank's state: the
+        # collectives after the iteration depend on it (see _finish_previous).
         key = book.lookup(it.microbatches, it.seq_length)
         if key is None:
             return  # no frontier for this workload: unlocked for this iteration
         book.switch_to(key)
         it.key = key
+        if not self._following:
+            it.following = False
+            return
         base = book.base_plan(key)
         phase = self._calibration_phase(it.number)
         uniform = None
