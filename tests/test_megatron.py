@@ -51,9 +51,8 @@ from perseus.megatron import (
     attach,
     check_megatron,
 )
-from perseus.megatron._attach import full_iteration_graphs
 from perseus.megatron._cli import settings_from_args
-from perseus.megatron._compat import SCHEDULE_FUNCTIONS, parse_version
+from perseus.megatron._compat import SCHEDULE_FUNCTIONS, full_iteration_graphs, parse_version
 from perseus.megatron._device import choose_device
 from perseus.megatron._following import normalize_frontiers
 from perseus.megatron._metrics import JobIteration, calibration, job_rows
@@ -478,6 +477,8 @@ def test_mismatch_can_warn_and_let_go(job):
         ("full_graph", "full-iteration CUDA graphs (cuda_graph_impl='full_iteration')"),
         ("full_graph_profile", "full-iteration CUDA graphs"),
         ("variable_lengths", "variable_seq_lengths=True"),
+        ("args_graph", "--cuda-graph-impl full_iteration"),
+        ("args_experts", "expert_model_parallel_size=2"),
     ],
 )
 def test_unsupported_configurations_are_refused_naming_the_setting(job, case, words):

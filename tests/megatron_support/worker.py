@@ -520,6 +520,31 @@ def scenario_errors(results: dict[str, Any]) -> None:
     attempt("layer_graphs", run_attach(f4, record=True), setting("cuda_graph_impl", "local"))
     attempt("variable_lengths", run_attach(f4), setting("variable_seq_lengths", True))
 
+    # Refused at attach, before any iteration, when Megatron-LM has parsed its arguments
+    # already (a stand-in for megatron.training.global_vars, not installed here).
+    stand_in = types.ModuleType("megatron.training.global_vars")
+    sys.modules["megatron.training.global_vars"] = stand_in
+    try:
+        for name, settings, make in (
+            ("args_graph", {"cuda_graph_impl": "full_iteration"}, lambda: run_attach(f4)),
+            (
+                "args_experts",
+                {"expert_model_parallel_size": 2},
+                lambda: perseus.megatron.attach(profile=ProfileOptions(path="unused.csv")),
+            ),
+        ):
+            stand_in._GLOBAL_ARGS = argparse.Namespace(**settings)
+            attachment = make()
+            try:
+                attachment.attach()
+                attachment.detach()
+                out[name] = {"error": None}
+            except perseus.megatron.UnsupportedScheduleError as error:
+                out[name] = {"error": type(error).__name__, "message": str(error)}
+            out[name]["restored"] = _restored()
+    finally:
+        del sys.modules["megatron.training.global_vars"]
+
     checks: dict[str, Any] = {}
     for label, version, allow in (
         ("old", "0.15.3", False),

@@ -1,23 +1,16 @@
-"""Attach perseus to megatron-core's pipeline schedules (see :func:`attach`).
+"""Attach perseus to megatron-core's schedules: :func:`attach` and its :class:`Attachment`.
 
-The :class:`Attachment` ties the parts together; each lives in a module of
-its own:
-
-- :mod:`._patching`: wrapping megatron's schedule and step functions, and
-  naming each computation;
-- :mod:`._following`: which plan an iteration runs (frontiers keyed by
-  workload), and the order and clocks it expects;
-- :mod:`._clocks`: the clock requests (stream-ordered, idle between
-  iterations, evaluation);
-- :mod:`._timing` and :mod:`._stragglers`: iteration times, their exchange,
-  and the straggler policy;
-- :mod:`._metrics`: energy measured live, reports and A/B calibration;
-- :mod:`._profiling` and :mod:`._profile`: profile mode.
-
-Nothing that needs CUDA or torch.distributed happens when attaching: the GPU,
-the process groups and Megatron's layout are read at the first
-forward-backward call, when Megatron has initialised (so ``attach`` may wrap
-``pretrain(...)``).
+The :class:`Attachment` is the hub the wrapped schedule functions call: it
+starts everything at the first forward-backward call (nothing that needs
+CUDA or torch.distributed happens when attaching, so ``attach`` may wrap
+Megatron-LM's ``pretrain(...)``), opens and closes each iteration, and
+hands each computation its clock. Each part lives in a module of its own:
+the wrapping in :mod:`._patching`, the plan an iteration runs in
+:mod:`._following`, clock requests in :mod:`._clocks`, what runs between
+iterations (times, stragglers, energy reports) in :mod:`._between` with
+:mod:`._timing`, :mod:`._stragglers` and :mod:`._metrics`, the arguments
+in :mod:`._settings`, and profile mode in :mod:`._profiling` and
+:mod:`._profile`.
 """
 
 from __future__ import annotations
@@ -27,18 +20,23 @@ import logging
 import math
 import warnings
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from .._deprecation import warn_renamed
 from .._optional import optional_module
 from ..frontier import Frontier, Plan
 from ..profile import Profile
 from ..switcher import FrequencySwitcher
 from . import _metrics
+from ._between import Between, calibration_phase
 from ._clocks import ClockDriver
-from ._compat import check_megatron
+from ._compat import (
+    FULL_GRAPH_MESSAGE,
+    check_megatron,
+    full_iteration_graphs,
+    unsupported_schedule,
+)
 from ._device import resolve_device
 from ._errors import (
     MegatronIntegrationError,
@@ -46,28 +44,17 @@ from ._errors import (
     ScheduleMismatchError,
     UnsupportedScheduleError,
 )
-from ._following import (
-    PLAN_SCHEDULE,
-    Iteration,
-    PlanBook,
-    PlanWarning,
-    WorkloadKey,
-    fastest_mhz,
-    normalize_frontiers,
-)
+from ._following import PLAN_SCHEDULE, Iteration, PlanBook, PlanWarning, WorkloadKey
 from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
 from ._patching import SchedulePatch
 from ._profiling import Layout, ProfileSession, unsupported_for_profiling
+from ._settings import FrontierArgument, Settings, from_old_keywords, settings_of
 from ._stragglers import PlanSwitch, StragglerDecision
 from ._timing import CpuGroups, Stopwatch
 
 __all__ = ["Attachment", "Computation", "attach"]
 
 logger = logging.getLogger("perseus.megatron")
-
-MODES = ("run", "profile")
-
-FrontierArgument = Union[Frontier, Mapping[Any, Frontier], None]
 
 
 @dataclass(frozen=True)
@@ -81,44 +68,6 @@ class Computation:
     frequency_mhz: Optional[
         int
     ]  #: planned SM clock requested for it; None: unlocked or profile mode
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything an attachment does, checked (made by :func:`attach`)."""
-
-    mode: str
-    frontiers: dict[WorkloadKey, Frontier]
-    by_length: bool
-    plan: Optional[Plan]
-    clocks: ClockOptions
-    stragglers: StragglerOptions
-    metrics: MetricsOptions
-    profile: Optional[ProfileOptions]
-    on_mismatch: str
-    record: bool
-
-
-def full_iteration_graphs(config: Any) -> bool:
-    """Whether megatron captures whole iterations in one CUDA graph (0.16-0.19 spellings)."""
-    if getattr(config, "cuda_graph_impl", None) == "full_iteration":
-        return True
-    for name in ("cuda_graph_scope", "cuda_graph_modules"):
-        scope = getattr(config, name, None)
-        values = scope if isinstance(scope, (list, tuple)) else [scope]
-        for value in values:
-            text = str(getattr(value, "name", None) or getattr(value, "value", None) or value)
-            if getattr(config, "cuda_graph_impl", "none") != "none" and "full_iteration" in text:
-                return True
-    return False
-
-
-_FULL_GRAPH_MESSAGE = (
-    "full-iteration CUDA graphs ({setting}) replay a whole forward-backward call as one "
-    "graph: perseus's per-computation clock requests and timing are Python that a graph "
-    "replay never runs. Use per-layer graphs (--cuda-graph-impl local or transformer_engine "
-    "with a per-layer scope), which perseus works with, or no CUDA graphs"
-)
 
 
 def _megatron_lm_args() -> Any:
@@ -196,6 +145,7 @@ class Attachment:
         self._driver: Optional[ClockDriver] = None
         self._stopwatch: Optional[Stopwatch] = None
         self._recorder: Optional[_metrics.Recorder] = None
+        self._between: Optional[Between] = None
         self._groups: Optional[CpuGroups] = None
         self._layout: Optional[Layout] = None
         self._current: Optional[Iteration] = None
@@ -203,7 +153,6 @@ class Attachment:
         self._last_plan: Optional[Plan] = None
         self._passthrough = 0
         self._following = True
-        self._seq_length: Optional[int] = None
         self.mode = "run"
         self.frontiers: dict[WorkloadKey, Frontier] = {}
         if settings is not None:
@@ -279,11 +228,7 @@ class Attachment:
         version = str(getattr(package_info, "__version__", "unknown"))
         patch = SchedulePatch(schedules, self, self)
         check_megatron(schedules, version, allow_untested_version=self._allow_untested)
-        args = _megatron_lm_args()
-        if args is not None and self._settings is not None and full_iteration_graphs(args):
-            raise UnsupportedScheduleError(
-                _FULL_GRAPH_MESSAGE.format(setting="--cuda-graph-impl full_iteration")
-            )
+        self._refuse_from_args(_megatron_lm_args())
         self._torch = torch
         self._schedules = schedules
         self.megatron_version = version
@@ -292,6 +237,29 @@ class Attachment:
         self._attached = True
         atexit.register(self.detach)
         logger.debug("perseus attached to megatron-core %s", version)
+
+    def _refuse_from_args(self, args: Any) -> None:
+        """What cannot work, refused at attach when Megatron-LM's arguments are parsed already."""
+        settings = self._settings
+        if args is None or settings is None:
+            return  # known at the first iteration, and refused there
+        if full_iteration_graphs(args):
+            setting = "--cuda-graph-impl full_iteration"
+            raise UnsupportedScheduleError(FULL_GRAPH_MESSAGE.format(setting=setting))
+        if settings.mode == "profile":
+            problem = unsupported_for_profiling(
+                int(getattr(args, "expert_model_parallel_size", 1) or 1),
+                int(getattr(args, "context_parallel_size", 1) or 1),
+                args,
+            )
+            if problem is not None:
+                raise UnsupportedScheduleError(f"perseus's profile mode cannot run with {problem}")
+            return
+        bypass = unsupported_schedule(args, "", run_mode=True, by_length=settings.by_length)
+        if bypass is not None:
+            raise UnsupportedScheduleError(
+                f"perseus cannot follow this Megatron schedule: {bypass}"
+            )
 
     def detach(self) -> None:
         """Restore megatron's functions and give back the clocks perseus set. Idempotent."""
@@ -302,7 +270,10 @@ class Attachment:
         if self._patch is not None:
             self._patch.uninstall()
         self._current = None
-        self._close_previous_locally()
+        prev, self._previous = self._previous, None
+        if prev is not None and self._between is not None:
+            self._between.close_locally(prev)
+        self._between = None
         self._started = self._off = False  # attached again, it starts afresh
         driver, self._driver = self._driver, None
         switcher, self._switcher = self._switcher, None
@@ -339,11 +310,8 @@ class Attachment:
         settings = self._settings
         assert settings is not None
         if full_iteration_graphs(config):
-            raise UnsupportedScheduleError(
-                _FULL_GRAPH_MESSAGE.format(
-                    setting=f"cuda_graph_impl={getattr(config, 'cuda_graph_impl', None)!r}"
-                )
-            )
+            setting = f"cuda_graph_impl={getattr(config, 'cuda_graph_impl', None)!r}"
+            raise UnsupportedScheduleError(FULL_GRAPH_MESSAGE.format(setting=setting))
         torch = self._torch
         self._layout = layout = Layout.read(torch)
         explicit = settings.clocks.device
@@ -352,18 +320,20 @@ class Attachment:
         self.device = resolve_device(torch, explicit)
         gpu = bool(torch.cuda.is_available()) and torch.cuda.is_initialized()
         self._stopwatch = Stopwatch(torch, gpu)
-        self.metrics.layout = {
-            **layout.as_dict(),
-            "device": self.device,
-            "gpus_per_stage": max(1, layout.tensor_size * layout.context_size),
-        }
+        self.metrics.layout = {**layout.as_dict(), "device": self.device}
         if self.mode == "profile":
             assert self._session is not None
-            problem = unsupported_for_profiling(layout, config)
+            problem = unsupported_for_profiling(layout.expert_size, layout.context_size, config)
             if problem is not None:
                 raise UnsupportedScheduleError(f"perseus's profile mode cannot run with {problem}")
             self._session.setup(torch, layout)
-            return
+        else:
+            self._start_run(settings, layout, gpu)
+
+    def _start_run(self, settings: Settings, layout: Layout, gpu: bool) -> None:
+        torch = self._torch
+        assert self.device is not None and self._book is not None
+        assert self._stopwatch is not None
         if settings.clocks.switcher is not None:
             self._switcher, self._owns_switcher = settings.clocks.switcher, False
         else:
@@ -375,26 +345,38 @@ class Attachment:
             idle_mhz=settings.clocks.idle_mhz,
             evaluation_mhz=settings.clocks.evaluation_mhz,
         )
+        groups = None
         if layout.world_size > 1:
             from megatron.core import parallel_state as ps
 
             dp = settings.stragglers.data_parallel_group or ps.get_data_parallel_group()
             mp = settings.stragglers.model_parallel_group or ps.get_model_parallel_group()
-            self._groups = CpuGroups(torch, dp, mp)
-        assert self._book is not None
-        self._book.replica = self._groups.data_parallel_rank if self._groups else 0
-        if settings.metrics.enabled:
-            meter = _metrics.EnergyMeter(self.device)
-        else:
-            meter = _metrics.EnergyMeter.disabled()
-        self._recorder = _metrics.Recorder(meter, self.metrics)
-        groups = self._groups
+            groups = self._groups = CpuGroups(torch, dp, mp)
+        self._book.replica = groups.data_parallel_rank if groups else 0
         self.metrics.layout.update(
             data_parallel_rank=groups.data_parallel_rank if groups else 0,
             model_parallel_rank=groups.model_parallel_rank if groups else 0,
-            gpus_per_stage=max(1, groups.model_parallel_size // layout.pipeline_size)
-            if groups
-            else 1,
+            gpus_per_stage=(
+                max(1, groups.model_parallel_size // layout.pipeline_size) if groups else 1
+            ),
+        )
+        meter = (
+            _metrics.EnergyMeter(self.device)
+            if settings.metrics.enabled
+            else _metrics.EnergyMeter.disabled()
+        )
+        self._recorder = _metrics.Recorder(meter, self.metrics)
+        self._between = Between(
+            book=self._book,
+            stragglers=settings.stragglers,
+            metrics_options=settings.metrics,
+            stopwatch=self._stopwatch,
+            groups=groups,
+            recorder=self._recorder,
+            rank=layout.rank,
+            switches=self.switches,
+            decisions=self.decisions,
+            iteration_times_s=self.iteration_times_s,
         )
 
     # -- hooks the wrappers call -----------------------------------------------------------
@@ -527,7 +509,9 @@ class Attachment:
             None if seq_length is None else int(seq_length),
         )
         now = self._recorder.now() if self._recorder is not None else None
-        self._finish_previous(now)
+        prev, self._previous = self._previous, None
+        if prev is not None and self._between is not None and now is not None:
+            self._between.finish(prev, now)
         if not self._check_supported(it, config):
             it.following = False
         elif self.mode == "run":
@@ -594,31 +578,16 @@ class Attachment:
         return dist.get_world_size(group), dist.get_rank(group)
 
     def _check_supported(self, it: Iteration, config: Any) -> bool:
-        assert self._settings is not None
-        bypass = None
-        if getattr(config, "overlap_moe_expert_parallel_comm", False):
-            bypass = (
-                "the fused MoE 1F1B overlap (config.overlap_moe_expert_parallel_comm=True) runs "
-                "merged forward-backward steps through combined_1f1b, bypassing forward_step and "
-                "backward_step"
-            )
-        elif it.kind == "no-pipelining" and getattr(config, "hybrid_context_parallel", False):
-            bypass = (
-                "hybrid context parallelism (config.hybrid_context_parallel=True) splits "
-                "microbatches into sub-samples the plan does not know"
-            )
-        elif (
-            getattr(config, "variable_seq_lengths", False)
-            and self.mode == "run"
-            and not self._settings.by_length
-        ):
-            bypass = (
-                "variable sequence lengths (config.variable_seq_lengths=True) give microbatches "
-                "of different lengths than the plan was made for; to opt in, pass attach() "
-                "frontiers keyed by (microbatches, seq_length), made for each length"
-            )
+        assert self._settings is not None and self._book is not None
+        run = self.mode == "run"
+        bypass = unsupported_schedule(
+            config, it.kind, run_mode=run, by_length=self._settings.by_length
+        )
         if bypass is None:
-            return self._check_length(it)
+            problem = self._book.length_problem(it) if run else None
+            if problem is not None:
+                self._mismatch(it, problem)
+            return it.following
         message = (
             f"perseus cannot follow this Megatron schedule: {bypass}. Turn that option off to "
             "use perseus, or detach it"
@@ -628,53 +597,20 @@ class Attachment:
         self._let_go(message + "; perseus lets go of the clocks (on_mismatch='warn')")
         return False
 
-    def _check_length(self, it: Iteration) -> bool:
-        """A sequence length that changes is refused unless frontiers are keyed by it."""
-        assert self._settings is not None
-        if self._settings.by_length or self.mode != "run" or it.seq_length is None:
-            return True
-        if self._seq_length is None:
-            self._seq_length = it.seq_length
-            return True
-        if it.seq_length == self._seq_length:
-            return True
-        self._mismatch(
-            it,
-            f"the sequence length changed from {self._seq_length} to {it.seq_length}; plans are "
-            "made for one length. Pass attach() frontiers keyed by (microbatches, seq_length) to "
-            "opt in to variable lengths",
-        )
-        return it.following
-
     def _choose_plan(self, it: Iteration, config: Any) -> None:
         book = self._book
         assert book is not None and self._settings is not None
         # The workload is the same on every rank, whatever this rank's state: the
-        # collectives after the iteration depend on it (see _finish_previous).
-        key = book.lookup(it.microbatches, it.seq_length)
-        if key is None:
+        # collectives between iterations depend on it (see _between).
+        it.key = book.lookup(it.microbatches, it.seq_length)
+        if it.key is None:
             return  # no frontier for this workload: unlocked for this iteration
-        book.switch_to(key)
-        it.key = key
+        book.switch_to(it.key)
         if not self._following:
             it.following = False
             return
-        base = book.base_plan(key)
-        phase = self._calibration_phase(it.number)
-        uniform = None
-        if phase == "fastest":
-            plan = base
-            frontier = book.frontiers.get(key)
-            uniform = (
-                fastest_mhz(frontier) if frontier is not None else int(base.frequencies_mhz.max())
-            )
-        elif phase == "plan":
-            plan = base
-        else:
-            policy = book.policy(key)
-            plan = policy.plan if policy is not None else base
-            phase = "following" if plan is not base else "plan"
-        problems = book.problems(plan, it, config)
+        phase = calibration_phase(self._settings.metrics, it.number)
+        problems = book.choose(it, config, phase)
         if problems:
             self._mismatch(
                 it,
@@ -683,28 +619,6 @@ class Attachment:
                 + ". Make the frontier with perseus.optimize(profile, microbatches=M, "
                 "schedule=..., virtual_stages=V) for this pipeline",
             )
-            return
-        it.plan, it.phase = plan, phase
-        if phase == "fastest":
-            frontier = book.frontiers.get(key)
-            baseline = frontier.baseline if frontier is not None else None
-            it.plan_time_s = baseline.iteration_time_s if baseline else plan.iteration_time_s
-            it.plan_energy_j = baseline.energy_j if baseline else plan.energy_j
-        else:
-            it.plan_time_s, it.plan_energy_j = plan.iteration_time_s, plan.energy_j
-        it.expected, it.frequencies = book.order(plan, it.pp_rank, uniform)
-
-    def _calibration_phase(self, iteration: int) -> Optional[str]:
-        assert self._settings is not None
-        k = self._settings.metrics.calibrate
-        if not k or not self._settings.metrics.enabled:
-            return None
-        first = self._settings.metrics.warmup_iterations
-        if first <= iteration < first + k:
-            return "fastest"
-        if first + k <= iteration < first + 2 * k:
-            return "plan"
-        return None
 
     # -- each computation ---------------------------------------------------------
 
@@ -751,234 +665,6 @@ class Attachment:
         self._following = False
         if self._driver is not None:
             self._driver.let_go()
-
-    # -- after an iteration (read at the next one's start) ------------------------------
-
-    def _finish_previous(self, now: Optional[tuple[float, float]]) -> None:
-        """Time, stragglers and metrics of the previous iteration; the collectives of perseus.
-
-        Every rank takes the same branches: they depend only on iteration
-        numbers, workloads and settings, which all ranks share.
-        """
-        prev, self._previous = self._previous, None
-        if prev is None or self._stopwatch is None:
-            return
-        seconds = self._stopwatch.seconds(prev.start, prev.end)
-        if math.isfinite(seconds):
-            self.iteration_times_s.append(seconds)
-        switched = self._follow_stragglers(prev, seconds if prev.following else math.nan)
-        recorder = self._recorder
-        if recorder is None or now is None:
-            return
-        recorder.close(now, pipeline_time_s=seconds, switches=switched)
-        settings = self._settings
-        assert settings is not None
-        calibration_end = (
-            settings.metrics.calibrate
-            and prev.number
-            == settings.metrics.warmup_iterations + 2 * settings.metrics.calibrate - 1
-        )
-        if settings.metrics.enabled and (
-            (prev.number + 1) % settings.metrics.report_every == 0 or calibration_end
-        ):
-            self._report(bool(calibration_end))
-
-    def _close_previous_locally(self) -> None:
-        """At detach: the last iteration's record, without any collective."""
-        prev, self._previous = self._previous, None
-        if prev is None or self._recorder is None or self._stopwatch is None:
-            return
-        seconds = self._stopwatch.seconds(prev.start, prev.end)
-        if math.isfinite(seconds):
-            self.iteration_times_s.append(seconds)
-        self._recorder.close(self._recorder.now(), pipeline_time_s=seconds, switches=0)
-
-    def _follow_stragglers(self, prev: Iteration, seconds: float) -> int:
-        settings, book, groups = self._settings, self._book, self._groups
-        if settings is None or book is None or groups is None or self.mode != "run":
-            return 0
-        key = getattr(prev, "key", None)
-        if (
-            key is None
-            or groups.data_parallel_size < 2
-            or prev.number < settings.stragglers.warmup_iterations
-            or self._calibration_phase(prev.number) is not None
-        ):
-            return 0
-        policy = book.policy(key)
-        if policy is None:
-            return 0
-        times = groups.replica_times(seconds)
-        if settings.metrics.calibrate and prev.number == (
-            settings.metrics.warmup_iterations + 2 * settings.metrics.calibrate
-        ):
-            policy.reset()  # the first samples after calibration
-        switch = policy.observe(prev.number, times)
-        decision = policy.decisions[-1] if policy.decisions else None
-        if decision is not None:
-            self.decisions.append(decision)
-            if groups.first_of_replica:
-                logger.debug("perseus: replica %d: %s", groups.data_parallel_rank, decision)
-        if switch is None:
-            return 0
-        self.switches.append(switch)
-        if groups.first_of_replica:
-            logger.info("perseus: replica %d %s", groups.data_parallel_rank, switch)
-        return 1
-
-    def _report(self, calibration_end: bool) -> None:
-        settings, recorder = self._settings, self._recorder
-        assert settings is not None and recorder is not None
-        payload = recorder.payload(dict(self.metrics.layout))
-        payloads = self._groups.gather(payload) if self._groups is not None else [payload]
-        rows = _metrics.job_rows(payloads)
-        if not rows:
-            return
-        self.metrics.job_iterations.extend(rows)
-        replicas = self._groups.data_parallel_size if self._groups is not None else 1
-        report = _metrics.report_of(rows, gpus=len(payloads), replicas=replicas)
-        self.metrics.reports.append(report)
-        rank0 = self._layout is None or self._layout.rank == 0
-        if rank0:
-            logger.info("perseus: %s", report)
-        if calibration_end:
-            self.metrics.calibration = _metrics.calibration(
-                list(self.metrics.job_iterations),
-                settings.metrics.warmup_iterations,
-                settings.metrics.calibrate,
-            )
-            if rank0:
-                logger.info("perseus: %s", self.metrics.calibration)
-        writers = list(settings.metrics.writers)
-        if settings.metrics.megatron_writers:
-            writers += _metrics.megatron_writers()
-        if writers:
-            _metrics.write(writers, report)
-
-
-_OLD_KEYWORDS = {
-    "switcher": ("clocks", "ClockOptions", "switcher"),
-    "device": ("clocks", "ClockOptions", "device"),
-    "tolerance": ("stragglers", "StragglerOptions", "tolerance"),
-    "recovery": ("stragglers", "StragglerOptions", "recovery"),
-    "warmup_iterations": ("stragglers", "StragglerOptions", "warmup_iterations"),
-    "data_parallel_group": ("stragglers", "StragglerOptions", "data_parallel_group"),
-    "model_parallel_group": ("stragglers", "StragglerOptions", "model_parallel_group"),
-    "profile_path": ("profile", "ProfileOptions", "path"),
-    "profile_iteration": ("profile", "ProfileOptions", "iteration"),
-    "after": ("profile", "ProfileOptions", "after"),
-    "profiler_mode": ("profile", "ProfileOptions", "profiler_mode"),
-    "profiler_options": ("profile", "ProfileOptions", "profiler_options"),
-    "profile_timeout_s": ("profile", "ProfileOptions", "timeout_s"),
-}
-
-
-def _from_old_keywords(
-    old: dict[str, Any],
-    clocks: Optional[ClockOptions],
-    stragglers: Union[StragglerOptions, bool, None],
-    profile: Optional[ProfileOptions],
-) -> tuple[Optional[ClockOptions], Union[StragglerOptions, bool, None], Optional[ProfileOptions]]:
-    """The option records the keywords of perseus 0.1 stand for (with one warning each)."""
-    unknown = sorted(set(old) - set(_OLD_KEYWORDS))
-    if unknown:
-        raise TypeError(f"attach() got unexpected keyword argument(s) {', '.join(unknown)}")
-    fields: dict[str, dict[str, Any]] = {"clocks": {}, "stragglers": {}, "profile": {}}
-    for name, value in old.items():
-        group, record, field = _OLD_KEYWORDS[name]
-        warn_renamed(f"attach({name}=...)", f"attach({group}={record}({field}=...))", stacklevel=4)
-        fields[group][field] = value
-    given = {"clocks": clocks, "stragglers": stragglers, "profile": profile}
-    for group, values in fields.items():
-        if values and isinstance(given[group], (ClockOptions, StragglerOptions, ProfileOptions)):
-            raise TypeError(
-                f"attach() got both {group}= and its old keyword(s) {', '.join(sorted(values))}"
-            )
-    if fields["clocks"]:
-        clocks = ClockOptions(**fields["clocks"])
-    if fields["stragglers"]:
-        enabled = True if stragglers is None else bool(stragglers)
-        stragglers = StragglerOptions(enabled=enabled, **fields["stragglers"])
-    if fields["profile"]:
-        if "path" not in fields["profile"]:
-            raise ValueError(
-                "profile mode needs ProfileOptions(path=...): where the profile CSV goes"
-            )
-        profile = ProfileOptions(**fields["profile"])
-    return clocks, stragglers, profile
-
-
-def settings_of(
-    frontier: FrontierArgument = None,
-    *,
-    mode: Optional[str] = None,
-    plan: Optional[Plan] = None,
-    clocks: Optional[ClockOptions] = None,
-    stragglers: Union[StragglerOptions, bool, None] = None,
-    metrics: Union[MetricsOptions, bool, None] = None,
-    profile: Optional[ProfileOptions] = None,
-    on_mismatch: str = "raise",
-    record: bool = False,
-) -> Settings:
-    """:func:`attach`'s arguments, checked (before anything is imported)."""
-    if mode is None:
-        mode = "profile" if profile is not None else "run"
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    if on_mismatch not in ("raise", "warn"):
-        raise ValueError(f"on_mismatch must be 'raise' or 'warn', not {on_mismatch!r}")
-    for name, value, kind in (
-        ("clocks", clocks, ClockOptions),
-        ("profile", profile, ProfileOptions),
-    ):
-        if value is not None and not isinstance(value, kind):
-            raise TypeError(f"{name} must be a perseus.megatron.{kind.__name__}, not {value!r}")
-    if isinstance(stragglers, bool):
-        stragglers = StragglerOptions(enabled=stragglers)
-    elif stragglers is None:
-        stragglers = StragglerOptions()
-    elif not isinstance(stragglers, StragglerOptions):
-        raise TypeError(f"stragglers must be a StragglerOptions or a bool, not {stragglers!r}")
-    if isinstance(metrics, bool):
-        metrics = MetricsOptions(enabled=metrics)
-    elif metrics is None:
-        metrics = MetricsOptions()
-    elif not isinstance(metrics, MetricsOptions):
-        raise TypeError(f"metrics must be a MetricsOptions or a bool, not {metrics!r}")
-    frontiers, by_length = normalize_frontiers(frontier)
-    if mode == "profile":
-        if profile is None:
-            raise ValueError(
-                "profile mode needs profile=perseus.megatron.ProfileOptions(path=...): where the "
-                "profile CSV goes"
-            )
-        stragglers = StragglerOptions(enabled=False)
-    else:
-        if profile is not None:
-            raise ValueError("profile options were given, but mode is 'run'")
-        if not frontiers and plan is None:
-            raise ValueError("run mode needs a frontier (perseus.optimize(...)) or a plan")
-        if plan is not None and len(frontiers) > 1:
-            raise ValueError(
-                "plan= needs a single frontier; with frontiers keyed by workload each one's "
-                "fastest plan is its base plan"
-            )
-        if stragglers.enabled and not frontiers:
-            raise ValueError(
-                "following stragglers needs the frontier, not only a plan (or pass stragglers=False)"
-            )
-    return Settings(
-        mode=mode,
-        frontiers=frontiers,
-        by_length=by_length,
-        plan=plan,
-        clocks=clocks or ClockOptions(),
-        stragglers=stragglers,
-        metrics=metrics,
-        profile=profile,
-        on_mismatch=on_mismatch,
-        record=bool(record),
-    )
 
 
 def attach(
@@ -1072,7 +758,7 @@ def attach(
         torch or megatron-core is not installed.
     """
     if old_keywords:
-        clocks, stragglers, profile = _from_old_keywords(old_keywords, clocks, stragglers, profile)
+        clocks, stragglers, profile = from_old_keywords(old_keywords, clocks, stragglers, profile)
     settings = settings_of(
         frontier,
         mode=mode,

@@ -19,9 +19,11 @@ import argparse
 from typing import Any, Optional
 
 from ..frontier import Frontier
-from ._attach import Attachment, Settings, full_iteration_graphs, settings_of
+from ._attach import Attachment
+from ._compat import full_iteration_graphs
 from ._errors import MegatronIntegrationError, UnsupportedScheduleError
 from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
+from ._settings import Settings, settings_of
 
 __all__ = ["add_arguments", "attach_from_args", "settings_from_args"]
 

@@ -173,6 +173,7 @@ class PlanBook:
         self._warned: set[Any] = set()
         self.replica = 0
         self.last_key: Optional[WorkloadKey] = None
+        self._seq_length: Optional[int] = None
 
     # -- frontiers and base plans -----------------------------------------------------
 
@@ -242,6 +243,55 @@ class PlanBook:
             if policy is not None:
                 policy.reset()
             self.last_key = key
+
+    # -- this iteration's plan -------------------------------------------------------
+
+    def choose(self, it: Iteration, config: Any, phase: Optional[str]) -> list[str]:
+        """Give `it` its plan, order and clocks; returns how the plan misfits (empty: fine).
+
+        `it.key` is the workload's (set by :meth:`lookup`). `phase` is the A/B
+        calibration's: ``"fastest"`` runs every computation at the
+        frontier's highest clock, ``"plan"`` the base plan; otherwise the
+        straggler policy's plan.
+        """
+        assert it.key is not None
+        key = it.key
+        base = self.base_plan(key)
+        frontier = self.frontiers.get(key)
+        uniform = None
+        if phase == "fastest":
+            plan = base
+            uniform = (
+                fastest_mhz(frontier) if frontier is not None else int(base.frequencies_mhz.max())
+            )
+        elif phase == "plan":
+            plan = base
+        else:
+            policy = self.policy(key)
+            plan = policy.plan if policy is not None else base
+            phase = "following" if plan is not base else "plan"
+        problems = self.problems(plan, it, config)
+        if problems:
+            return problems
+        it.plan, it.phase = plan, phase
+        predicted = frontier.baseline if phase == "fastest" and frontier is not None else plan
+        it.plan_time_s, it.plan_energy_j = predicted.iteration_time_s, predicted.energy_j
+        it.expected, it.frequencies = self.order(plan, it.pp_rank, uniform)
+        return []
+
+    def length_problem(self, it: Iteration) -> Optional[str]:
+        """A sequence length that changes, unless frontiers are keyed by it."""
+        if self.by_length or it.seq_length is None:
+            return None
+        if self._seq_length is None:
+            self._seq_length = it.seq_length
+        if it.seq_length == self._seq_length:
+            return None
+        return (
+            f"the sequence length changed from {self._seq_length} to {it.seq_length}; plans are "
+            "made for one length. Pass attach() frontiers keyed by (microbatches, seq_length) to "
+            "opt in to variable lengths"
+        )
 
     # -- what the plan was made for ---------------------------------------------------
 

@@ -89,17 +89,21 @@ class Layout:
         }
 
 
-def unsupported_for_profiling(layout: Layout, config: Any) -> Optional[str]:
-    """What makes profile mode impossible here, naming the setting; None if nothing."""
-    if layout.expert_size > 1:
+def unsupported_for_profiling(expert_size: int, context_size: int, config: Any) -> Optional[str]:
+    """What makes profile mode impossible, naming the setting; None if nothing.
+
+    `config` is megatron's model config, or Megatron-LM's parsed arguments
+    (the same names).
+    """
+    if expert_size > 1:
         return (
-            f"expert_model_parallel_size={layout.expert_size}: expert parallelism exchanges "
-            "tokens with ranks of other data-parallel replicas, which do not replay with replica 0"
+            f"expert_model_parallel_size={expert_size}: expert parallelism exchanges tokens with "
+            "ranks of other data-parallel replicas, which do not replay with replica 0"
         )
-    if layout.context_size > 1:
+    if context_size > 1:
         return (
-            f"context_parallel_size={layout.context_size}: context-parallel replays are not "
-            "supported yet (profile with context_parallel_size=1; the per-stage times scale)"
+            f"context_parallel_size={context_size}: context-parallel replays are not supported "
+            "yet (profile with context_parallel_size=1; the per-stage times scale)"
         )
     if getattr(config, "overlap_moe_expert_parallel_comm", False):
         return "overlap_moe_expert_parallel_comm=True (fused MoE forward-backward steps)"
