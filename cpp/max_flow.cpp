@@ -69,6 +69,7 @@ void BoundedFlow::book(Index node, double amount) {
 
 void BoundedFlow::set_bounds(Index arc, double lower, double upper) {
   const auto a = ix(arc);
+  if (lower_[a] == lower && upper_[a] == upper) return;  // the flow is already within them
   lower_[a] = lower;
   upper_[a] = upper;
   const double clamped = std::min(std::max(flow_[a], lower), upper);
@@ -87,8 +88,13 @@ void BoundedFlow::clear_flows() {
     is_imbalanced_[ix(v)] = 0;
   }
   imbalanced_.clear();
-  for (std::size_t a = 0; a < flow_.size(); ++a)
-    if (lower_[a] > 0) set_bounds(static_cast<Index>(a), lower_[a], upper_[a]);
+  // Lower bounds flow in full: book them as imbalance at their ends.
+  for (std::size_t a = 0; a < flow_.size(); ++a) {
+    if (!(lower_[a] > 0)) continue;
+    flow_[a] = lower_[a];
+    book(head_[a], lower_[a]);
+    book(tail_[a], -lower_[a]);
+  }
 }
 
 template <typename Usable>

@@ -241,14 +241,17 @@ StepStatus PhillipsDessouky::step() {
 
   // The longest run that shortens the iteration one unit per unit: valid runs
   // are a prefix (the makespan is convex in the run length and falls by at
-  // most one per unit), so halve until the makespan agrees.
+  // most one per unit). After a run that overshoots by e units, a path that
+  // no cut computation lies on became too long: it had e units too little
+  // float, so run - e is the next guess; if that fails too, halve.
   run = std::max<Units>(run, 1);
   while (true) {
     apply_cut(run);
-    if (paths_.makespan() == T - run) break;
+    const Units excess = paths_.makespan() - (T - run);
+    if (excess == 0) break;
     apply_cut(-run);
     if (run == 1) break;
-    run /= 2;
+    run = excess < run ? run - excess : run / 2;
   }
   if (paths_.makespan() != T - run) {
     // One unit and still too long: lengthening a backward computation

@@ -30,7 +30,10 @@ Model, for one stage and instruction, at SM frequency ``f`` (MHz)::
 Frequencies follow the A100's 15 MHz SM clock grid. The default output,
 ``gpt3-a100-8stage.csv``, has 8 stages and 1410..810 MHz; ``--small`` writes
 ``small-4stage.csv`` with 4 stages and 1410..1110 MHz in 30 MHz steps. The
-blocking power is not part of the file; about 60-90 W suits an A100.
+blocking power is not part of the CSV; like the profiler, the script writes it
+(``--blocking-power``, 70 W by default, about right for an A100) to the JSON
+sidecar beside it (``gpt3-a100-8stage.json``), where ``perseus optimize``
+finds it.
 
 Usage::
 
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import random
 from pathlib import Path
@@ -123,6 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--output", type=Path, help="CSV file to write (default: beside this script)"
     )
+    parser.add_argument(
+        "--blocking-power",
+        type=float,
+        default=70.0,
+        help="watts a waiting GPU draws, for the sidecar (default 70)",
+    )
     args = parser.parse_args(argv)
 
     preset = PRESETS["small" if args.small else "default"]
@@ -132,7 +142,16 @@ def main(argv: list[str] | None = None) -> None:
         writer = csv.writer(file, lineterminator="\n")
         writer.writerow(("stage", "instruction", "frequency", "time", "energy"))
         writer.writerows(rows)
-    print(f"wrote {len(rows)} rows to {output}")
+    # The key perseus reads (perseus._sidecar.BLOCKING_POWER_KEY); this script stays standalone.
+    sidecar = {
+        "format": "perseus-synthetic-profile",
+        "version": 1,
+        "blocking_power_w": args.blocking_power,
+        "note": "synthetic: a simple model of an A100, not a measurement "
+        "(examples/make_synthetic_profile.py)",
+    }
+    output.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {len(rows)} rows to {output} and the blocking power to its .json sidecar")
 
 
 if __name__ == "__main__":

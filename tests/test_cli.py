@@ -1,8 +1,16 @@
-"""The `perseus optimize` command line, run in-process and as a real console script."""
+"""The `perseus` command line: every subcommand, its outputs and its failures.
+
+Run in-process through `perseus.cli.main` (fast), and as the real console
+script where the process boundary matters (exit codes, Ctrl-C, --version).
+"""
 
 from __future__ import annotations
 
+import io
+import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,87 +18,196 @@ from pathlib import Path
 import perseus
 import pytest
 from perseus.cli import main
+from perseus.progress import ProgressBar, SolveProgress
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SMALL = EXAMPLES / "small-4stage.csv"
+GPT3 = EXAMPLES / "gpt3-a100-8stage.csv"
 
 
-def test_optimize_prints_summary_and_writes_frontier(tmp_path, capsys):
-    out = tmp_path / "out"
-    status = main(
-        [
-            "optimize",
-            str(SMALL),
-            "--microbatches",
-            "8",
-            "--blocking-power",
-            "70",
-            "-o",
-            str(out),
-            "--quiet",
-        ]
-    )
-    assert status == 0
-    printed = capsys.readouterr().out
-    frontier = perseus.Frontier.load(out / "frontier.json")
-    profile = perseus.Profile.from_csv(SMALL, blocking_power_w=70.0)
-    again = perseus.optimize(profile, microbatches=8)
-    # What is printed is what was solved and saved.
-    assert f"{frontier.baseline.iteration_time_s:.4f} s" in printed
-    assert f"{frontier.fastest.energy_j:.1f} J" in printed
-    assert f"plans          {len(frontier)} " in printed
-    saving = 100 * (1 - frontier.fastest.energy_j / frontier.baseline.energy_j)
-    assert f"({saving:.2f}% less energy)" in printed
-    assert len(frontier) == len(again)
+def run(capsys, *args):
+    """main(args) -> (status, stdout, stderr)."""
+    status = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def assert_one_line_error(status, err, *needles):
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith("perseus"), err
+    assert ": error: " in err and "Traceback" not in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+def copy_profile(tmp_path, source=SMALL, sidecar=True):
+    """The profile (and, unless told otherwise, its sidecar) copied to tmp_path."""
+    target = tmp_path / source.name
+    shutil.copy(source, target)
+    if sidecar:
+        shutil.copy(source.with_suffix(".json"), target.with_suffix(".json"))
+    return target
+
+
+@pytest.fixture(scope="module")
+def solved(tmp_path_factory):
+    """The small example solved once through the CLI: (its CSV, frontier.json, the Frontier)."""
+    directory = tmp_path_factory.mktemp("solved")
+    csv = copy_profile(directory)
+    assert main(["optimize", str(csv), "-m", "8", "-o", str(directory / "out"), "--quiet"]) == 0
+    path = directory / "out" / "frontier.json"
+    return csv, path, perseus.Frontier.load(path)
+
+
+# --- optimize ---------------------------------------------------------------------------
+
+
+def test_optimize_summary_says_what_each_line_compares(tmp_path, capsys):
+    csv = copy_profile(tmp_path)
+    status, out, err = run(capsys, "optimize", csv, "-m", 8, "-o", tmp_path / "out", "--quiet")
+    assert status == 0, err
+    frontier = perseus.Frontier.load(tmp_path / "out" / "frontier.json")
+    again = perseus.optimize(perseus.Profile.from_csv(SMALL, blocking_power_w=70.0), microbatches=8)
     assert frontier.energies_j.tolist() == pytest.approx(again.energies_j.tolist(), rel=1e-12)
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    assert f"read from {csv.with_suffix('.json')}" in lines["blocking"]
+    base, fastest, slowest = frontier.baseline, frontier.fastest, frontier[-1]
+    assert f"{base.iteration_time_s:.4f} s  {base.energy_j:.1f} J" in lines["all-fastest"]
+    saving = 100 * (1 - fastest.energy_j / base.energy_j)
+    assert f"{saving:.2f}% less energy than all-fastest, same iteration time" in out
+    waiting = fastest.energy_at(slowest.iteration_time_s)
+    # The slowest plan's saving is the straggler's case, and the line says so.
+    assert "when a straggler stretches the iteration" in out
+    assert (
+        f"{100 * (1 - slowest.energy_j / waiting):.2f}% less than the fastest plan waiting" in out
+    )
+    assert f"{len(frontier)} from" in out
+    assert err == ""
+
+
+def test_optimize_json(tmp_path, capsys):
+    copy = copy_profile(tmp_path)
+    status, out, _ = run(capsys, "optimize", copy, "-m", 8, "-o", tmp_path, "-q", "--json")
+    assert status == 0
+    document = json.loads(out)
+    frontier = perseus.Frontier.load(tmp_path / "frontier.json")
+    assert document["plans"] == len(frontier)
+    assert document["blocking_power_w"] == 70.0
+    assert document["fastest"]["energy_j"] == frontier.fastest.energy_j
+    assert document["frontier"] == str(tmp_path / "frontier.json")
 
 
 def test_optimize_interleaved_options(tmp_path, capsys):
-    status = main(
-        [
-            "optimize",
-            str(SMALL),
-            "--microbatches",
-            "4",
-            "--blocking-power",
-            "50",
-            "--schedule",
-            "interleaved-1f1b",
-            "--virtual-stages",
-            "2",
-            "--unit-time",
-            "0.002",
-            "-o",
-            str(tmp_path),
-            "--quiet",
-        ]
+    status, out, _ = run(
+        capsys,
+        *("optimize", SMALL, "-m", 4, "--blocking-power", 50, "--schedule", "interleaved-1f1b"),
+        *("--virtual-stages", 2, "--unit-time", 0.002, "-o", tmp_path, "--quiet"),
     )
     assert status == 0
     frontier = perseus.Frontier.load(tmp_path / "frontier.json")
     assert frontier.spec.schedule == "interleaved-1f1b"
     assert frontier.spec.num_gpus == 2 and frontier.spec.virtual_stages == 2
     assert frontier.unit_time_s == 0.002
-    assert "2 GPUs" in capsys.readouterr().out
+    assert "2 GPUs" in out and "from --blocking-power" in out
+
+
+def test_missing_sidecar_needs_the_flag(tmp_path, capsys):
+    csv = copy_profile(tmp_path, sidecar=False)
+    status, _, err = run(capsys, "optimize", csv, "-m", 8, "-o", tmp_path, "-q")
+    assert_one_line_error(
+        status, err, "--blocking-power W is required", str(csv.with_suffix(".json"))
+    )
+    assert not (tmp_path / "frontier.json").exists()
+    status, out, _ = run(
+        capsys, "optimize", csv, "-m", 8, "--blocking-power", 70, "-o", tmp_path, "-q"
+    )
+    assert status == 0 and "from --blocking-power" in out
+
+
+def test_flag_overrides_sidecar_and_warns_on_mismatch(tmp_path, capsys):
+    csv = copy_profile(tmp_path)
+    status, _out, err = run(
+        capsys, "optimize", csv, "-m", 8, "--blocking-power", 80, "-o", tmp_path, "-q"
+    )
+    assert status == 0
+    assert err.strip() == (
+        f"perseus: warning: --blocking-power 80 W overrides 70 W from {csv.with_suffix('.json')}"
+    )
+    assert perseus.Frontier.load(tmp_path / "frontier.json").blocking_power_w == 80.0
+    # The same value as the sidecar's: nothing to warn about.
+    status, _, err = run(
+        capsys, "optimize", csv, "-m", 8, "--blocking-power", 70, "-o", tmp_path, "-q", "--force"
+    )
+    assert status == 0 and err == ""
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("content", "message"),
     [
-        (["missing.csv", "--microbatches", "8", "--blocking-power", "70"], "missing.csv"),
-        ([str(SMALL), "--microbatches", "0", "--blocking-power", "70"], "microbatches must be"),
-        ([str(SMALL), "--microbatches", "8", "--blocking-power", "-1"], "blocking_power"),
-        (
-            [str(SMALL), "--microbatches", "8", "--blocking-power", "70", "--virtual-stages", "3"],
-            "virtual_stages",
-        ),
+        ("{not json", "cannot read the profile's sidecar"),
+        ('{"blocking_power": {"source": "user"}}', "the sidecar has no 'blocking_power_w'"),
+        ('{"blocking_power_w": -3}', "blocking_power_w must be a number of watts >= 0"),
+        ('{"blocking_power_w": "70"}', "blocking_power_w must be a number of watts"),
     ],
 )
-def test_bad_input_exits_2_with_a_message(tmp_path, capsys, args, message):
-    status = main(["optimize", *args, "-o", str(tmp_path), "--quiet"])
-    assert status == 2
-    err = capsys.readouterr().err
-    assert err.startswith("perseus: error:") and message in err
+def test_bad_sidecar(tmp_path, capsys, content, message):
+    csv = copy_profile(tmp_path, sidecar=False)
+    csv.with_suffix(".json").write_text(content)
+    status, _, err = run(capsys, "optimize", csv, "-m", 8, "-o", tmp_path, "-q")
+    assert_one_line_error(status, err, message, "pass --blocking-power W")
+    # With the flag, the broken sidecar is only a warning.
+    status, _, err = run(
+        capsys, "optimize", csv, "-m", 8, "--blocking-power", 70, "-o", tmp_path, "-q"
+    )
+    assert status == 0 and "warning: ignoring the sidecar" in err
+
+
+def test_profiler_sidecar_layout_is_read(tmp_path, capsys):
+    """The profiler's older sidecars keep the power under blocking_power.watts."""
+    csv = copy_profile(tmp_path, sidecar=False)
+    csv.with_suffix(".json").write_text(
+        json.dumps({"format": "perseus-profiler-metadata", "blocking_power": {"watts": 65.5}})
+    )
+    status, out, _ = run(capsys, "optimize", csv, "-m", 8, "-o", tmp_path, "-q")
+    assert status == 0 and "65.5 W per waiting GPU" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["missing.csv", "-m", "8", "--blocking-power", "70"], ["missing.csv"]),
+        ([str(SMALL), "-m", "0"], ["argument -m/--microbatches", "must be a whole number >= 1"]),
+        ([str(SMALL), "-m", "eight"], ["argument -m/--microbatches", "'eight'"]),
+        ([str(SMALL)], ["required: -m/--microbatches"]),
+        (
+            [str(SMALL), "-m", "8", "--blocking-power", "-1"],
+            ["argument --blocking-power", "0..10000"],
+        ),
+        ([str(SMALL), "-m", "8", "--blocking-power", "nan"], ["argument --blocking-power"]),
+        ([str(SMALL), "-m", "8", "--unit-time", "0"], ["argument --unit-time", "positive"]),
+        ([str(SMALL), "-m", "8", "--schedule", "zb-h1"], ["argument --schedule", "zb-h1"]),
+        (
+            [str(SMALL), "-m", "8", "--virtual-stages", "3", "--schedule", "interleaved-1f1b"],
+            ["argument --virtual-stages", "does not divide the profile's 4 stages"],
+        ),
+        (
+            [str(SMALL), "-m", "8", "--virtual-stages", "2"],
+            ["argument --virtual-stages", "interleaved-1f1b"],
+        ),
+        ([str(SMALL), "-m", "8", "--schedule", "interleaved-1f1b"], ["argument --schedule"]),
+        ([str(SMALL), "-m", "8", "--bogus"], ["unrecognized arguments: --bogus"]),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_flag(tmp_path, capsys, args, needles):
+    status, _, err = run(capsys, "optimize", *args, "-o", tmp_path, "--quiet")
+    assert_one_line_error(status, err, *needles)
     assert not (tmp_path / "frontier.json").exists()
+
+
+def test_solver_limits_name_the_flag(tmp_path, capsys):
+    status, _, err = run(capsys, "optimize", GPT3, "-m", 32, "--unit-time", 1e-9, "-o", tmp_path)
+    assert_one_line_error(status, err, "use a larger --unit-time than 1e-09 s")
+    assert "unit_time_s" not in err
 
 
 def test_bad_row_names_file_line_and_field(tmp_path, capsys):
@@ -100,45 +217,577 @@ def test_bad_row_names_file_line_and_field(tmp_path, capsys):
     fields[3] = "fast"
     lines[3] = ",".join(fields)
     bad.write_text("\n".join(lines) + "\n")
-    status = main(
-        [
-            "optimize",
-            str(bad),
-            "--microbatches",
-            "8",
-            "--blocking-power",
-            "70",
-            "-o",
-            str(tmp_path),
-            "--quiet",
-        ]
-    )
-    assert status == 2
-    err = capsys.readouterr().err
-    assert "bad.csv" in err and "line 4" in err and "time" in err
+    status, _, err = run(capsys, "optimize", bad, "-m", 8, "--blocking-power", 70, "-o", tmp_path)
+    assert_one_line_error(status, err, "bad.csv", "line 4", "time")
 
 
-def test_console_script_runs(tmp_path):
+def test_output_is_checked_before_the_solve(tmp_path, capsys, monkeypatch):
+    def no_solve(*args, **kwargs):
+        raise AssertionError("solved although the output cannot be written")
+
+    monkeypatch.setattr(sys.modules["perseus.optimize"], "optimize", no_solve)
+    blocker = tmp_path / "file"
+    blocker.write_text("a file, not a directory")
+    status, _, err = run(capsys, "optimize", SMALL, "-m", 8, "-o", blocker / "out", "-q")
+    assert_one_line_error(status, err, str(blocker / "out"))
+    if os.geteuid() != 0:  # root writes anywhere: only the file above can stop it
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        status, _, err = run(capsys, "optimize", SMALL, "-m", 8, "-o", locked, "-q")
+        assert_one_line_error(status, err, str(locked))
+
+
+def test_existing_frontier_needs_force(solved, tmp_path, capsys):
+    csv, _path, _ = solved
+    target = tmp_path / "frontier.json"
+    target.write_text("keep me")
+    os.chmod(target, 0o600)
+    status, _, err = run(capsys, "optimize", csv, "-m", 8, "-o", tmp_path, "-q")
+    assert_one_line_error(status, err, f"{target} already exists; pass --force")
+    assert target.read_text() == "keep me"
+    status, _, _ = run(capsys, "optimize", csv, "-m", 8, "-o", tmp_path, "-q", "--force")
+    assert status == 0
+    assert perseus.Frontier.load(target).spec.microbatches == 8
+    assert target.stat().st_mode & 0o777 == 0o600  # the file kept its mode
+
+
+def test_symlinked_frontier_is_not_replaced(solved, tmp_path, capsys):
+    csv, _, _ = solved
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("{}")
+    (tmp_path / "frontier.json").symlink_to(elsewhere)
+    status, _, err = run(capsys, "optimize", csv, "-m", 8, "-o", tmp_path, "-q", "--force")
+    assert_one_line_error(status, err, "frontier.json", "symbolic link")
+    assert elsewhere.read_text() == "{}" and (tmp_path / "frontier.json").is_symlink()
+
+
+def test_ctrl_c_in_process_exits_130(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys.modules["perseus.optimize"], "optimize", interrupted)
+    status, _, err = run(capsys, "optimize", SMALL, "-m", 8, "--blocking-power", 70, "-o", tmp_path)
+    assert status == 130 and err == "perseus optimize: interrupted\n"
+    assert not (tmp_path / "frontier.json").exists()
+
+
+def console_script():
     script = shutil.which("perseus", path=str(Path(sys.executable).parent))
     assert script is not None, "the perseus console script is not installed"
+    return script
+
+
+def test_ctrl_c_during_a_real_solve(tmp_path):
+    """SIGINT while the solver runs: exit 130, one line, nothing written."""
+    process = subprocess.Popen(
+        [console_script(), "optimize", str(GPT3), "-m", "256", "-o", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    first = process.stderr.readline()  # the first progress line: the solve is under way
+    assert first.startswith("solving frontier: "), first
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, (first, err)
+    assert err.strip().splitlines()[-1] == "perseus optimize: interrupted"
+    assert "Traceback" not in err and out == ""
+    assert not (tmp_path / "frontier.json").exists()
+
+
+def test_progress_in_a_log_names_phases_eta_and_ends():
+    stream = io.StringIO()
+    bar = ProgressBar(stream, log_period_s=5.0, tty=False)
+    for elapsed, phase, fraction in [
+        (0.1, "min cut", 0.05),
+        (0.6, "min cut", 0.2),
+        (3.0, "min cut", 0.3),
+        (6.0, "reclamation", 0.5),
+        (12.0, "local search", 0.9),
+    ]:
+        bar(SolveProgress(phase, 1, 2, fraction, elapsed, elapsed * (1 - fraction) / fraction))
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert [line.split(": ")[1] for line in lines[:-1]] == [
+        "min cut",
+        "reclamation",
+        "local search",
+    ]
+    assert all("left" in line and "% of the solve" in line for line in lines[:-1])
+    assert lines[-1] == "solving frontier: done, 12.0 s elapsed"
+
+
+def test_progress_on_a_terminal_redraws_one_line():
+    stream = io.StringIO()
+    bar = ProgressBar(stream, tty=True)
+    bar(SolveProgress("min cut", 5, 10, 0.25, 1.0, 3.0))
+    bar(SolveProgress("reclamation", 5, 10, 0.5, 2.0, 2.0))
+    bar.close()
+    text = stream.getvalue()
+    assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
+    assert "[##########..........]" in text and "about 2.0 s left" in text
+
+
+# --- help and version ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "defaults"),
+    [
+        ("optimize", ["(default: 1f1b)", "(default: 0.001)", "(default: .)", "(default: 1)"]),
+        ("show", ["--json"]),
+        ("plan", ["(default: json)", "--power-cap", "--peak", "--slowdown"]),
+        ("evaluate", ["--frontier", "(default: None)"]),
+        ("plot", ["(default: 150)", "--timeline", "--power"]),
+        ("report", ["-o FILE"]),
+        ("reset-clocks", ["(default: None)", "--json"]),
+    ],
+)
+def test_every_subcommand_has_help_with_defaults(capsys, command, defaults):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for text in defaults:
+        assert text in out, (command, text)
+
+
+def test_version_and_console_script(tmp_path):
+    script = console_script()
+    version = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == f"perseus {perseus.__version__}"
     done = subprocess.run(
-        [
-            script,
-            "optimize",
-            str(SMALL),
-            "--microbatches",
-            "8",
-            "--blocking-power",
-            "70",
-            "-o",
-            str(tmp_path),
-        ],
+        [script, "optimize", str(SMALL), "-m", "8", "-o", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert "fastest plan" in done.stdout
-    assert (tmp_path / "frontier.json").exists()
-    version = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
-    assert version.stdout.strip() == f"perseus {perseus.__version__}"
+    assert "fastest plan" in done.stdout and (tmp_path / "frontier.json").exists()
+    bad = subprocess.run([script, "show"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+
+
+# --- show -------------------------------------------------------------------------------------
+
+
+def test_show_table(solved, capsys):
+    _, path, frontier = solved
+    status, out, _ = run(capsys, "show", path)
+    assert status == 0
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("plan "))
+    for column in ("time s", "energy J", "saving", "J over T", "avg W", "peak W"):
+        assert column in header
+    rows = {line.split("  ")[0].strip(): line for line in lines}
+    assert "all-fastest" in rows and "fastest plan" in rows and "slowest plan" in rows
+    assert f"{frontier.fastest.energy_j:.1f}" in rows["fastest plan"]
+    assert "saving    energy saved against all-fastest running the same iteration time" in out
+    # Representative rows in between, labelled with what they are.
+    assert any(label.startswith("within +") for label in rows)
+
+
+def test_show_json_matches_the_frontier(solved, capsys):
+    _, path, frontier = solved
+    status, out, _ = run(capsys, "show", path, "--json")
+    assert status == 0
+    document = json.loads(out)
+    rows = document["rows"]
+    assert rows[0]["label"] == "all-fastest" and rows[1]["index"] == 0
+    assert rows[-1]["index"] == len(frontier) - 1
+    common = document["common_iteration_time_s"]
+    assert common == frontier[-1].iteration_time_s
+    for row in rows[1:]:
+        plan = frontier[row["index"]]
+        assert row["energy_at_common_j"] == pytest.approx(plan.energy_at(common))
+        assert row["average_power_w"] == pytest.approx(plan.energy_j / plan.iteration_time_s)
+        assert row["peak_power_w"] == pytest.approx(plan.power_timeline().peak_w)
+        assert row["peak_power_w"] >= row["average_power_w"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{", "not valid JSON"),
+        ('{"format": "zeus"}', "not a perseus frontier file"),
+        ('{"format": "perseus-frontier", "version": 9}', "version 9 is not supported"),
+    ],
+)
+def test_show_corrupt_frontier(tmp_path, capsys, content, message):
+    path = tmp_path / "frontier.json"
+    path.write_text(content)
+    status, _, err = run(capsys, "show", path)
+    assert_one_line_error(status, err, str(path), message)
+
+
+def test_show_missing_file(tmp_path, capsys):
+    status, _, err = run(capsys, "show", tmp_path / "absent.json")
+    assert_one_line_error(status, err, "absent.json", "No such file")
+
+
+# --- plan ---------------------------------------------------------------------------------
+
+
+def zeus_eval(path):
+    """Read a plan file exactly as Zeus's PointSolution does (it evals the whole file)."""
+    path = Path(path)
+    assert path.is_file() and path.suffix == ".py"
+    with open(path, encoding="utf-8") as f:
+        return eval(f.read())  # what Zeus does (on our own file)
+
+
+def test_plan_zeus_reads_as_zeus_reads_it(solved, tmp_path, capsys):
+    _, path, frontier = solved
+    status, out, _ = run(
+        capsys, "plan", path, "--slowdown", 1.05, "--format", "zeus", "-o", tmp_path
+    )
+    assert status == 0
+    chosen = frontier.plan_for(1.05 * frontier.fastest.iteration_time_s)
+    index = frontier.index(chosen)
+    written = tmp_path / f"freqs_pipeline_{index:05d}.py"
+    assert f"written       {written}" in out
+    schedule = zeus_eval(written)
+    assert schedule == chosen.to_zeus()
+    assert len(schedule) == frontier.spec.num_gpus  # PointSolution checks one list per rank
+    assert all(isinstance(step, tuple) and len(step) == 2 for rank in schedule for step in rank)
+    assert written.read_text().splitlines()[-1].startswith("# ")  # lowtime-style comments
+
+
+def test_plan_csv_lists_each_gpus_order(solved, tmp_path, capsys):
+    _, path, frontier = solved
+    status, _, _ = run(capsys, "plan", path, "--fastest", "--format", "csv", "-o", tmp_path)
+    assert status == 0
+    lines = (tmp_path / "plan.csv").read_text().splitlines()
+    assert lines[0] == "gpu,position,instruction,chunk,microbatch,frequency_mhz"
+    rows = [line.split(",") for line in lines[1:]]
+    assert len(rows) == frontier.spec.num_computations
+    fastest = frontier.fastest
+    for gpu, steps in enumerate(fastest.to_zeus()):
+        mine = [r for r in rows if r[0] == str(gpu)]
+        assert [int(r[1]) for r in mine] == list(range(len(steps)))
+        assert [(r[2], int(r[5])) for r in mine] == steps
+        for r in mine:
+            assert fastest.frequency(
+                gpu=gpu, chunk=int(r[3]), instruction=r[2], microbatch=int(r[4])
+            ) == int(r[5])
+
+
+def test_plan_json(solved, tmp_path, capsys):
+    _, path, frontier = solved
+    status, out, _ = run(capsys, "plan", path, "--deadline", 1e9, "-o", tmp_path, "--json")
+    assert status == 0
+    facts = json.loads(out)
+    assert facts["plan"]["index"] == len(frontier) - 1  # the slowest plan meets any long deadline
+    document = json.loads((tmp_path / "plan.json").read_text())
+    assert document["format"] == "perseus-plan" and len(document["gpus"]) == frontier.spec.num_gpus
+    assert document["iteration_time_s"] == frontier[-1].iteration_time_s
+    first = document["gpus"][0][0]
+    assert set(first) == {"instruction", "stage", "chunk", "microbatch", "frequency_mhz"}
+
+
+def test_plan_power_cap(solved, tmp_path, capsys):
+    _, path, frontier = solved
+    cap = 0.97 * frontier.fastest.average_power_w
+    status, out, _ = run(capsys, "plan", path, "--power-cap", cap, "-o", tmp_path, "--json")
+    assert status == 0
+    facts = json.loads(out)["plan"]
+    assert facts["average_power_w"] <= cap
+    assert facts["index"] == frontier.index(frontier.plan_for_power(cap))
+    peak_cap = frontier.peak_powers_w().min() + 1
+    status, out, _ = run(
+        capsys, "plan", path, "--power-cap", peak_cap, "--peak", "-o", tmp_path, "--force", "--json"
+    )
+    assert status == 0 and json.loads(out)["plan"]["peak_power_w"] <= peak_cap
+
+
+def test_plan_power_cap_below_every_plan(solved, tmp_path, capsys):
+    _, path, frontier = solved
+    status, _, err = run(capsys, "plan", path, "--power-cap", 10, "-o", tmp_path)
+    lowest = frontier.average_powers_w.min()
+    assert_one_line_error(status, err, "argument --power-cap", f"{lowest:.6g} W")
+    status, _, err = run(capsys, "plan", path, "--power-cap", 10, "--peak", "-o", tmp_path)
+    assert_one_line_error(
+        status, err, "lowest peak power", f"{frontier.peak_powers_w().min():.6g} W"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--deadline", "0.001"], ["argument --deadline", "the fastest plan takes"]),
+        (["--slowdown", "0.5"], ["argument --slowdown", "must be >= 1"]),
+        ([], ["one of the arguments --fastest --deadline --slowdown --power-cap is required"]),
+        (["--fastest", "--deadline", "1"], ["not allowed with argument"]),
+        (["--fastest", "--peak"], ["argument --peak: only with --power-cap"]),
+        (["--fastest", "--format", "yaml"], ["argument --format", "yaml"]),
+        (["--power-cap", "-5"], ["argument --power-cap", "positive"]),
+    ],
+)
+def test_plan_bad_choice(solved, tmp_path, capsys, args, needles):
+    _, path, _ = solved
+    status, _, err = run(capsys, "plan", path, *args, "-o", tmp_path)
+    assert_one_line_error(status, err, *needles)
+
+
+def test_plan_refuses_to_overwrite_and_unwritable_output(solved, tmp_path, capsys):
+    _, path, _ = solved
+    assert run(capsys, "plan", path, "--fastest", "-o", tmp_path)[0] == 0
+    status, _, err = run(capsys, "plan", path, "--fastest", "-o", tmp_path)
+    assert_one_line_error(status, err, "plan.json already exists; pass --force")
+    assert run(capsys, "plan", path, "--fastest", "-o", tmp_path, "--force")[0] == 0
+    blocker = tmp_path / "plan.json"
+    status, _, err = run(capsys, "plan", path, "--fastest", "-o", blocker / "sub")
+    assert_one_line_error(status, err, str(blocker / "sub"))
+
+
+# --- evaluate -----------------------------------------------------------------------------------
+
+
+def test_evaluate_our_plans_in_every_format(solved, tmp_path, capsys):
+    csv, path, frontier = solved
+    plan = frontier.plan_for(1.05 * frontier.fastest.iteration_time_s)
+    index = frontier.index(plan)
+    for kind in ("zeus", "csv", "json"):
+        assert (
+            run(capsys, "plan", path, "--slowdown", 1.05, "--format", kind, "-o", tmp_path)[0] == 0
+        )
+    for name in (f"freqs_pipeline_{index:05d}.py", "plan.csv", "plan.json"):
+        status, out, err = run(
+            capsys, "evaluate", csv, tmp_path / name, "--frontier", path, "--json"
+        )
+        assert status == 0, err
+        result = json.loads(out)
+        assert result["iteration_time_s"] == pytest.approx(plan.iteration_time_s, rel=1e-12)
+        assert result["energy_j"] == pytest.approx(plan.energy_j, rel=1e-12)
+        assert result["frontier"]["index"] == index
+        assert result["frontier"]["saving_vs_plan_percent"] == pytest.approx(0, abs=1e-9)
+
+
+LOWTIME_FILE = """[
+{rows}]
+# Iteration 3 cost change: -1.25
+# Iteration 3 total cost: 1234.5
+# Iteration 3 total cost with P2P: 2345.6
+"""
+
+
+def lowtime_file(tmp_path, schedule, name="freqs_pipeline_00003.py"):
+    """A plan file laid out exactly as lowtime's example writes it."""
+    path = tmp_path / name
+    path.write_text(LOWTIME_FILE.format(rows="".join(f"{rank},\n" for rank in schedule)))
+    return path
+
+
+def test_evaluate_a_lowtime_plan_against_the_frontier(solved, tmp_path, capsys):
+    csv, path, frontier = solved
+    profile = frontier.profile
+    # Every computation at its slowest measured clock: a plan lowtime could have written.
+    slow = [
+        [(kind, int(profile.measured(stage, kind).frequency_mhz[-1])) for kind, stage in steps]
+        for steps in (
+            [(s.instruction, s.stage) for s in gpu_steps]
+            for gpu_steps in frontier.fastest.execution_order()
+        )
+    ]
+    plan_file = lowtime_file(tmp_path, slow)
+    status, out, err = run(capsys, "evaluate", csv, plan_file, "--frontier", path)
+    assert status == 0, err
+    expected = perseus.Plan.from_zeus(plan_file, profile)
+    assert f"{expected.iteration_time_s:.4f} s  {expected.energy_j:.1f} J" in out
+    assert "replayed" in out and "all-fastest" in out and "perseus" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "needles"),
+    [
+        ("[[('forward', 1410)],", ["not a Zeus frequency plan", "list literal"]),
+        ("__import__('os').system('touch pwned')", ["not a Zeus frequency plan"]),
+        ("{'a': 1}", ["expected a non-empty list with one list per GPU"]),
+        ("[[('forward', 1410)]] * 4", ["list literal"]),
+        ("[[('sideways', 1410)]]", ["GPU 0, position 0", "'sideways'"]),
+        ("[[('forward', 1410.5)]]", ["GPU 0, position 0", "whole MHz"]),
+        ("[[('forward', 1410)], [('forward', 1410)]]", ["2 GPUs", "profile has 4"]),
+    ],
+)
+def test_evaluate_corrupt_plan_file(solved, tmp_path, capsys, content, needles, monkeypatch):
+    csv, _, _ = solved
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "freqs_pipeline_00000.py"
+    path.write_text(content)
+    status, _, err = run(capsys, "evaluate", csv, path)
+    assert_one_line_error(status, err, str(path), *needles)
+    assert not (tmp_path / "pwned").exists()  # data, never code
+
+
+def test_evaluate_plan_in_another_order_or_with_unmeasured_clocks(solved, tmp_path, capsys):
+    csv, _, frontier = solved
+    schedule = frontier.fastest.to_zeus()
+    swapped = [list(rank) for rank in schedule]
+    last = len(swapped[0]) - 1
+    swapped[0][last - 1], swapped[0][last] = swapped[0][last], swapped[0][last - 1]
+    swapped[0][0], swapped[0][-1] = ("backward", swapped[0][-1][1]), ("forward", swapped[0][0][1])
+    status, _, err = run(capsys, "evaluate", csv, lowtime_file(tmp_path, swapped))
+    assert_one_line_error(status, err, "GPU 0, position 0", "another schedule?")
+    unmeasured = [list(rank) for rank in schedule]
+    unmeasured[2][3] = (unmeasured[2][3][0], 1234)
+    status, _, err = run(capsys, "evaluate", csv, lowtime_file(tmp_path, unmeasured, "f2.py"))
+    assert_one_line_error(status, err, "1234 MHz was never measured")
+    status, _, err = run(
+        capsys, "evaluate", csv, lowtime_file(tmp_path, schedule, "f3.py"), "--schedule", "gpipe"
+    )
+    assert_one_line_error(status, err, "gpipe")
+
+
+def test_evaluate_needs_the_blocking_power(solved, tmp_path, capsys):
+    _, path, _ = solved
+    csv = copy_profile(tmp_path, sidecar=False)
+    assert run(capsys, "plan", path, "--fastest", "-o", tmp_path)[0] == 0
+    status, _, err = run(capsys, "evaluate", csv, tmp_path / "plan.json")
+    assert_one_line_error(status, err, "--blocking-power W is required")
+    status, out, _ = run(capsys, "evaluate", csv, tmp_path / "plan.json", "--blocking-power", 70)
+    assert status == 0 and "from --blocking-power" in out
+
+
+def test_evaluate_unknown_file_kind(solved, tmp_path, capsys):
+    csv, _, _ = solved
+    path = tmp_path / "plan.txt"
+    path.write_text("hello")
+    status, _, err = run(capsys, "evaluate", csv, path)
+    assert_one_line_error(status, err, "not a plan file perseus knows")
+
+
+# --- plot and report ----------------------------------------------------------------------
+
+
+MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<?xml", ".pdf": b"%PDF"}
+
+
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        ("frontier.png", []),
+        ("frontier.svg", []),
+        ("frontier.pdf", []),
+        ("timeline.png", ["--timeline", "--slowdown", "1.05"]),
+        ("power.png", ["--power", "--deadline", "1e9"]),
+        ("capped.svg", ["--timeline", "--power-cap", "1e6"]),
+    ],
+)
+def test_plot_writes_images(solved, tmp_path, capsys, name, flags):
+    pytest.importorskip("matplotlib")
+    _, path, _ = solved
+    status, out, err = run(capsys, "plot", path, "-o", tmp_path / name, *flags)
+    assert status == 0, err
+    data = (tmp_path / name).read_bytes()
+    assert data.startswith(MAGIC[Path(name).suffix]) and len(data) > 5000
+    assert f"written       {tmp_path / name}" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["-o", "frontier.gif"], ["argument -o/--output", ".png, .svg, .pdf"]),
+        (["-o", "x.png", "--timeline", "--power"], ["not allowed with argument"]),
+        (["-o", "x.png", "--deadline", "5"], ["choose the plan of --timeline or --power"]),
+        (["-o", "x.png", "--timeline", "--deadline", "0.0001"], ["argument --deadline"]),
+        (["-o", "x.png", "--power", "--power-cap", "1"], ["argument --power-cap"]),
+    ],
+)
+def test_plot_bad_arguments(solved, tmp_path, capsys, monkeypatch, args, needles):
+    pytest.importorskip("matplotlib")
+    _, path, _ = solved
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run(capsys, "plot", path, *args)
+    assert_one_line_error(status, err, *needles)
+
+
+def test_plot_unwritable_and_existing_output(solved, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    _, path, _ = solved
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    status, _, err = run(capsys, "plot", path, "-o", blocker / "f.png")
+    assert_one_line_error(status, err, str(blocker))
+    target = tmp_path / "f.png"
+    target.write_text("old")
+    status, _, err = run(capsys, "plot", path, "-o", target)
+    assert_one_line_error(status, err, "f.png already exists")
+    assert target.read_text() == "old"
+
+
+def test_plot_without_matplotlib_names_the_extra(solved, tmp_path, capsys, monkeypatch):
+    _, path, _ = solved
+    for name in list(sys.modules):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    for command in (
+        ["plot", path, "-o", tmp_path / "f.png"],
+        ["report", path, "-o", tmp_path / "r.html"],
+    ):
+        status, _, err = run(capsys, *command)
+        assert_one_line_error(
+            status, err, 'pip install "perseus-energy[plot]"', 'pip install ".[plot]"'
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_is_self_contained(solved, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    _, path, frontier = solved
+    target = tmp_path / "report.html"
+    status, _out, err = run(capsys, "report", path, "-o", target)
+    assert status == 0, err
+    page = target.read_text()
+    assert page.count("<svg") >= 3 and "<table" in page and 'type="range"' in page
+    # Nothing is fetched: no external scripts, styles, images or fonts (namespaces are only names).
+    for fetch in (
+        'src="http',
+        "src='http",
+        'href="http',
+        "url(http",
+        "@import",
+        "<link",
+        "<script src",
+    ):
+        assert fetch not in page, fetch
+    start = page.index('id="perseus-data">') + len('id="perseus-data">')
+    data = json.loads(page[start : page.index("</script>", start)])
+    assert data["iteration_time_s"] == frontier.iteration_times_s.tolist()
+    assert len(data["strips"]["plans"]) == len(frontier)
+    status, _, err = run(capsys, "report", path, "-o", tmp_path / "report.txt")
+    assert_one_line_error(status, err, "must end in .html")
+    status, _, err = run(capsys, "report", path, "-o", target)
+    assert_one_line_error(status, err, "already exists")
+
+
+def test_report_and_plot_of_a_frontier_without_profile(solved, tmp_path, capsys):
+    """A version 1 file has no profile: the frontier plot and table still work."""
+    pytest.importorskip("matplotlib")
+    _, path, _ = solved
+    document = json.loads(path.read_text())
+    document["version"] = 1
+    for key in ("computations", "profile"):
+        del document[key]
+    old = tmp_path / "v1.json"
+    old.write_text(json.dumps(document))
+    status, out, _ = run(capsys, "show", old)
+    assert status == 0 and "n/a" in out
+    assert run(capsys, "plot", old, "-o", tmp_path / "f.png")[0] == 0
+    assert run(capsys, "report", old, "-o", tmp_path / "r.html")[0] == 0
+    status, _, err = run(capsys, "plot", old, "--timeline", "-o", tmp_path / "t.png")
+    assert_one_line_error(status, err, "need the profile")
+
+
+def test_broken_pipe_is_quiet(solved):
+    _, path, _ = solved
+    done = subprocess.run(
+        f"{console_script()} show {path} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr and done.stderr == ""

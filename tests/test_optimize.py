@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -273,7 +276,7 @@ def test_load_wrong_format(tmp_path, document):
         Frontier.load(path)
 
 
-@pytest.mark.parametrize("version", [2, "1", None])
+@pytest.mark.parametrize("version", [3, "1", None, True])
 def test_load_unsupported_version(tmp_path, frontier, version):
     document = saved_document(tmp_path, frontier)
     document["version"] = version
@@ -483,3 +486,78 @@ def test_example_profiles(name, microbatches):
     assert summary["plans"] == len(frontier)
     assert frontier.stop_reason == "minimum_time"
     assert frontier.steps >= frontier.cuts > 0
+
+
+# --- progress period and cancellation in every phase -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def example_profile():
+    return Profile.from_csv(EXAMPLES / "gpt3-a100-8stage.csv", blocking_power_w=70.0)
+
+
+@pytest.mark.parametrize("phase", ["min cut", "reclamation", "local search"])
+def test_a_callback_cancels_any_phase(example_profile, phase):
+    seen = []
+
+    def progress(report):
+        seen.append(report.phase)
+        return report.phase != phase
+
+    with pytest.raises(KeyboardInterrupt):
+        perseus.optimize(example_profile, microbatches=16, progress=progress, progress_period_s=0.0)
+    assert seen[-1] == phase
+
+
+def test_a_slow_callback_is_never_called_back_to_back(example_profile):
+    # The period runs from the end of one report to the start of the next.
+    calls = []
+
+    def slow(report):
+        start = time.monotonic()
+        time.sleep(0.02)
+        calls.append((start, time.monotonic()))
+
+    perseus.optimize(example_profile, microbatches=32, progress=slow, progress_period_s=0.03)
+    assert len(calls) >= 2
+    gaps = [b[0] - a[1] for a, b in zip(calls, calls[1:])]
+    assert min(gaps) >= 0.03 - 1e-3
+
+
+SIGINT_CHILD = r"""
+import os, signal, sys, threading, time
+import perseus
+profile = perseus.Profile.from_csv(sys.argv[1], blocking_power_w=70.0)
+phase = sys.argv[2]
+state = {}
+def interrupt():
+    state["at"] = time.monotonic()
+    os.kill(os.getpid(), signal.SIGINT)  # a real signal, while the core computes
+def progress(report):
+    if report.phase == phase and "timer" not in state:
+        state["timer"] = threading.Timer(0.02, interrupt)
+        state["timer"].start()
+try:
+    perseus.optimize(profile, microbatches=48, progress=progress, progress_period_s=0.0)
+except KeyboardInterrupt:
+    print(f"interrupted {time.monotonic() - state['at']:.3f}")
+    sys.exit(0)
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("phase", ["min cut", "reclamation", "local search"])
+def test_sigint_stops_every_phase_quickly(tmp_path, phase):
+    script = tmp_path / "child.py"
+    script.write_text(SIGINT_CHILD)
+    done = subprocess.run(
+        [sys.executable, str(script), str(EXAMPLES / "gpt3-a100-8stage.csv"), phase],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("interrupted"), done.stdout
+    assert "Traceback" not in done.stderr
+    # Ctrl-C is polled every 50 ms in every phase; allow for a loaded machine.
+    assert float(done.stdout.split()[1]) < 1.0

@@ -129,7 +129,7 @@ def test_exported_and_torch_free(fake_libraries):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     without, _, with_torch = done.stdout.partition("with torch:")
-    assert "torch is not installed" in without and 'pip install "perseus[gpu]"' in without
+    assert "torch is not installed" in without and 'pip install "perseus-energy[gpu]"' in without
     assert "mode='cpu'" in without
     if with_torch:
         assert "CPU-only build" in with_torch or "sees no GPU" in with_torch
@@ -468,7 +468,7 @@ def test_refuses_without_a_gpu_unless_cpu_mode(nvml, monkeypatch, tmp_path):
         profile_stages(comps, tmp_path / "p.csv")
     text = str(info.value)
     assert "cannot profile on a GPU" in text and "torch is not installed" in text
-    assert 'pip install "perseus[gpu]"' in text and "mode='cpu'" in text
+    assert 'pip install "perseus-energy[gpu]"' in text and "mode='cpu'" in text
     assert "NVML could not be loaded" not in text  # the fake NVML is there: only torch is missing
 
     # No driver either: both are named.

@@ -1,12 +1,13 @@
 """perseus: energy-optimal GPU frequency plans for pipeline-parallel training.
 
-Typical use::
+Typical use (run from a clone, where ``examples/`` is):
 
-    import perseus
-    profile = perseus.Profile.from_csv("profile.csv", blocking_power_w=70.0)
-    frontier = perseus.optimize(profile, microbatches=32)
-    plan = frontier.plan_for(1.02 * frontier.iteration_times_s[0])
-    plan.to_zeus()
+>>> import perseus
+>>> profile = perseus.Profile.from_csv("examples/small-4stage.csv", blocking_power_w=70.0)
+>>> frontier = perseus.optimize(profile, microbatches=8)
+>>> plan = frontier.plan_for(1.02 * frontier.iteration_times_s[0])
+>>> plan.to_zeus()[0][:2]  # GPU 0's first two computations: (instruction, MHz)
+[('forward', ...), ('forward', ...)]
 """
 
 from __future__ import annotations
@@ -21,13 +22,22 @@ except ImportError as error:  # pragma: no cover - depends on the install
     ) from error
 
 from .errors import ProfileError
-from .frontier import Evaluation, Frontier, FrontierSummary, PipelineSpec, Plan
+from .frontier import (
+    Evaluation,
+    Frontier,
+    FrontierSummary,
+    PipelineSpec,
+    Plan,
+    PlanStep,
+    PowerCapError,
+)
 from .optimize import SolverBudgets, evaluate, optimize
 from .profile import INSTRUCTIONS, LIMITS, Profile, ProfileWarning, StageOptions
 from .profiler import ProfilerResult, measure_blocking_power, profile_stages
 from .progress import SolveProgress
 from .schedule import SCHEDULES, pipeline_order
 from .switcher import FrequencySwitcher
+from .timeline import PowerTimeline, Timeline
 
 __version__ = "0.1.0"
 
@@ -41,6 +51,9 @@ __all__ = [
     "FrontierSummary",
     "PipelineSpec",
     "Plan",
+    "PlanStep",
+    "PowerCapError",
+    "PowerTimeline",
     "Profile",
     "ProfileError",
     "ProfileWarning",
@@ -48,6 +61,7 @@ __all__ = [
     "SolveProgress",
     "SolverBudgets",
     "StageOptions",
+    "Timeline",
     "evaluate",
     "measure_blocking_power",
     "optimize",

@@ -1,11 +1,24 @@
-"""Importing optional dependencies with an error that says what to install."""
+"""Importing optional dependencies with an error that says what to install.
+
+The distribution's name lives here, once: PyPI's ``perseus`` is an unrelated
+project, so perseus is published as ``perseus-energy`` (``import perseus``
+and the ``perseus`` command keep their names).
+"""
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
-__all__ = ["optional_module"]
+__all__ = ["DISTRIBUTION", "install_hint", "optional_module"]
+
+DISTRIBUTION = "perseus-energy"
+"""The name to ``pip install`` (pyproject.toml's ``[project] name``)."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install perseus with an extra, from PyPI and from a clone."""
+    return f'`pip install "{DISTRIBUTION}[{extra}]"` (from a clone: `pip install ".[{extra}]"`)'
 
 
 def optional_module(name: str, extra: str) -> ModuleType:
@@ -15,5 +28,5 @@ def optional_module(name: str, extra: str) -> ModuleType:
     except ImportError as error:
         raise ImportError(
             f"this feature needs the optional package {name!r}; install it with "
-            f'`pip install "perseus[{extra}]"` ({error})'
+            f"{install_hint(extra)} ({error})"
         ) from error

@@ -1,67 +1,287 @@
-"""The ``perseus`` command line.
+"""The ``perseus`` command line: from a profile to a deployed plan without writing Python.
 
-    perseus optimize PROFILE.csv --microbatches 32 --blocking-power 70 -o out/
-
-prints a summary and writes ``out/frontier.json``.
-
+    perseus optimize PROFILE.csv -m 32 -o out/    # the frontier, out/frontier.json
+    perseus show out/frontier.json                # a table of representative plans
+    perseus plan out/frontier.json --slowdown 1.1 --format zeus -o plans/
+    perseus evaluate PROFILE.csv plans/freqs_pipeline_00042.py
+    perseus plot out/frontier.json -o frontier.png [--timeline | --power]
+    perseus report out/frontier.json -o report.html
     perseus reset-clocks [--device N]
 
-gives locked GPU clocks back to the driver.
+Conventions: every subcommand has ``--help`` with its defaults and ``--json``
+for scripts; a user error is one line on stderr naming the flag or file,
+exit status 2; Ctrl-C is exit status 130; outputs are checked to be
+writable before any work and never overwritten without ``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import math
 import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn, Optional
 
 from . import __version__
+from ._files import check_writable_directory, replace_user_file
+from ._sidecar import BLOCKING_POWER_KEY, read_blocking_power, sidecar_path
 from .errors import ProfileError
-from .optimize import optimize
-from .profile import Profile
+from .frontier import Evaluation, Frontier, Plan, PowerCapError, all_fastest_plan
+from .profile import LIMITS, Profile
 from .schedule import SCHEDULES
 
 __all__ = ["main"]
 
 
+class UsageError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+    def __init__(self, message: str, prog: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (argparse's own print the usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)", self.prog)
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+# --- flag types: each names what it wants; argparse prefixes the flag --------------------
+
+
+def _count(text: str) -> int:
+    if not text.isascii() or not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not text.isascii() or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _watts(text: str) -> float:
+    value = _number(text)
+    if not 0 <= value <= LIMITS.max_blocking_power_w:
+        raise argparse.ArgumentTypeError(
+            f"must be watts in 0..{LIMITS.max_blocking_power_w:g}, got {text!r}"
+        )
+    return value
+
+
+def _cap_watts(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of watts, got {text!r}")
+    return value
+
+
+def _factor(text: str) -> float:
+    value = _number(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be >= 1 (the straggler's iteration time over the fastest plan's), got {text!r}"
+        )
+    return value
+
+
+# --- the parser ------------------------------------------------------------------------
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="perseus", description="Energy-optimal GPU frequency plans for pipeline training."
+    parser = _Parser(
+        prog="perseus",
+        description="Energy-optimal GPU frequency plans for pipeline-parallel training.",
+        epilog="Run `perseus COMMAND --help` for a command's options and defaults.",
     )
     parser.add_argument("--version", action="version", version=f"perseus {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    opt = commands.add_parser(
-        "optimize", help="compute the iteration time-energy frontier of a profile"
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name, help=summary, description=description, formatter_class=_Formatter
+        )
+        return sub
+
+    def json_flag(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--json", action="store_true", help="print the result as one JSON object on stdout"
+        )
+
+    def force_flag(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--force", action="store_true", help="overwrite output files that already exist"
+        )
+
+    opt = command(
+        "optimize",
+        "compute the iteration time-energy frontier of a profile",
+        "Compute the iteration time-energy Pareto frontier of a profile and write it to "
+        "DIR/frontier.json. The blocking power is read from the profiler's sidecar "
+        "(PROFILE.json, key blocking_power_w) when there is one; --blocking-power overrides it.",
     )
-    opt.add_argument("profile", help="profile CSV (stage,instruction,frequency,time,energy)")
-    opt.add_argument("--microbatches", type=int, required=True, help="microbatches per iteration")
+    opt.add_argument(
+        "profile", metavar="PROFILE", help="profile CSV (stage,instruction,frequency,time,energy)"
+    )
+    opt.add_argument(
+        "-m",
+        "--microbatches",
+        type=_count,
+        required=True,
+        metavar="M",
+        help="microbatches per iteration",
+    )
     opt.add_argument(
         "--blocking-power",
-        type=float,
-        required=True,
-        metavar="WATTS",
-        help="power a GPU draws while it waits on a pipeline neighbour (W)",
+        type=_watts,
+        default=None,
+        metavar="W",
+        help="watts a GPU draws while it waits on a pipeline neighbour (default: from the sidecar)",
     )
     opt.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
     opt.add_argument(
-        "--virtual-stages", type=int, default=1, help="model chunks per GPU (interleaved)"
+        "--virtual-stages",
+        type=_count,
+        default=1,
+        metavar="V",
+        help="model chunks per GPU (with --schedule interleaved-1f1b)",
     )
     opt.add_argument(
-        "--unit-time",
-        type=float,
-        default=1e-3,
-        metavar="SECONDS",
-        help="solver time quantum (default 0.001 s)",
+        "--unit-time", type=_seconds, default=1e-3, metavar="S", help="solver time quantum, seconds"
     )
     opt.add_argument(
         "-o", "--output", default=".", metavar="DIR", help="directory for frontier.json"
     )
-    opt.add_argument("--quiet", action="store_true", help="no progress bar")
+    opt.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    force_flag(opt)
+    json_flag(opt)
 
-    reset = commands.add_parser(
-        "reset-clocks", help="give locked GPU clocks back to the driver (e.g. after kill -9)"
+    show = command(
+        "show",
+        "print a table of the frontier's representative plans",
+        "Print the all-fastest baseline, the fastest plan and representative plans: time, "
+        "energy, saving against all-fastest, energy over a common iteration length, average "
+        "and peak power.",
+    )
+    show.add_argument("frontier", metavar="FRONTIER.json", help="written by `perseus optimize`")
+    json_flag(show)
+
+    plan = command(
+        "plan",
+        "write one plan of the frontier for deployment",
+        "Choose one plan of the frontier and write, per GPU, its computations in execution "
+        "order with the SM clock of each. Formats: json (DIR/plan.json), csv (DIR/plan.csv: "
+        "gpu,position,instruction,chunk,microbatch,frequency_mhz), zeus "
+        "(DIR/freqs_pipeline_NNNNN.py, as Zeus's pipeline frequency optimizer reads it; NNNNN "
+        "is the plan's index on the frontier).",
+    )
+    plan.add_argument("frontier", metavar="FRONTIER.json", help="written by `perseus optimize`")
+    _plan_choice(plan, required=True)
+    plan.add_argument(
+        "-o", "--output", required=True, metavar="DIR", help="directory for the plan file"
+    )
+    plan.add_argument(
+        "--format", default="json", choices=("json", "csv", "zeus"), help="file format"
+    )
+    force_flag(plan)
+    json_flag(plan)
+
+    ev = command(
+        "evaluate",
+        "replay a plan file on a profile: iteration time and energy",
+        "Replay a plan on a profile's measurements and print its iteration time and energy, "
+        "against all-fastest and, with --frontier, against perseus's cheapest plan that is as "
+        "fast. PLAN is a perseus plan (.json or .csv from `perseus plan`) or a Zeus/lowtime "
+        "freqs_pipeline_*.py.",
+    )
+    ev.add_argument("profile", metavar="PROFILE", help="profile CSV")
+    ev.add_argument("plan", metavar="PLAN", help="plan file: .json, .csv or freqs_pipeline_*.py")
+    ev.add_argument(
+        "--blocking-power",
+        type=_watts,
+        default=None,
+        metavar="W",
+        help="watts a GPU draws while it waits (default: from the profile's sidecar)",
+    )
+    ev.add_argument(
+        "--schedule",
+        default=None,
+        choices=SCHEDULES,
+        help="schedule of a .py or .csv plan (default: 1f1b, or interleaved-1f1b for chunks)",
+    )
+    ev.add_argument(
+        "--virtual-stages",
+        type=_count,
+        default=None,
+        metavar="V",
+        help="chunks per GPU of a .py plan (default: 1)",
+    )
+    ev.add_argument(
+        "--frontier",
+        default=None,
+        metavar="FRONTIER.json",
+        help="compare with this frontier's plan",
+    )
+    json_flag(ev)
+
+    plot = command(
+        "plot",
+        "draw the frontier, one plan's per-GPU timeline, or its power",
+        "Draw the frontier (default), or with --timeline one plan's per-GPU timeline under the "
+        "all-fastest plan's, or with --power its cluster power over one iteration against the "
+        "all-fastest plan's. The plan is the fastest unless --deadline, --slowdown or "
+        "--power-cap chooses another. The file type follows -o: .png, .svg or .pdf. Needs "
+        "matplotlib (the plot extra).",
+    )
+    plot.add_argument("frontier", metavar="FRONTIER.json", help="written by `perseus optimize`")
+    plot.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="image to write (.png, .svg, .pdf)"
+    )
+    view = plot.add_mutually_exclusive_group()
+    view.add_argument("--timeline", action="store_true", help="per-GPU timeline of one plan")
+    view.add_argument("--power", action="store_true", help="cluster power of one plan")
+    _plan_choice(plot, required=False)
+    plot.add_argument("--dpi", type=_count, default=150, help="resolution of a .png")
+    force_flag(plot)
+    json_flag(plot)
+
+    report = command(
+        "report",
+        "write a self-contained HTML report of the frontier",
+        "Write one HTML page with the plots (inline SVG), the table and a deadline slider "
+        "showing the plan and its saving for any deadline; no network access needed to view it.",
+    )
+    report.add_argument("frontier", metavar="FRONTIER.json", help="written by `perseus optimize`")
+    report.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
+    force_flag(report)
+    json_flag(report)
+
+    reset = command(
+        "reset-clocks",
+        "give locked GPU clocks back to the driver (e.g. after kill -9)",
+        "Reset the SM and memory clocks of every visible GPU, or of one, to the driver's defaults.",
     )
     reset.add_argument(
         "--device",
@@ -70,46 +290,427 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="CUDA device index (honours CUDA_VISIBLE_DEVICES); default: every visible GPU",
     )
+    json_flag(reset)
     return parser
 
 
-def _optimize(args: argparse.Namespace) -> int:
-    profile = Profile.from_csv(args.profile, blocking_power_w=args.blocking_power)
-    frontier = optimize(
-        profile,
-        microbatches=args.microbatches,
-        schedule=args.schedule,
-        virtual_stages=args.virtual_stages,
-        unit_time_s=args.unit_time,
-        progress=not args.quiet,
+def _plan_choice(sub: argparse.ArgumentParser, *, required: bool) -> None:
+    group = sub.add_mutually_exclusive_group(required=required)
+    if required:
+        group.add_argument("--fastest", action="store_true", help="the fastest plan")
+    group.add_argument(
+        "--deadline",
+        type=_seconds,
+        metavar="S",
+        help="the cheapest plan that takes at most S seconds",
     )
-    os.makedirs(args.output, exist_ok=True)
-    path = os.path.join(args.output, "frontier.json")
-    frontier.save(path)
-    s = frontier.summary()
+    group.add_argument(
+        "--slowdown",
+        type=_factor,
+        metavar="X",
+        help="the cheapest plan within X times the fastest plan's time (a straggler X times slower)",
+    )
+    group.add_argument(
+        "--power-cap",
+        type=_cap_watts,
+        metavar="W",
+        help="the fastest plan whose power stays within W watts",
+    )
+    sub.add_argument(
+        "--peak",
+        action="store_true",
+        help="with --power-cap: cap the peak power of all GPUs together, not the average",
+    )
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _warn(message: str) -> None:
+    print(f"perseus: warning: {message}", file=sys.stderr)
+
+
+def _refuse_existing(path: str, force: bool) -> None:
+    if os.path.lexists(path) and not force:
+        raise UsageError(f"{path} already exists; pass --force to overwrite it")
+
+
+def _blocking_power(csv_path: str, flag_w: Optional[float]) -> tuple[float, str]:
+    """The blocking power (W) for a profile and where it came from."""
+    try:
+        stored = read_blocking_power(csv_path)
+        problem = None
+    except ValueError as error:
+        stored, problem = None, error
+    if flag_w is not None:
+        if problem is not None:
+            _warn(f"ignoring the sidecar: {problem}")
+        if stored is not None and not math.isclose(
+            stored.blocking_power_w, flag_w, rel_tol=1e-3, abs_tol=1e-6
+        ):
+            _warn(
+                f"--blocking-power {flag_w:g} W overrides {stored.blocking_power_w:g} W from "
+                f"{stored.path}"
+            )
+        return flag_w, "from --blocking-power"
+    if problem is not None:
+        raise UsageError(f"{problem}; pass --blocking-power W")
+    if stored is None:
+        raise UsageError(
+            f"--blocking-power W is required: there is no sidecar {sidecar_path(csv_path)} "
+            f"(with {BLOCKING_POWER_KEY}) next to {csv_path}; the profiler writes one"
+        )
+    return stored.blocking_power_w, f"read from {stored.path}"
+
+
+_FLAGS = {
+    "unit_time_s": "--unit-time",
+    "virtual_stages": "--virtual-stages",
+    "blocking_power_w": "--blocking-power",
+    "microbatches": "-m/--microbatches",
+}
+# Argument names with an underscore are always names; "microbatches" only before "=" or "must".
+_ARGUMENT = re.compile(
+    r"\b(unit_time_s|virtual_stages|blocking_power_w|microbatches(?==| must))(=)?"
+)
+
+
+def _flags_for_arguments(message: str) -> str:
+    """A library message with its argument names replaced by the flags that set them."""
+    return _ARGUMENT.sub(lambda m: _FLAGS[m.group(1)] + (" " if m.group(2) else ""), message)
+
+
+def _load_frontier(path: str) -> Frontier:
+    return Frontier.load(path)
+
+
+def _choose(frontier: Frontier, args: argparse.Namespace) -> tuple[Plan, int, str]:
+    """The plan the flags ask for, its index and how it was chosen."""
+    if getattr(args, "peak", False) and args.power_cap is None:
+        raise UsageError("argument --peak: only with --power-cap")
+    fastest = frontier.fastest
+    if args.deadline is not None:
+        try:
+            chosen = frontier.plan_for(args.deadline)
+        except ValueError:
+            raise UsageError(
+                f"argument --deadline: no plan takes at most {args.deadline:g} s; the fastest "
+                f"plan takes {fastest.iteration_time_s:.6g} s"
+            ) from None
+        how = f"the cheapest plan within --deadline {args.deadline:g} s"
+    elif args.slowdown is not None:
+        chosen = frontier.plan_for(args.slowdown * fastest.iteration_time_s)
+        how = f"the cheapest plan within --slowdown {args.slowdown:g} x the fastest plan's time"
+    elif args.power_cap is not None:
+        try:
+            chosen = frontier.plan_for_power(args.power_cap, peak=args.peak)
+        except PowerCapError as error:
+            raise UsageError(f"argument --power-cap: {error}") from None
+        how = (
+            f"the fastest plan whose {'peak' if args.peak else 'average'} power stays within "
+            f"--power-cap {args.power_cap:g} W"
+        )
+    else:
+        chosen, how = fastest, "the fastest plan"
+    return chosen, frontier.index(chosen), how
+
+
+def _plan_facts(frontier: Frontier, plan: Plan, index: int) -> dict[str, Any]:
+    waiting = frontier.baseline_energy_at(plan.iteration_time_s)
+    facts: dict[str, Any] = {
+        "index": index,
+        "iteration_time_s": plan.iteration_time_s,
+        "energy_j": plan.energy_j,
+        "saving_vs_all_fastest_percent": 100 * (1 - plan.energy_j / waiting),
+        "average_power_w": plan.average_power_w,
+    }
+    if plan.profile is not None:
+        facts["peak_power_w"] = plan.power_timeline().peak_w
+    return facts
+
+
+def _emit_json(document: dict[str, Any]) -> None:
+    print(json.dumps(document, indent=2))
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    from .optimize import optimize
+    from .progress import ProgressBar
+
+    target = os.path.join(args.output, "frontier.json")
+    check_writable_directory(args.output)  # before the solve, not after it
+    _refuse_existing(target, args.force)
+    power_w, power_source = _blocking_power(args.profile, args.blocking_power)
+    profile = Profile.from_csv(args.profile, blocking_power_w=power_w)
+    if args.virtual_stages > 1 and args.schedule != "interleaved-1f1b":
+        raise UsageError(
+            f"argument --virtual-stages: {args.virtual_stages} chunks per GPU need "
+            "--schedule interleaved-1f1b"
+        )
+    if args.schedule == "interleaved-1f1b" and args.virtual_stages < 2:
+        raise UsageError("argument --schedule: interleaved-1f1b needs --virtual-stages 2 or more")
+    if profile.num_stages % args.virtual_stages:
+        raise UsageError(
+            f"argument --virtual-stages: {args.virtual_stages} does not divide the profile's "
+            f"{profile.num_stages} stages"
+        )
+    bar = None if args.quiet else ProgressBar(sys.stderr)
+    try:
+        frontier = optimize(
+            profile,
+            microbatches=args.microbatches,
+            schedule=args.schedule,
+            virtual_stages=args.virtual_stages,
+            unit_time_s=args.unit_time,
+            progress=bar,
+        )
+    except ProfileError as error:  # the library names its arguments; here they are flags
+        raise UsageError(_flags_for_arguments(str(error))) from None
+    finally:
+        if bar is not None:
+            bar.close(completed=sys.exc_info()[0] is None)
+    frontier.save(target)
+    b, fastest, slowest = frontier.baseline, frontier.fastest, frontier[-1]
     gpus = frontier.spec.num_gpus
+    fastest_saving = 100 * (1 - fastest.energy_j / b.energy_j)
+    t_slow = slowest.iteration_time_s
+    fastest_waiting = fastest.energy_at(t_slow)
+    base_waiting = frontier.baseline_energy_at(t_slow)
+    if args.json:
+        _emit_json(
+            {
+                "frontier": target,
+                "profile": args.profile,
+                "blocking_power_w": power_w,
+                "blocking_power_source": power_source,
+                "pipeline": frontier.spec.__dict__,
+                "all_fastest": {"iteration_time_s": b.iteration_time_s, "energy_j": b.energy_j},
+                "fastest": _plan_facts(frontier, fastest, 0),
+                "slowest": {
+                    **_plan_facts(frontier, slowest, len(frontier) - 1),
+                    "saving_vs_fastest_waiting_percent": 100
+                    * (1 - slowest.energy_j / fastest_waiting),
+                },
+                "plans": len(frontier),
+                "steps": frontier.steps,
+                "solve_time_s": frontier.solve_time_s,
+            }
+        )
+        return 0
     print(
-        f"profile        {args.profile}: {profile.num_stages} stages on {gpus} GPUs, "
+        f"profile       {args.profile}: {profile.num_stages} stages on {gpus} GPUs, "
         f"{args.microbatches} microbatches, {args.schedule}"
     )
+    print(f"blocking      {power_w:g} W per waiting GPU, {power_source}")
     print(
-        f"baseline       {s['baseline_time_s']:.4f} s  {s['baseline_energy_j']:.1f} J  (all maximum frequency)"
+        f"all-fastest   {b.iteration_time_s:.4f} s  {b.energy_j:.1f} J  every computation at "
+        "its fastest clock (the baseline)"
     )
     print(
-        f"fastest plan   {s['fastest_time_s']:.4f} s  {s['fastest_energy_j']:.1f} J  "
-        f"({s['saving_percent']:.2f}% less energy)"
+        f"fastest plan  {fastest.iteration_time_s:.4f} s  {fastest.energy_j:.1f} J  "
+        f"{fastest_saving:.2f}% less energy than all-fastest, same iteration time"
     )
-    slowest = frontier[-1]
-    waiting = frontier.fastest.energy_at(slowest.iteration_time_s)
+    if len(frontier) > 1:
+        print(
+            f"slowest plan  {t_slow:.4f} s  {slowest.energy_j:.1f} J  when a straggler stretches "
+            f"the iteration to {t_slow:.4f} s: {100 * (1 - slowest.energy_j / fastest_waiting):.2f}% "
+            f"less than the fastest plan waiting for it ({fastest_waiting:.1f} J), "
+            f"{100 * (1 - slowest.energy_j / base_waiting):.2f}% less than all-fastest "
+            f"waiting ({base_waiting:.1f} J)"
+        )
     print(
-        f"slowest plan   {slowest.iteration_time_s:.4f} s  {slowest.energy_j:.1f} J  "
-        f"(the fastest plan over that time: {waiting:.1f} J, so "
-        f"{100 * (1 - slowest.energy_j / waiting):.2f}% saved when a straggler sets the pace)"
+        f"plans         {len(frontier)} from {fastest.iteration_time_s:.4f} s to {t_slow:.4f} s "
+        f"({frontier.steps} min-cut steps, solved in {frontier.solve_time_s:.2f} s)"
     )
+    print(f"written       {target}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from ._table import format_table, frontier_table
+
+    frontier = _load_frontier(args.frontier)
+    rows, common = frontier_table(frontier)
+    spec = frontier.spec
+    if args.json:
+        _emit_json(
+            {
+                "frontier": args.frontier,
+                "pipeline": spec.__dict__,
+                "blocking_power_w": frontier.blocking_power_w,
+                "plans": len(frontier),
+                "common_iteration_time_s": common,
+                "rows": [row.__dict__ for row in rows],
+            }
+        )
+        return 0
     print(
-        f"plans          {len(frontier)}  ({frontier.steps} solver steps, {s['solve_time_s']:.2f} s)"
+        f"{args.frontier}: {len(frontier)} plans, {spec.num_gpus} GPUs x {spec.virtual_stages} "
+        f"chunk(s), {spec.microbatches} microbatches, {spec.schedule}, blocking power "
+        f"{frontier.blocking_power_w:g} W"
     )
-    print(f"written        {path}")
+    print()
+    print(format_table(rows, common))
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from ._plan_files import file_name, write_plan
+
+    check_writable_directory(args.output)
+    frontier = _load_frontier(args.frontier)
+    chosen, index, how = _choose(frontier, args)
+    target = os.path.join(args.output, file_name(args.format, index))
+    _refuse_existing(target, args.force)
+    write_plan(chosen, target, args.format, index)
+    facts = _plan_facts(frontier, chosen, index)
+    if args.json:
+        _emit_json({"written": target, "format": args.format, "chosen": how, "plan": facts})
+        return 0
+    peak = f", peak {facts['peak_power_w']:.0f} W" if "peak_power_w" in facts else ""
+    print(
+        f"plan          {index} of {len(frontier)}: {how}\n"
+        f"time, energy  {chosen.iteration_time_s:.4f} s  {chosen.energy_j:.1f} J  "
+        f"{facts['saving_vs_all_fastest_percent']:.2f}% less than all-fastest over the same "
+        f"time; average {chosen.average_power_w:.0f} W{peak} (all GPUs)\n"
+        f"written       {target} ({args.format}, {frontier.spec.num_gpus} GPUs)"
+    )
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from ._plan_files import read_plan
+
+    power_w, power_source = _blocking_power(args.profile, args.blocking_power)
+    profile = Profile.from_csv(args.profile, blocking_power_w=power_w)
+    frontier = _load_frontier(args.frontier) if args.frontier else None
+    plan = read_plan(args.plan, profile, schedule=args.schedule, virtual_stages=args.virtual_stages)
+    spec = plan.spec
+    base = all_fastest_plan(profile, spec)
+    base_eval = Evaluation(base.iteration_time_s, base.energy_j)
+    length = max(plan.iteration_time_s, base_eval.iteration_time_s)
+    base_waiting = base.energy_at(length)
+    result: dict[str, Any] = {
+        "plan": args.plan,
+        "profile": args.profile,
+        "pipeline": spec.__dict__,
+        "blocking_power_w": power_w,
+        "blocking_power_source": power_source,
+        "iteration_time_s": plan.iteration_time_s,
+        "energy_j": plan.energy_j,
+        "average_power_w": plan.average_power_w,
+        "peak_power_w": plan.power_timeline().peak_w,
+        "all_fastest": {
+            "iteration_time_s": base_eval.iteration_time_s,
+            "energy_j": base_eval.energy_j,
+            "saving_percent": 100 * (1 - plan.energy_at(length) / base_waiting),
+        },
+    }
+    lines = [
+        f"plan          {args.plan}: {spec.num_gpus} GPUs x {spec.virtual_stages} chunk(s), "
+        f"{spec.microbatches} microbatches, {spec.schedule}",
+        f"blocking      {power_w:g} W per waiting GPU, {power_source}",
+        f"replayed      {plan.iteration_time_s:.4f} s  {plan.energy_j:.1f} J  on {args.profile}; "
+        f"average {plan.average_power_w:.0f} W, peak {result['peak_power_w']:.0f} W (all GPUs)",
+        f"all-fastest   {base_eval.iteration_time_s:.4f} s  {base_eval.energy_j:.1f} J  the plan "
+        f"uses {result['all_fastest']['saving_percent']:.2f}% less over a {length:.4f} s iteration",
+    ]
+    if frontier is not None:
+        if frontier.spec != spec:
+            raise UsageError(
+                f"argument --frontier: {args.frontier} is for {frontier.spec}, the plan for {spec}"
+            )
+        if plan.iteration_time_s < frontier.fastest.iteration_time_s:
+            lines.append(
+                f"perseus       no plan of {args.frontier} is as fast: its fastest takes "
+                f"{frontier.fastest.iteration_time_s:.4f} s"
+            )
+        else:
+            ours = frontier.plan_for(plan.iteration_time_s)
+            ours_j = ours.energy_at(plan.iteration_time_s)
+            saving = 100 * (1 - ours_j / plan.energy_j)
+            result["frontier"] = {
+                "index": frontier.index(ours),
+                "iteration_time_s": ours.iteration_time_s,
+                "energy_j": ours.energy_j,
+                "energy_at_plan_time_j": ours_j,
+                "saving_vs_plan_percent": saving,
+            }
+            lines.append(
+                f"perseus       {ours.iteration_time_s:.4f} s  {ours.energy_j:.1f} J  plan "
+                f"{frontier.index(ours)} of {args.frontier}, no slower: {saving:.2f}% less than "
+                f"this plan over its {plan.iteration_time_s:.4f} s"
+            )
+    if args.json:
+        _emit_json(result)
+    else:
+        print("\n".join(lines))
+    return 0
+
+
+_IMAGE_TYPES = (".png", ".svg", ".pdf")
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from . import plotting
+
+    extension = os.path.splitext(args.output)[1].lower()
+    if extension not in _IMAGE_TYPES:
+        raise UsageError(
+            f"argument -o/--output: {args.output!r} must end in {', '.join(_IMAGE_TYPES)}"
+        )
+    picks_plan = args.deadline or args.slowdown or args.power_cap
+    if picks_plan and not (args.timeline or args.power):
+        raise UsageError(
+            "arguments --deadline/--slowdown/--power-cap choose the plan of --timeline or --power"
+        )
+    check_writable_directory(os.path.dirname(args.output) or ".")
+    _refuse_existing(args.output, args.force)
+    plotting.require_matplotlib()  # fail before loading anything, naming the extra
+    frontier = _load_frontier(args.frontier)
+    chosen, index, how = _choose(frontier, args)
+    if args.timeline:
+        fig = plotting.timeline_figure(frontier, chosen)
+        what = f"timeline of plan {index} ({how}) under all-fastest"
+    elif args.power:
+        fig = plotting.power_figure(frontier, chosen)
+        what = f"power of plan {index} ({how}) against all-fastest"
+    else:
+        fig = plotting.frontier_figure(frontier)
+        what = "frontier"
+    _save_figure(fig, args.output, extension, args.dpi)
+    if args.json:
+        _emit_json({"written": args.output, "plot": what})
+    else:
+        print(f"written       {args.output} ({what})")
+    return 0
+
+
+def _save_figure(fig: Any, path: str, extension: str, dpi: int) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=extension[1:], dpi=dpi)
+    replace_user_file(path, buffer.getvalue())
+
+
+def _report(args: argparse.Namespace) -> int:
+    from . import report
+
+    if not args.output.endswith((".html", ".htm")):
+        raise UsageError(f"argument -o/--output: {args.output!r} must end in .html")
+    check_writable_directory(os.path.dirname(args.output) or ".")
+    _refuse_existing(args.output, args.force)
+    frontier = _load_frontier(args.frontier)
+    page = report.html_report(frontier, title=os.path.basename(args.frontier))
+    replace_user_file(args.output, page)
+    if args.json:
+        _emit_json({"written": args.output, "bytes": len(page.encode())})
+    else:
+        print(f"written       {args.output} ({len(page.encode()) // 1024} KiB, self-contained)")
     return 0
 
 
@@ -119,30 +720,58 @@ def _reset_clocks(args: argparse.Namespace) -> int:
     try:
         results = reset_clocks(args.device)
     except (NvmlError, IndexError) as error:
-        print(f"perseus: error: {error}", file=sys.stderr)
+        print(f"perseus reset-clocks: error: {error}", file=sys.stderr)
         return 1
-    for r in results:
-        print(
-            f"GPU {r.device} (NVML {r.nvml_index}, {r.name}): SM clocks {r.gpu}, memory clocks {r.memory}"
-        )
+    if args.json:
+        _emit_json({"gpus": [dataclasses.asdict(r) for r in results]})
+    else:
+        for r in results:
+            print(
+                f"GPU {r.device} (NVML {r.nvml_index}, {r.name}): SM clocks {r.gpu}, "
+                f"memory clocks {r.memory}"
+            )
     return 0 if all(r.ok for r in results) else 1
+
+
+_COMMANDS = {
+    "optimize": _optimize,
+    "show": _show,
+    "plan": _plan,
+    "evaluate": _evaluate,
+    "plot": _plot,
+    "report": _report,
+    "reset-clocks": _reset_clocks,
+}
+
+
+def _describe(error: BaseException) -> str:
+    """One line for a user error: an OSError as 'file: reason', anything else as its message."""
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename}: {error.strerror or error}"
+    text = str(error) or type(error).__name__
+    return " ".join(text.split())  # one line, whatever the message held
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    args = _parser().parse_args(argv)
+    prog = "perseus"
     try:
-        if args.command == "optimize":
-            return _optimize(args)
-        if args.command == "reset-clocks":
-            return _reset_clocks(args)
-    except (ProfileError, OSError) as error:
-        print(f"perseus: error: {error}", file=sys.stderr)
-        return 2
+        args = _parser().parse_args(argv)
+        prog = f"perseus {args.command}"
+        return _COMMANDS[args.command](args)
+    except UsageError as error:
+        message, prog = str(error), error.prog or prog
+    except BrokenPipeError:  # `perseus show ... | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the final flush at exit is quiet too
+        return 141  # 128 + SIGPIPE, as a shell tool killed by it would
+    except (ProfileError, ValueError, OSError, ImportError) as error:
+        message = _describe(error)
     except KeyboardInterrupt:
-        print("perseus: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    return 2  # pragma: no cover - argparse rejects unknown commands
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

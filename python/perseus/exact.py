@@ -2,7 +2,7 @@
 
 Choosing one measured frequency per computation is NP-hard; `perseus.optimize`
 solves a convex relaxation. This module states the discrete problem exactly as
-a mixed-integer program and solves it with HiGHS (``pip install "perseus[exact]"``):
+a mixed-integer program and solves it with HiGHS (``pip install "perseus-energy[exact]"``):
 
 - a binary ``x[i,k]`` per computation ``i`` and *measured* option ``k`` (every
   row of the profile, useful or not: the model does not trust the filter that
@@ -96,7 +96,7 @@ def optimal_plan(
     ProfileError
         For bad pipeline arguments, or when no plan meets the deadline.
     ImportError
-        When highspy is not installed (``pip install "perseus[exact]"``).
+        When highspy is not installed (``pip install "perseus-energy[exact]"``).
     """
     highspy = optional_module("highspy", "exact")
     spec = _spec(profile, microbatches, schedule, virtual_stages)

@@ -3,8 +3,10 @@
 A plan's computations are identified by (profile stage, instruction,
 microbatch). Internally they are kept in the core's id order (the core's
 ``Pipeline.ids`` gives it), which is also the order of ``frequencies_mhz`` in
-saved frontier files (the first plan lists them all; each later plan lists
-``changes``, the ``[id, MHz]`` pairs that differ from the plan before it).
+saved frontier files. Version 2 of the file lists every plan's frequencies in
+full, the computation each position stands for, and the profile the plans
+were made from; version 1 (each later plan as ``changes`` against the one
+before) is still read.
 """
 
 from __future__ import annotations
@@ -15,22 +17,39 @@ import math
 import numbers
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Optional, TypedDict, overload
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, TypedDict, overload
 
 import numpy as np
 
-from . import _core
+from . import _core, _zeus_plan
 from ._deprecation import warn_renamed
-from ._files import write_text_atomically
+from ._files import replace_user_file
 from ._zeus_format import INSTRUCTIONS
-from .profile import LIMITS
+from .errors import ProfileError
+from .profile import LIMITS, Profile
 from .schedule import build_pipeline
+from .timeline import PowerTimeline, Timeline, timelines
 
-__all__ = ["Evaluation", "Frontier", "FrontierSummary", "PipelineSpec", "Plan"]
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = [
+    "Evaluation",
+    "Frontier",
+    "FrontierSummary",
+    "PipelineSpec",
+    "Plan",
+    "PlanStep",
+    "PowerCapError",
+]
 
 FORMAT_NAME = "perseus-frontier"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+MAX_FILE_BYTES = 512 * 1024 * 1024
+"""Frontier files larger than this are refused unread (override with ``max_bytes``)."""
+_STOP_REASONS = ("minimum_time", "no_progress", "infeasible_flow")
 
 
 @dataclass(frozen=True)
@@ -106,7 +125,11 @@ def _pipeline_of(spec: PipelineSpec) -> _core.Pipeline:
 
 
 def _is_index(value: object, size: int) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value < size
+    return (
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, bool)
+        and 0 <= int(value) < size
+    )
 
 
 def _seconds(value: object, name: str) -> float:
@@ -141,27 +164,67 @@ def _frequencies_array(values: Any, spec: PipelineSpec) -> np.ndarray:
     return frequencies
 
 
-def _encode_frequencies(frequencies: np.ndarray, previous: Optional[Plan]) -> dict[str, Any]:
-    """A plan's MHz for a frontier file: all of them for the first plan, then
-    only ``[computation id, MHz]`` pairs that differ from the previous plan
-    (neighbouring plans differ in a few computations, so files stay small)."""
-    if previous is None:
-        return {"frequencies_mhz": frequencies.tolist()}
-    (changed,) = np.nonzero(frequencies != previous.frequencies_mhz)
-    return {"changes": [[int(i), int(frequencies[i])] for i in changed]}
+@dataclass(frozen=True)
+class PlanStep:
+    """One computation in a GPU's execution order, with its planned clock."""
+
+    gpu: int  #: pipeline rank
+    position: int  #: place in the GPU's execution order, from 0
+    instruction: str  #: ``"forward"`` or ``"backward"``
+    stage: int  #: profile stage (model chunk): ``chunk * num_gpus + gpu``
+    chunk: int  #: virtual chunk on the GPU
+    microbatch: int
+    frequency_mhz: int
+    computation: int  #: the core's computation id (index into ``frequencies_mhz``)
 
 
-def _decode_frequencies(entry: dict[str, Any], previous: Optional[Plan]) -> np.ndarray:
-    if "frequencies_mhz" in entry:
-        return np.asarray(entry["frequencies_mhz"], dtype=np.int64)
-    if previous is None:
-        raise ValueError("the first plan must list all its frequencies")
-    frequencies = previous.frequencies_mhz.astype(np.int64)
-    for computation, mhz in entry["changes"]:
-        if not _is_index(computation, len(frequencies)):
-            raise ValueError(f"change for computation {computation!r}, which does not exist")
-        frequencies[computation] = mhz
-    return frequencies
+class PowerCapError(ValueError):
+    """No plan of a frontier stays within a power cap.
+
+    ``lowest_w`` is the lowest power any plan achieves (average or peak, as
+    asked), so the caller can say what cap would work.
+    """
+
+    def __init__(self, message: str, lowest_w: float) -> None:
+        super().__init__(message)
+        self.lowest_w = lowest_w
+
+
+def _all_fastest_frequencies(profile: Profile, spec: PipelineSpec) -> list[int]:
+    pipeline = spec.pipeline()
+    fastest = {
+        (stage, k): int(profile.options(stage, instruction).frequency_mhz[0])
+        for stage in range(profile.num_stages)
+        for k, instruction in enumerate(INSTRUCTIONS)
+    }
+    return [fastest[(int(s), int(k))] for s, k in zip(pipeline.stage, pipeline.instruction)]
+
+
+def all_fastest_plan(profile: Profile, spec: PipelineSpec) -> Plan:
+    """Every computation at its fastest measured option, replayed on `profile` (the baseline)."""
+    from .optimize import evaluate
+
+    plan = Plan(spec, _all_fastest_frequencies(_check_profile_fits(profile, spec), spec), 1.0, 1.0)
+    result = evaluate(profile, plan)
+    return Plan(
+        spec,
+        plan.frequencies_mhz,
+        result.iteration_time_s,
+        result.energy_j,
+        blocking_power_w=profile.blocking_power_w,
+        profile=profile,
+    )
+
+
+def _check_profile_fits(profile: object, spec: PipelineSpec) -> Profile:
+    if not isinstance(profile, Profile):
+        raise TypeError(f"expected a perseus.Profile, got {type(profile).__name__}")
+    if profile.num_stages != spec.num_stages:
+        raise ProfileError(
+            f"the profile has {profile.num_stages} stages; this plan's pipeline has "
+            f"{spec.num_stages} ({spec.num_gpus} GPUs x {spec.virtual_stages} chunks)"
+        )
+    return profile
 
 
 class Plan:
@@ -186,6 +249,10 @@ class Plan:
         plan's, in joules.
     blocking_power_w : float
         Watts a GPU draws while it waits (from the profile).
+    profile : Profile or None
+        The profile the plan was made from, when known (`optimize` and
+        `Frontier.load` attach it): what `timeline`, `power_timeline` and
+        `plot_timeline` replay the plan on when they are not given one.
     """
 
     __slots__ = (
@@ -194,6 +261,7 @@ class Plan:
         "_energy_j",
         "_frequencies",
         "_iteration_time_s",
+        "_profile",
         "_spec",
     )
 
@@ -205,6 +273,8 @@ class Plan:
         energy_j: float,
         energy_before_reclaim_j: Optional[float] = None,
         blocking_power_w: float = 0.0,
+        *,
+        profile: Optional[Profile] = None,
     ) -> None:
         self._spec = spec
         self._frequencies = _frequencies_array(frequencies_mhz, spec)
@@ -214,6 +284,16 @@ class Plan:
             energy_j if energy_before_reclaim_j is None else energy_before_reclaim_j
         )
         self._blocking_power_w = float(blocking_power_w)
+        self._profile = None if profile is None else _check_profile_fits(profile, spec)
+
+    def _with_profile(self, profile: Optional[Profile]) -> Plan:
+        if profile is self._profile:
+            return self
+        plan = Plan.__new__(Plan)
+        for name in Plan.__slots__:
+            setattr(plan, name, getattr(self, name))
+        plan._profile = None if profile is None else _check_profile_fits(profile, self._spec)
+        return plan
 
     @property
     def spec(self) -> PipelineSpec:
@@ -239,6 +319,16 @@ class Plan:
     @property
     def blocking_power_w(self) -> float:
         return self._blocking_power_w
+
+    @property
+    def profile(self) -> Optional[Profile]:
+        """The profile the plan was made from, or None (see the class docs)."""
+        return self._profile
+
+    @property
+    def average_power_w(self) -> float:
+        """Average power of all GPUs over the plan's own iteration: ``energy_j / iteration_time_s``."""
+        return self._energy_j / self._iteration_time_s
 
     def energy_at(self, iteration_time_s: float) -> float:
         """Energy in joules of an iteration that lasts `iteration_time_s` seconds.
@@ -344,6 +434,197 @@ class Plan:
             for gpu in range(self._spec.num_gpus)
         ]
 
+    def execution_order(self) -> list[list[PlanStep]]:
+        """Per GPU, its computations in execution order with their planned MHz."""
+        pipeline = self._spec.pipeline()
+        stage, chunk, kind, microbatch = (
+            pipeline.stage,
+            pipeline.chunk,
+            pipeline.instruction,
+            pipeline.microbatch,
+        )
+        return [
+            [
+                PlanStep(
+                    gpu=gpu,
+                    position=position,
+                    instruction=INSTRUCTIONS[kind[i]],
+                    stage=int(stage[i]),
+                    chunk=int(chunk[i]),
+                    microbatch=int(microbatch[i]),
+                    frequency_mhz=int(self._frequencies[i]),
+                    computation=int(i),
+                )
+                for position, i in enumerate(pipeline.order(gpu))
+            ]
+            for gpu in range(self._spec.num_gpus)
+        ]
+
+    def write_zeus(self, path: str | os.PathLike[str], *, follow_symlinks: bool = False) -> None:
+        """Write the plan as Zeus's ``freqs_pipeline_%05d.py`` file (`to_zeus`'s list).
+
+        Zeus's pipeline frequency optimizer server (``PointSolution``) reads
+        it as it is. Comment lines after the list give the plan's time and
+        energy, as lowtime's files do. The file appears whole or not at all;
+        an existing file keeps its permissions, and a symbolic link is
+        refused unless `follow_symlinks`.
+
+        Examples
+        --------
+        >>> profile = Profile.from_csv("examples/small-4stage.csv", blocking_power_w=70.0)
+        >>> plan = perseus.optimize(profile, microbatches=4).fastest
+        >>> plan.write_zeus(tmp / "freqs_pipeline_00000.py")
+        >>> back = Plan.from_zeus(tmp / "freqs_pipeline_00000.py", profile)
+        >>> back.to_zeus() == plan.to_zeus()
+        True
+        """
+        spec = self._spec
+        comments = [
+            f"perseus plan: {spec.schedule}, {spec.num_gpus} GPUs, "
+            f"{spec.virtual_stages} chunk(s) per GPU, {spec.microbatches} microbatches",
+            f"iteration time {self._iteration_time_s!r} s, energy {self._energy_j!r} J "
+            f"(blocking power {self._blocking_power_w!r} W)",
+        ]
+        replace_user_file(
+            path, _zeus_plan.format_plan(self.to_zeus(), comments), follow_symlinks=follow_symlinks
+        )
+
+    @classmethod
+    def from_zeus(
+        cls,
+        path: str | os.PathLike[str],
+        profile: Profile,
+        *,
+        schedule: str = "1f1b",
+        virtual_stages: int = 1,
+    ) -> Plan:
+        """Read a Zeus/lowtime ``freqs_pipeline_*.py`` file and replay it on `profile`.
+
+        The file lists, per GPU, ``(instruction, MHz)`` in execution order;
+        the microbatch count follows from its length. Every GPU's sequence of
+        forwards and backwards must be `schedule`'s order (Megatron-LM's, the
+        one lowtime plans for), and every clock one the profile measured for
+        that computation. The returned plan's time and energy are replayed
+        on `profile` (`perseus.evaluate`), and the profile is attached.
+
+        Raises
+        ------
+        ValueError
+            If the file is not such a plan, or does not fit the profile or the
+            schedule; the message names the file, the GPU and the position.
+        """
+        from .optimize import evaluate
+
+        name = os.fspath(path)
+        schedule_list = _zeus_plan.read_plan(name)
+        if not isinstance(profile, Profile):
+            raise TypeError(f"expected a perseus.Profile, got {type(profile).__name__}")
+        num_gpus = len(schedule_list)
+        if num_gpus * virtual_stages != profile.num_stages:
+            raise ValueError(
+                f"{name}: the plan is for {num_gpus} GPUs x {virtual_stages} chunk(s) = "
+                f"{num_gpus * virtual_stages} stages, but the profile has {profile.num_stages}"
+            )
+        length = len(schedule_list[0])
+        if length % (2 * virtual_stages):
+            raise ValueError(
+                f"{name}: GPU 0 runs {length} computations, not a whole number of microbatches "
+                f"(2 x {virtual_stages} per microbatch)"
+            )
+        try:
+            spec = PipelineSpec(schedule, num_gpus, virtual_stages, length // (2 * virtual_stages))
+            pipeline = spec.pipeline()
+        except ProfileError as error:
+            raise ValueError(f"{name}: {error}") from None
+        frequencies = np.zeros(spec.num_computations, dtype=np.int64)
+        for gpu, steps in enumerate(schedule_list):
+            order = pipeline.order(gpu)
+            if len(steps) != len(order):
+                raise ValueError(
+                    f"{name}: GPU {gpu} lists {len(steps)} computations; {schedule} with "
+                    f"{spec.microbatches} microbatches runs {len(order)} on each GPU"
+                )
+            for position, ((instruction, mhz), i) in enumerate(zip(steps, order)):
+                expected = INSTRUCTIONS[pipeline.instruction[i]]
+                if instruction != expected:
+                    raise ValueError(
+                        f"{name}: GPU {gpu}, position {position}: {instruction} in the file, but "
+                        f"{schedule}'s order runs a {expected} there (microbatch "
+                        f"{int(pipeline.microbatch[i])}); is it another schedule?"
+                    )
+                frequencies[i] = mhz
+        plan = cls(spec, frequencies, 1.0, 1.0, blocking_power_w=profile.blocking_power_w)
+        try:
+            result = evaluate(profile, plan)
+        except ProfileError as error:
+            raise ValueError(f"{name}: {error}") from None
+        return cls(
+            spec,
+            frequencies,
+            result.iteration_time_s,
+            result.energy_j,
+            blocking_power_w=profile.blocking_power_w,
+            profile=profile,
+        )
+
+    def _profile_or(self, profile: Optional[Profile]) -> Profile:
+        if profile is not None:
+            return _check_profile_fits(profile, self._spec)
+        if self._profile is None:
+            raise ValueError("this plan has no profile attached; pass the profile it was made from")
+        return self._profile
+
+    def timeline(self, profile: Optional[Profile] = None) -> Timeline:
+        """Start and end of every computation, replayed as soon as possible.
+
+        Replayed on `profile`, or on the plan's own (`Plan.profile`).
+        """
+        return timelines(self._profile_or(profile), self._spec, self._frequencies[np.newaxis])[0]
+
+    def power_timeline(self, profile: Optional[Profile] = None) -> PowerTimeline:
+        """Power of all GPUs over one iteration: seconds and watts, a step function.
+
+        Each GPU draws its computation's average power (energy over time)
+        while computing and the blocking power while it waits; see
+        `perseus.timeline`. `PowerTimeline.average_w` and `peak_w` sum it up.
+
+        Examples
+        --------
+        >>> profile = Profile.from_csv("examples/small-4stage.csv", blocking_power_w=70.0)
+        >>> plan = perseus.optimize(profile, microbatches=4).fastest
+        >>> power = plan.power_timeline()
+        >>> bool(abs(power.energy_j - plan.energy_j) < 1e-6 * plan.energy_j)
+        True
+        >>> bool(power.peak_w >= power.average_w)
+        True
+        """
+        return self.timeline(profile).power()
+
+    def plot_timeline(
+        self,
+        ax: Optional[Axes] = None,
+        *,
+        profile: Optional[Profile] = None,
+        frequency_range_mhz: Optional[tuple[int, int]] = None,
+        time_limit_s: Optional[float] = None,
+        colorbar: bool = True,
+    ) -> Axes:
+        """Draw the plan as a per-GPU Gantt chart, each computation coloured by its clock.
+
+        Forward computations are plain, backward ones hatched; gaps are the
+        bubbles where a GPU waits. Needs matplotlib (the ``plot`` extra).
+        Returns the Axes drawn on (a new figure's when `ax` is None).
+        """
+        from .plotting import plot_timeline
+
+        return plot_timeline(
+            self.timeline(profile),
+            ax=ax,
+            frequency_range_mhz=frequency_range_mhz,
+            time_limit_s=time_limit_s,
+            colorbar=colorbar,
+        )
+
     # Deprecated names (one release).
     @property
     def iteration_time(self) -> float:
@@ -430,6 +711,9 @@ class Frontier(Sequence[Plan]):
         Watts drawn by a GPU while it waits.
     solve_time_s : float
         Wall time of `optimize`, seconds.
+    profile : Profile or None
+        The profile the plans were made from (kept in saved files), which
+        the power and timeline views replay plans on; every plan carries it.
     """
 
     def __init__(
@@ -446,13 +730,18 @@ class Frontier(Sequence[Plan]):
         solver_unit_time_s: Optional[float] = None,
         stop_reason: str = "minimum_time",
         phase_times_s: Optional[Mapping[str, float]] = None,
+        profile: Optional[Profile] = None,
     ) -> None:
         if not plans:
             raise ValueError("a frontier needs at least one plan")
         times = np.array([p.iteration_time_s for p in plans], dtype=np.float64)
         if np.any(np.diff(times) <= 0):
             raise ValueError("frontier plans must be ordered by strictly increasing iteration time")
-        self._plans = tuple(plans)
+        if profile is None:
+            profile = plans[0].profile
+        self._profile = None if profile is None else _check_profile_fits(profile, spec)
+        self._plans = tuple(p._with_profile(self._profile) for p in plans)
+        self._peak_powers_w: Optional[np.ndarray] = None
         self._times = times
         self._energies = np.array([p.energy_j for p in plans], dtype=np.float64)
         self._before = np.array([p.energy_before_reclaim_j for p in plans], dtype=np.float64)
@@ -487,6 +776,121 @@ class Frontier(Sequence[Plan]):
     steps = property(lambda self: self._steps, doc="Units the min-cut loop took.")
     cuts = property(lambda self: self._cuts, doc="Minimum cuts solved.")
     stop_reason = property(lambda self: self._stop_reason, doc="Why the min-cut loop stopped.")
+    profile = property(lambda self: self._profile, doc="The profile the plans were made from.")
+
+    @property
+    def average_powers_w(self) -> np.ndarray:
+        """Average power of all GPUs over each plan's own iteration, watts (energy / time)."""
+        out = self._energies / self._times
+        out.setflags(write=False)
+        return out
+
+    def peak_powers_w(self) -> np.ndarray:
+        """Highest power of all GPUs together during each plan's iteration, watts.
+
+        Replays every plan on the frontier's profile (computed once, then kept).
+        """
+        if self._peak_powers_w is None:
+            profile = self._require_profile("peak powers")
+            rows = np.stack([p.frequencies_mhz for p in self._plans])
+            peaks = np.array(
+                [t.power().peak_w for t in timelines(profile, self._spec, rows)], dtype=np.float64
+            )
+            peaks.setflags(write=False)
+            self._peak_powers_w = peaks
+        return self._peak_powers_w
+
+    def _require_profile(self, what: str) -> Profile:
+        if self._profile is None:
+            raise ValueError(
+                f"{what} need the profile the frontier was made from, and this frontier has none "
+                "(a version 1 file: load it with Frontier.load(path, profile=...))"
+            )
+        return self._profile
+
+    @property
+    def baseline_plan(self) -> Plan:
+        """The all-fastest plan: every computation at its fastest measured option.
+
+        Needs the frontier's profile. Its time and energy are `baseline`'s.
+        """
+        profile = self._require_profile("the all-fastest plan")
+        return Plan(
+            self._spec,
+            _all_fastest_frequencies(profile, self._spec),
+            self._baseline.iteration_time_s,
+            self._baseline.energy_j,
+            blocking_power_w=self._blocking_power_w,
+            profile=profile,
+        )
+
+    def baseline_energy_at(self, iteration_time_s: float) -> float:
+        """Energy (J) of the all-fastest plan over an iteration lasting `iteration_time_s`.
+
+        It finishes at `baseline`'s time and then waits at blocking power:
+        what every computation at full speed costs when a straggler or a
+        deadline sets the iteration's length.
+        """
+        length = _seconds(iteration_time_s, "iteration_time_s")
+        base = self._baseline
+        extra = max(0.0, length - base.iteration_time_s)
+        return base.energy_j + self._spec.num_gpus * self._blocking_power_w * extra
+
+    def plan_for_power(self, cap_w: float, *, peak: bool = False) -> Plan:
+        """The fastest plan whose power stays within `cap_w` watts (all GPUs together).
+
+        With ``peak=False`` (default) a plan's power is its average over its
+        iteration, ``energy_j / iteration_time_s``; with ``peak=True`` the
+        highest power of all GPUs together at any moment of the iteration
+        (see `Plan.power_timeline`, which needs the profile). Either way a
+        GPU that waits draws the blocking power.
+
+        Raises
+        ------
+        PowerCapError
+            If no plan stays within the cap; the message names the lowest
+            power a plan achieves, and so the cap that would work.
+
+        Examples
+        --------
+        >>> profile = Profile.from_csv("examples/small-4stage.csv", blocking_power_w=70.0)
+        >>> frontier = perseus.optimize(profile, microbatches=4)
+        >>> cap_w = 0.95 * frontier.fastest.average_power_w
+        >>> bool(frontier.plan_for_power(cap_w).average_power_w <= cap_w)
+        True
+        """
+        if isinstance(cap_w, bool) or not isinstance(cap_w, numbers.Real):
+            raise TypeError(f"cap_w must be a number of watts, got {cap_w!r}")
+        cap = float(cap_w)
+        if not cap > 0 or math.isinf(cap):  # also NaN
+            raise ValueError(f"cap_w must be a positive number of watts, got {cap_w!r}")
+        if not isinstance(peak, bool):
+            raise TypeError(f"peak must be True or False, got {peak!r}")
+        powers = self.peak_powers_w() if peak else self.average_powers_w
+        within = np.nonzero(powers <= cap)[0]
+        if len(within) == 0:
+            lowest = int(np.argmin(powers))
+            kind = "peak" if peak else "average"
+            raise PowerCapError(
+                f"no plan keeps the {kind} power of the {self._spec.num_gpus} GPUs within "
+                f"{cap:.6g} W: the lowest {kind} power any plan reaches is {powers[lowest]:.6g} W "
+                f"(the plan taking {self._times[lowest]:.6g} s)",
+                float(powers[lowest]),
+            )
+        return self._plans[int(within[0])]
+
+    def plot(self, ax: Optional[Axes] = None, **options: Any) -> Axes:
+        """Draw the frontier: iteration time against energy per iteration.
+
+        The all-fastest baseline is marked and the saving of the fastest plan
+        annotated; the band a straggler opens (from the fastest to the
+        slowest plan's time) is shaded, with the all-fastest plan's energy
+        when it waits for the straggler. Needs matplotlib (the ``plot``
+        extra). Returns the Axes drawn on (a new figure's when `ax` is None).
+        """
+        from .plotting import plot_frontier
+
+        return plot_frontier(self, ax=ax, **options)
 
     @property
     def phase_times_s(self) -> dict[str, float]:
@@ -568,92 +972,56 @@ class Frontier(Sequence[Plan]):
             "solve_time_s": self._solve_time_s,
         }
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the frontier as versioned JSON; the file appears whole or not at all."""
-        document: dict[str, Any] = {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "pipeline": asdict(self._spec),
-            "unit_time_s": self._unit_time_s,
-            "blocking_power_w": self._blocking_power_w,
-            "solve_time_s": self._solve_time_s,
-            "steps": self._steps,
-            "cuts": self._cuts,
-            "solver_unit_time_s": self._solver_unit_time_s,
-            "stop_reason": self._stop_reason,
-            "phase_times_s": self._phase_times_s,
-            "baseline": {
-                "iteration_time_s": self._baseline.iteration_time_s,
-                "energy_j": self._baseline.energy_j,
-            },
-            "computation_id": "(stage * microbatches + microbatch) * 2 + (0 forward | 1 backward)",
-            "plans": [
-                {
-                    "iteration_time_s": p.iteration_time_s,
-                    "energy_j": p.energy_j,
-                    "energy_before_reclaim_j": p.energy_before_reclaim_j,
-                    **_encode_frequencies(p.frequencies_mhz, previous),
-                }
-                for previous, p in zip([None, *self._plans[:-1]], self._plans)
-            ],
-        }
-        write_text_atomically(path, json.dumps(document, separators=(",", ":")))
+    def save(self, path: str | os.PathLike[str], *, follow_symlinks: bool = False) -> None:
+        """Write the frontier as versioned JSON (format version 2).
+
+        The file appears whole or not at all. It lists every plan's
+        frequencies in full, the computation each position is, and the
+        profile, so other tools can read it without perseus. An existing
+        file keeps its permissions; a symbolic link is refused unless
+        `follow_symlinks` (which writes the file it points to).
+
+        Raises
+        ------
+        FileExistsError
+            If `path` is a symbolic link and `follow_symlinks` is false.
+        OSError
+            If the file cannot be written (the error names `path`).
+        """
+        from ._frontier_file import encode
+
+        replace_user_file(
+            path, json.dumps(encode(self), separators=(",", ":")), follow_symlinks=follow_symlinks
+        )
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Frontier:
-        """Read a frontier written by `save`.
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        profile: Optional[Profile] = None,
+        *,
+        max_bytes: int = MAX_FILE_BYTES,
+    ) -> Frontier:
+        """Read a frontier written by `save` (format version 2, or 1), checking all of it.
+
+        Every field is checked for its type and range, the computations
+        against the pipeline, the plans for increasing times, and every
+        frequency against the profile: `profile` when given (which is then
+        attached), else the one stored in the file, whose replay must also
+        give each plan's stored time and energy.
 
         Raises
         ------
         ValueError
-            If the file is not a perseus frontier, has an unknown version, or
-            is malformed (the message names the file and the problem).
+            If the file is larger than `max_bytes`, not a perseus frontier,
+            of an unknown version, or malformed in any field; the message
+            names the file and the field (``plans[3].frequencies_mhz[17]``).
+        OSError
+            If it cannot be read.
         """
-        name = os.fspath(path)
-        try:
-            with open(name) as handle:
-                document = json.load(handle)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{name}: not valid JSON ({error})") from None
-        if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
-            raise ValueError(f"{name}: not a perseus frontier file")
-        if document.get("version") != FORMAT_VERSION:
-            raise ValueError(
-                f"{name}: frontier format version {document.get('version')!r} is not supported "
-                f"(this perseus reads version {FORMAT_VERSION})"
-            )
-        try:
-            spec = PipelineSpec(**document["pipeline"])
-            plans: list[Plan] = []
-            for p in document["plans"]:
-                frequencies = _decode_frequencies(p, plans[-1] if plans else None)
-                plans.append(
-                    Plan(
-                        spec,
-                        frequencies,
-                        p["iteration_time_s"],
-                        p["energy_j"],
-                        p.get("energy_before_reclaim_j"),
-                        document["blocking_power_w"],
-                    )
-                )
-            return cls(
-                plans,
-                baseline=Evaluation(
-                    document["baseline"]["iteration_time_s"], document["baseline"]["energy_j"]
-                ),
-                spec=spec,
-                unit_time_s=document["unit_time_s"],
-                blocking_power_w=document["blocking_power_w"],
-                solve_time_s=document["solve_time_s"],
-                steps=document.get("steps", 0),
-                cuts=document.get("cuts", 0),
-                solver_unit_time_s=document.get("solver_unit_time_s"),
-                stop_reason=document.get("stop_reason", "minimum_time"),
-                phase_times_s=document.get("phase_times_s"),
-            )
-        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
-            raise ValueError(f"{name}: malformed frontier file ({error!r})") from None
+        from ._frontier_file import decode
+
+        return decode(cls, os.fspath(path), profile, max_bytes)
 
     # Deprecated names (one release).
     @property

@@ -145,8 +145,8 @@ def _progress_sinks(
         warn_renamed(
             "progress=callable(done, expected)", "progress=callable(SolveProgress)", stacklevel=4
         )
-        legacy = progress
-        return [lambda report: legacy(report.done, report.total)], None  # type: ignore[call-arg]
+        legacy: Callable[[int, int], object] = progress  # type: ignore[assignment]
+        return [lambda report: legacy(report.done, report.total)], None
     return [progress], None
 
 
@@ -267,7 +267,7 @@ def optimize(
         raise ProfileError(str(error)) from None
     finally:
         if bar is not None:
-            bar.close()
+            bar.close(completed=sys.exc_info()[0] is None)  # no "done" after Ctrl-C
     group = pipeline.group.astype(np.int64)
     frequencies = table.frequency_mhz[table.offsets[group] + result.choices.astype(np.int64)]
     plans = [
@@ -288,6 +288,7 @@ def optimize(
         solver_unit_time_s=result.unit_time_s,
         stop_reason=_core.stop_reason_name(result.stop_reason),
         phase_times_s=result.phase_seconds,
+        profile=profile,
     )
 
 

@@ -601,7 +601,7 @@ def check_blocking_power_w(value: Any) -> float:
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
         or not math.isfinite(value)
-        or not 0 <= value <= LIMITS.max_blocking_power_w
+        or not 0 <= float(value) <= LIMITS.max_blocking_power_w
     ):
         raise ProfileError(
             f"blocking_power_w must be a number of watts in 0..{LIMITS.max_blocking_power_w:g}, "

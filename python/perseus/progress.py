@@ -19,7 +19,7 @@ __all__ = ["ProgressBar", "ProgressReporter", "SolveProgress"]
 
 # Rough share of a solve's time each phase takes (measured on the benchmark
 # corpus), to turn per-phase counts into one fraction and an ETA.
-_WEIGHTS_REFINED = {"min cut": 0.3, "candidates": 0.0, "reclamation": 0.4, "local search": 0.3}
+_WEIGHTS_REFINED = {"min cut": 0.35, "candidates": 0.0, "reclamation": 0.45, "local search": 0.2}
 _WEIGHTS_PLAIN = {"min cut": 0.6, "candidates": 0.4, "reclamation": 0.0, "local search": 0.0}
 _ORDER = ("min cut", "candidates", "reclamation", "local search")
 
@@ -81,12 +81,16 @@ class ProgressReporter:
         self._weights = _WEIGHTS_REFINED if refine else _WEIGHTS_PLAIN
         self._sinks = sinks
         self._started = time.monotonic()
+        self._fraction = 0.0
 
     def __call__(self, phase: object, done: int, total: int) -> bool:
         name = _phase_name(phase)
         share = min(1.0, done / total) if total > 0 else 0.0
         before = sum(self._weights[p] for p in _ORDER[: _ORDER.index(name)])
-        fraction = min(1.0, before + self._weights[name] * share)
+        # A phase may walk several lists (the candidates, then the fast end):
+        # the share of the whole solve never goes back.
+        fraction = max(self._fraction, min(1.0, before + self._weights[name] * share))
+        self._fraction = fraction
         elapsed = time.monotonic() - self._started
         eta = elapsed * (1 - fraction) / fraction if fraction > 0.02 and elapsed > 0.2 else None
         report = SolveProgress(name, int(done), int(total), fraction, elapsed, eta)
@@ -104,36 +108,63 @@ def _phase_name(phase: object) -> str:
 
 
 class ProgressBar:
-    """A `SolveProgress` sink that draws one status line on a stream.
+    """A `SolveProgress` sink that shows a solve's progress on a stream.
 
-    On a terminal it redraws the line in place; otherwise (a log file) it
-    writes a full line every `log_period_s` seconds. Solves shorter than half
-    a second stay quiet.
+    On a terminal it redraws one line in place, with a bar; otherwise (a log
+    file, a CI job) it writes a full line every `log_period_s` seconds, so a
+    log shows the phase and the ETA moving instead of one line that looks
+    like a hang, and :meth:`close` ends it with the total time. Solves
+    shorter than half a second stay quiet.
     """
 
     def __init__(
-        self, stream: TextIO, *, label: str = "solving frontier", log_period_s: float = 5.0
+        self,
+        stream: TextIO,
+        *,
+        label: str = "solving frontier",
+        log_period_s: float = 5.0,
+        tty: Optional[bool] = None,
     ) -> None:
         self._stream = stream
         self._label = label
-        self._tty = stream.isatty()
+        self._tty = _isatty(stream) if tty is None else tty
         self._log_period_s = log_period_s
         self._last = -float("inf")
         self._drawn = False
+        self._latest: Optional[SolveProgress] = None
 
     def __call__(self, report: SolveProgress) -> None:
+        self._latest = report
         if report.elapsed_s < 0.5:
             return
         if not self._tty and report.elapsed_s - self._last < self._log_period_s:
             return
         self._last = report.elapsed_s
-        line = f"{self._label}: {report.describe()}"
-        self._stream.write(("\r" + line + "\x1b[K") if self._tty else (line + "\n"))
+        if self._tty:
+            filled = round(20 * report.fraction)
+            bar = "#" * filled + "." * (20 - filled)
+            self._stream.write(f"\r{self._label} [{bar}] {report.describe()}\x1b[K")
+        else:
+            self._stream.write(f"{self._label}: {report.describe()}\n")
         self._stream.flush()
         self._drawn = True
 
-    def close(self) -> None:
-        """End the line on a terminal."""
-        if self._drawn and self._tty:
+    def close(self, *, completed: bool = True) -> None:
+        """End the display: the line on a terminal, a closing line in a log."""
+        if not self._drawn:
+            return
+        if self._tty:
             self._stream.write("\n")
-            self._stream.flush()
+        elif completed and self._latest is not None:
+            self._stream.write(
+                f"{self._label}: done, {_duration(self._latest.elapsed_s)} elapsed\n"
+            )
+        self._stream.flush()
+        self._drawn = False
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed or not a real file
+        return False

@@ -9,7 +9,7 @@ measures ``P_block`` alone.
 Time comes from torch CUDA events, energy from NVML's total-energy counter;
 ``mode="cpu"`` swaps the events for a wall-clock timer so the whole path
 runs without a GPU (with the test suite's fake NVML). torch is imported
-only when a GPU run starts (``pip install "perseus[gpu]"``).
+only when a GPU run starts (``pip install "perseus-energy[gpu]"``).
 """
 
 from __future__ import annotations

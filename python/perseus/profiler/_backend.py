@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
-from .._optional import optional_module
+from .._optional import install_hint, optional_module
 from ..switcher import LibraryLoadError, NvmlDevice, NvmlError
 from ._records import ProfilerUnavailable
 
@@ -96,7 +96,7 @@ class GpuBackend(Backend):
         if during is not None:
             during()
         self.sync()  # also waits for work the callable put on other streams
-        return start.elapsed_time(end) / 1e3  # ms -> s
+        return float(start.elapsed_time(end)) / 1e3  # ms -> s
 
     def close(self) -> None:
         self.torch.cuda.set_device(self._previous)
@@ -127,7 +127,7 @@ def open_backend(mode: str, device: int) -> Backend:
                 if torch.version.cuda is None:
                     problems.append(
                         f"torch {torch.__version__} is a CPU-only build (no CUDA); install a CUDA "
-                        'build, e.g. `pip install "perseus[gpu]"`'
+                        f"build, e.g. {install_hint('gpu')}"
                     )
                 else:
                     problems.append(

@@ -25,7 +25,7 @@ class ProfilerUnavailable(ProfilerError):
     """What the chosen mode needs is missing: torch with CUDA, a GPU, or NVML.
 
     The message lists everything that is missing and how to get past it
-    (``pip install "perseus[gpu]"``, a driver, or ``mode="cpu"``).
+    (``pip install "perseus-energy[gpu]"``, a driver, or ``mode="cpu"``).
     """
 
 

@@ -1,0 +1,523 @@
+"""The frontier file (``frontier.json``): writer and strict reader.
+
+Version 2 (written)::
+
+    {"format": "perseus-frontier", "version": 2,
+     "pipeline": {"schedule", "num_gpus", "virtual_stages", "microbatches"},
+     "unit_time_s", "solver_unit_time_s", "blocking_power_w", "solve_time_s",
+     "steps", "cuts", "stop_reason", "phase_times_s": {phase: s},
+     "baseline": {"iteration_time_s", "energy_j"},
+     "computation_id": "<how ids are formed>",
+     "computations": {"stage": [...], "instruction": [...], "microbatch": [...]},
+     "profile": null | {"source", "blocking_power_w", "columns", "rows": [[...], ...]},
+     "plans": [{"iteration_time_s", "energy_j", "energy_before_reclaim_j",
+                "frequencies_mhz": [MHz per computation id]}, ...]}
+
+Version 1 (read only) had no ``computations`` or ``profile`` and stored each
+plan after the first as ``changes``, ``[id, MHz]`` pairs against the plan
+before it.
+
+The reader trusts nothing: every field is checked for its type and range and
+every error names the file and the field, as ``plans[3].frequencies_mhz[17]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import stat
+from typing import Any, NoReturn, Optional
+
+import numpy as np
+
+from ._zeus_format import COLUMNS, INSTRUCTIONS
+from .errors import ProfileError
+from .frontier import (
+    _STOP_REASONS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    READABLE_VERSIONS,
+    Evaluation,
+    Frontier,
+    PipelineSpec,
+    Plan,
+)
+from .profile import LIMITS, Profile
+from .schedule import SCHEDULES
+
+__all__ = ["decode", "encode"]
+
+_ID_RULE = "(stage * microbatches + microbatch) * 2 + (0 forward | 1 backward)"
+_MAX_COUNT = 2**30  # GPUs, chunks, microbatches, steps: far beyond any real pipeline
+_REPLAY_RTOL = 1e-9  # stored vs replayed time and energy (both are the core's replay)
+
+_TOP_REQUIRED = {
+    1: ("pipeline", "unit_time_s", "blocking_power_w", "solve_time_s", "baseline", "plans"),
+    2: (
+        "pipeline",
+        "unit_time_s",
+        "blocking_power_w",
+        "solve_time_s",
+        "baseline",
+        "plans",
+        "steps",
+        "cuts",
+        "solver_unit_time_s",
+        "stop_reason",
+        "phase_times_s",
+        "computations",
+        "profile",
+    ),
+}
+_TOP_OPTIONAL = {
+    1: ("steps", "cuts", "solver_unit_time_s", "stop_reason", "phase_times_s", "computation_id"),
+    2: ("computation_id",),
+}
+
+
+def encode(frontier: Frontier) -> dict[str, Any]:
+    """The version 2 document of `frontier`."""
+    spec = frontier.spec
+    pipeline = spec.pipeline()
+    profile = frontier.profile
+    return {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "pipeline": {
+            "schedule": spec.schedule,
+            "num_gpus": spec.num_gpus,
+            "virtual_stages": spec.virtual_stages,
+            "microbatches": spec.microbatches,
+        },
+        "unit_time_s": frontier.unit_time_s,
+        "solver_unit_time_s": frontier.solver_unit_time_s,
+        "blocking_power_w": frontier.blocking_power_w,
+        "solve_time_s": frontier.solve_time_s,
+        "steps": frontier.steps,
+        "cuts": frontier.cuts,
+        "stop_reason": frontier.stop_reason,
+        "phase_times_s": frontier.phase_times_s,
+        "baseline": {
+            "iteration_time_s": frontier.baseline.iteration_time_s,
+            "energy_j": frontier.baseline.energy_j,
+        },
+        "computation_id": _ID_RULE,
+        "computations": {
+            "stage": pipeline.stage.tolist(),
+            "instruction": [INSTRUCTIONS[k] for k in pipeline.instruction],
+            "microbatch": pipeline.microbatch.tolist(),
+        },
+        "profile": None if profile is None else _encode_profile(profile),
+        "plans": [
+            {
+                "iteration_time_s": p.iteration_time_s,
+                "energy_j": p.energy_j,
+                "energy_before_reclaim_j": p.energy_before_reclaim_j,
+                "frequencies_mhz": p.frequencies_mhz.tolist(),
+            }
+            for p in frontier
+        ],
+    }
+
+
+def _encode_profile(profile: Profile) -> dict[str, Any]:
+    rows = []
+    for stage in range(profile.num_stages):
+        for instruction in INSTRUCTIONS:
+            m = profile.measured(stage, instruction)
+            rows += [
+                [stage, instruction, int(f), float(t), float(e)]
+                for f, t, e in zip(m.frequency_mhz, m.time_s, m.energy_j)
+            ]
+    return {
+        "source": profile.source,
+        "blocking_power_w": profile.blocking_power_w,
+        "columns": list(COLUMNS),
+        "rows": rows,
+    }
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+class _Malformed(Exception):
+    """A field is wrong; turned into one ValueError naming the file."""
+
+
+def _fail(field: str, problem: str) -> NoReturn:
+    raise _Malformed(f"{field}: {problem}")
+
+
+def _object(
+    value: Any, field: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        _fail(field, f"expected an object, got {_kind(value)}")
+    missing = [k for k in required if k not in value]
+    if missing:
+        _fail(field, f"missing {', '.join(repr(k) for k in missing)}")
+    unknown = sorted(repr(k)[:40] for k in value if k not in required and k not in optional)
+    if unknown:
+        _fail(field, f"unknown field(s) {', '.join(unknown[:5])}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"number {value!r}"
+    if isinstance(value, str):
+        return f"string {value[:40]!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _integer(value: Any, field: str, low: int = 0, high: int = _MAX_COUNT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(field, f"expected an integer, got {_kind(value)}")
+    if not low <= value <= high:
+        _fail(field, f"must be in {low}..{high}, got {value}")
+    return value
+
+
+def _real(
+    value: Any,
+    field: str,
+    unit: str,
+    *,
+    low: float = 0.0,
+    positive: bool = True,
+    high: float = math.inf,
+) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        _fail(field, f"expected a number of {unit}, got {_kind(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        _fail(field, f"must be a finite number of {unit}, got {value!r}")
+    if (number <= low if positive else number < low) or number > high:
+        bound = f"> {low:g}" if positive else f">= {low:g}"
+        _fail(
+            field,
+            f"must be {bound}{'' if math.isinf(high) else f' and <= {high:g}'} {unit}, got {value!r}",
+        )
+    return number
+
+
+def _list(value: Any, field: str, length: Optional[int] = None) -> list[Any]:
+    if not isinstance(value, list):
+        _fail(field, f"expected a list, got {_kind(value)}")
+    if length is not None and len(value) != length:
+        _fail(field, f"expected {length} entries, got {len(value)}")
+    return value
+
+
+def _frequencies(values: Any, field: str, length: int) -> np.ndarray:
+    values = _list(values, field, length)
+    low, high = LIMITS.min_frequency_mhz, LIMITS.max_frequency_mhz
+    if not all(type(v) is int and low <= v <= high for v in values):
+        for i, v in enumerate(values):
+            if type(v) is not int or not low <= v <= high:
+                _fail(f"{field}[{i}]", f"expected whole MHz in {low}..{high}, got {_kind(v)}")
+    return np.array(values, dtype=np.int64)
+
+
+def _pipeline(value: Any) -> PipelineSpec:
+    fields = ("schedule", "num_gpus", "virtual_stages", "microbatches")
+    value = _object(value, "pipeline", fields)
+    schedule = value["schedule"]
+    if schedule not in SCHEDULES:
+        _fail(
+            "pipeline.schedule",
+            f"unknown schedule {_kind(schedule)}; known: {', '.join(SCHEDULES)}",
+        )
+    spec = PipelineSpec(
+        schedule,
+        _integer(value["num_gpus"], "pipeline.num_gpus", 1),
+        _integer(value["virtual_stages"], "pipeline.virtual_stages", 1),
+        _integer(value["microbatches"], "pipeline.microbatches", 1),
+    )
+    if spec.num_computations > _MAX_COUNT:
+        _fail("pipeline", f"{spec.num_computations} computations is beyond what perseus solves")
+    try:
+        spec.pipeline()
+    except (ProfileError, ValueError) as error:
+        _fail("pipeline", str(error))
+    return spec
+
+
+def _computations(value: Any, spec: PipelineSpec) -> None:
+    value = _object(value, "computations", ("stage", "instruction", "microbatch"))
+    pipeline = spec.pipeline()
+    n = spec.num_computations
+    expected = {
+        "stage": pipeline.stage.tolist(),
+        "instruction": [INSTRUCTIONS[k] for k in pipeline.instruction],
+        "microbatch": pipeline.microbatch.tolist(),
+    }
+    for key, want in expected.items():
+        got = _list(value[key], f"computations.{key}", n)
+        if got != want:
+            i = next(
+                i for i, (a, b) in enumerate(zip(got, want)) if a != b or type(a) is not type(b)
+            )
+            _fail(
+                f"computations.{key}[{i}]",
+                f"computation {i} is {want[i]!r} in perseus's id order ({_ID_RULE}), the file says "
+                f"{_kind(got[i])}",
+            )
+
+
+def _profile(value: Any, spec: PipelineSpec) -> Optional[Profile]:
+    if value is None:
+        return None
+    value = _object(value, "profile", ("source", "blocking_power_w", "columns", "rows"))
+    if value["source"] is not None and not isinstance(value["source"], str):
+        _fail("profile.source", f"expected a string or null, got {_kind(value['source'])}")
+    power = _real(
+        value["blocking_power_w"],
+        "profile.blocking_power_w",
+        "watts",
+        positive=False,
+        high=LIMITS.max_blocking_power_w,
+    )
+    if value["columns"] != list(COLUMNS):
+        _fail("profile.columns", f"expected {list(COLUMNS)}")
+    rows = _list(value["rows"], "profile.rows")
+    for i, row in enumerate(rows):
+        # Profile's parser takes strings too; a file holds numbers, so insist on them.
+        row = _list(row, f"profile.rows[{i}]", len(COLUMNS))
+        for column, cell in zip(COLUMNS, row):
+            if column == "instruction":
+                continue
+            if isinstance(cell, bool) or not isinstance(cell, (int, float)):
+                _fail(f"profile.rows[{i}]", f"{column} must be a number, got {_kind(cell)}")
+    try:
+        loaded = Profile.from_records(rows, blocking_power_w=power)
+    except ProfileError as error:
+        _fail("profile", str(error).replace("records[", "profile.rows["))
+    if loaded.num_stages != spec.num_stages:
+        _fail(
+            "profile",
+            f"{loaded.num_stages} stages, but the pipeline has {spec.num_stages}",
+        )
+    measured = {
+        (s, k): loaded.measured(s, k) for s in range(loaded.num_stages) for k in INSTRUCTIONS
+    }
+    return Profile(measured, blocking_power_w=power, source=value["source"])
+
+
+def _plans(value: Any, spec: PipelineSpec, version: int, blocking_power_w: float) -> list[Plan]:
+    entries = _list(value, "plans")
+    if not entries:
+        _fail("plans", "a frontier needs at least one plan")
+    n = spec.num_computations
+    plans: list[Plan] = []
+    previous: Optional[np.ndarray] = None
+    timing = ("iteration_time_s", "energy_j")
+    for k, entry in enumerate(entries):
+        field = f"plans[{k}]"
+        if version == 1 and k > 0:
+            entry = _object(
+                entry, field, timing, ("energy_before_reclaim_j", "changes", "frequencies_mhz")
+            )
+        else:
+            entry = _object(
+                entry, field, (*timing, "frequencies_mhz"), ("energy_before_reclaim_j",)
+            )
+        if "frequencies_mhz" in entry:
+            frequencies = _frequencies(entry["frequencies_mhz"], f"{field}.frequencies_mhz", n)
+        elif "changes" in entry:
+            assert previous is not None
+            frequencies = previous.copy()
+            for j, change in enumerate(_list(entry["changes"], f"{field}.changes")):
+                where = f"{field}.changes[{j}]"
+                change = _list(change, where, 2)
+                computation = _integer(change[0], f"{where}[0]", 0, n - 1)
+                frequencies[computation] = _integer(
+                    change[1], f"{where}[1]", LIMITS.min_frequency_mhz, LIMITS.max_frequency_mhz
+                )
+        else:
+            _fail(field, "needs 'frequencies_mhz' or 'changes'")
+        time_s = _real(entry["iteration_time_s"], f"{field}.iteration_time_s", "seconds")
+        energy_j = _real(entry["energy_j"], f"{field}.energy_j", "joules")
+        before = entry.get("energy_before_reclaim_j", energy_j)
+        before = _real(before, f"{field}.energy_before_reclaim_j", "joules")
+        if plans and time_s <= plans[-1].iteration_time_s:
+            _fail(
+                f"{field}.iteration_time_s",
+                f"{time_s!r} s does not follow plans[{k - 1}]'s {plans[-1].iteration_time_s!r} s: "
+                "plans must be ordered by strictly increasing iteration time",
+            )
+        plans.append(Plan(spec, frequencies, time_s, energy_j, before, blocking_power_w))
+        previous = frequencies
+    return plans
+
+
+def _check_against(
+    profile: Profile, spec: PipelineSpec, plans: list[Plan], baseline: Evaluation, stored: bool
+) -> None:
+    """Every frequency was measured for its computation; a stored profile must also replay."""
+    from .optimize import _setup, measured_rows
+
+    which = "the profile stored in the file" if stored else "the profile given"
+    pipeline = spec.pipeline()
+    rows = np.stack([p.frequencies_mhz for p in plans]).astype(np.int64)
+    group = pipeline.stage.astype(np.int64) * 2 + pipeline.instruction
+    for g in range(2 * spec.num_stages):
+        stage, instruction = g // 2, INSTRUCTIONS[g % 2]
+        allowed = profile.measured(stage, instruction).frequency_mhz
+        columns = np.nonzero(group == g)[0]
+        bad = ~np.isin(rows[:, columns], allowed)
+        if bad.any():
+            k, j = (int(v[0]) for v in np.nonzero(bad))
+            i = int(columns[j])
+            _fail(
+                f"plans[{k}].frequencies_mhz[{i}]",
+                f"{rows[k, i]} MHz was never measured for stage {stage} {instruction} in {which} "
+                f"(microbatch {int(pipeline.microbatch[i])}; measured: "
+                f"{sorted(int(f) for f in allowed)})",
+            )
+    if not stored:
+        return
+    time_s, energy_j = measured_rows(profile, spec, rows)
+    problem, _, _ = _setup(profile, spec)
+    times, energies = problem.replay(time_s, energy_j)
+    for k, plan in enumerate(plans):
+        for name, got, want in (
+            ("iteration_time_s", plan.iteration_time_s, times[k]),
+            ("energy_j", plan.energy_j, energies[k]),
+        ):
+            if not math.isclose(got, want, rel_tol=_REPLAY_RTOL):
+                _fail(
+                    f"plans[{k}].{name}",
+                    f"the file says {got!r} but the plan replays to {float(want)!r} on {which}",
+                )
+
+
+def decode(cls: type[Frontier], name: str, profile: Optional[Profile], max_bytes: int) -> Frontier:
+    """Read and check the frontier file `name` (see `Frontier.load`)."""
+    if profile is not None and not isinstance(profile, Profile):
+        raise TypeError(f"profile must be a perseus.Profile, got {type(profile).__name__}")
+    with open(name, "rb") as file:
+        info = os.fstat(file.fileno())
+        if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):  # /dev/zero, a disk
+            raise ValueError(f"{name}: a device, not a frontier file")
+        size = info.st_size
+        if size > max_bytes:
+            raise ValueError(
+                f"{name}: {size} bytes is larger than a frontier file may be ({max_bytes} bytes; "
+                "pass max_bytes to raise the cap)"
+            )
+        data = file.read(max_bytes + 1)  # devices and pipes report no size
+    if len(data) > max_bytes:
+        raise ValueError(f"{name}: larger than a frontier file may be ({max_bytes} bytes)")
+    try:
+        document = json.loads(data.decode("utf-8"), parse_constant=_no_constants)
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{name}: not valid JSON: not UTF-8 text ({error.reason})") from None
+    except RecursionError:
+        raise ValueError(f"{name}: not valid JSON: nested too deeply") from None
+    except ValueError as error:  # JSONDecodeError, NaN/Infinity, absurdly long integers
+        raise ValueError(f"{name}: not valid JSON ({error})") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
+        raise ValueError(f"{name}: not a perseus frontier file")
+    version = document.get("version")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        raise ValueError(
+            f"{name}: frontier format version {version!r} is not supported (this perseus reads "
+            f"versions {', '.join(str(v) for v in READABLE_VERSIONS)})"
+        )
+    try:
+        return _decode(cls, document, version, profile)
+    except _Malformed as error:
+        raise ValueError(f"{name}: malformed frontier file: {error}") from None
+
+
+def _no_constants(constant: str) -> NoReturn:
+    raise ValueError(f"{constant} is not a number a frontier file may hold")
+
+
+def _decode(
+    cls: type[Frontier], document: dict[str, Any], version: int, given: Optional[Profile]
+) -> Frontier:
+    _object(
+        document,
+        "(top level)",
+        ("format", "version", *_TOP_REQUIRED[version]),
+        _TOP_OPTIONAL[version],
+    )
+    spec = _pipeline(document["pipeline"])
+    blocking_power_w = _real(
+        document["blocking_power_w"],
+        "blocking_power_w",
+        "watts",
+        positive=False,
+        high=LIMITS.max_blocking_power_w,
+    )
+    unit_time_s = _real(document["unit_time_s"], "unit_time_s", "seconds", high=LIMITS.max_time_s)
+    solver_unit = document.get("solver_unit_time_s", unit_time_s)
+    solver_unit_time_s = _real(solver_unit, "solver_unit_time_s", "seconds", high=LIMITS.max_time_s)
+    solve_time_s = _real(document["solve_time_s"], "solve_time_s", "seconds", positive=False)
+    steps = _integer(document.get("steps", 0), "steps", 0, 2**62)
+    cuts = _integer(document.get("cuts", 0), "cuts", 0, 2**62)
+    stop_reason = document.get("stop_reason", "minimum_time")
+    if stop_reason not in _STOP_REASONS:
+        _fail(
+            "stop_reason", f"expected one of {', '.join(_STOP_REASONS)}, got {_kind(stop_reason)}"
+        )
+    phases = document.get("phase_times_s") or {}
+    if not isinstance(phases, dict):
+        _fail("phase_times_s", f"expected an object, got {_kind(phases)}")
+    phase_times_s = {}
+    for key, seconds in phases.items():
+        if len(key) > 40:
+            _fail("phase_times_s", f"unknown phase {key[:40]!r}...")
+        phase_times_s[key] = _real(seconds, f"phase_times_s.{key}", "seconds", positive=False)
+    baseline_doc = _object(document["baseline"], "baseline", ("iteration_time_s", "energy_j"))
+    baseline = Evaluation(
+        _real(baseline_doc["iteration_time_s"], "baseline.iteration_time_s", "seconds"),
+        _real(baseline_doc["energy_j"], "baseline.energy_j", "joules"),
+    )
+    stored: Optional[Profile] = None
+    if version >= 2:
+        _computations(document["computations"], spec)
+        stored = _profile(document["profile"], spec)
+        if stored is not None and stored.blocking_power_w != blocking_power_w:
+            _fail(
+                "profile.blocking_power_w",
+                f"{stored.blocking_power_w!r} W, but the frontier's is {blocking_power_w!r} W",
+            )
+    if "computation_id" in document and not isinstance(document["computation_id"], str):
+        _fail("computation_id", f"expected a string, got {_kind(document['computation_id'])}")
+    plans = _plans(document["plans"], spec, version, blocking_power_w)
+    if stored is not None:
+        _check_against(stored, spec, plans, baseline, stored=True)
+    if given is not None:
+        if given.num_stages != spec.num_stages:
+            _fail(
+                "pipeline",
+                f"{spec.num_stages} stages, but the profile given has {given.num_stages}",
+            )
+        _check_against(given, spec, plans, baseline, stored=False)
+    return cls(
+        plans,
+        baseline=baseline,
+        spec=spec,
+        unit_time_s=unit_time_s,
+        blocking_power_w=blocking_power_w,
+        solve_time_s=solve_time_s,
+        steps=steps,
+        cuts=cuts,
+        solver_unit_time_s=solver_unit_time_s,
+        stop_reason=stop_reason,
+        phase_times_s=phase_times_s,
+        profile=given if given is not None else stored,
+    )

@@ -1,0 +1,79 @@
+"""The JSON sidecar beside a profile CSV: where the blocking power travels.
+
+The profiler (and the Megatron-LM integration) write ``PROFILE.json`` next to
+``PROFILE.csv``. Its top-level ``blocking_power_w`` (:data:`BLOCKING_POWER_KEY`)
+is the power in watts a GPU drew while it waited on a neighbour. Sidecars from
+before that key hold it as ``blocking_power.watts``; both are read here, and
+nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+__all__ = ["BLOCKING_POWER_KEY", "SidecarPower", "read_blocking_power", "sidecar_path"]
+
+BLOCKING_POWER_KEY = "blocking_power_w"
+"""Top-level sidecar key of the blocking power, in watts."""
+
+_LEGACY_KEY = ("blocking_power", "watts")
+_MAX_SIDECAR_BYTES = 64 * 1024 * 1024  # a sidecar lists every measurement: a few MB at most
+
+
+@dataclass(frozen=True)
+class SidecarPower:
+    """A blocking power read from a sidecar."""
+
+    blocking_power_w: float
+    path: str  #: the sidecar it came from
+
+
+def sidecar_path(csv_path: str | os.PathLike[str]) -> Path:
+    """The sidecar of a profile CSV: the same name with the suffix ``.json``."""
+    return Path(csv_path).with_suffix(".json")
+
+
+def read_blocking_power(csv_path: str | os.PathLike[str]) -> Optional[SidecarPower]:
+    """The blocking power stored beside `csv_path`, or None when there is no sidecar.
+
+    Raises
+    ------
+    ValueError
+        If the sidecar exists but cannot be read, is not JSON, or holds no
+        usable blocking power (the message names the file and the key).
+    """
+    path = sidecar_path(csv_path)
+    if Path(csv_path).suffix == ".json" or not path.is_file():
+        return None
+    try:
+        if path.stat().st_size > _MAX_SIDECAR_BYTES:
+            raise ValueError(f"{path}: larger than {_MAX_SIDECAR_BYTES >> 20} MiB, not a sidecar")
+        document: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the profile's sidecar ({error})") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: a profile sidecar is a JSON object")
+    if BLOCKING_POWER_KEY in document:
+        value, key = document[BLOCKING_POWER_KEY], BLOCKING_POWER_KEY
+    else:
+        legacy = document.get(_LEGACY_KEY[0])
+        if not isinstance(legacy, dict) or _LEGACY_KEY[1] not in legacy:
+            raise ValueError(
+                f"{path}: the sidecar has no {BLOCKING_POWER_KEY!r} (nor "
+                f"{'.'.join(_LEGACY_KEY)!r}): it does not say the blocking power"
+            )
+        value, key = legacy[_LEGACY_KEY[1]], ".".join(_LEGACY_KEY)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{path}: {key} must be a number of watts >= 0, got {value!r}")
+    return SidecarPower(float(value), str(path))

@@ -1,0 +1,318 @@
+"""frontier.json: version 2 round trip, the strict reader, version 1, and how save writes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import perseus
+import pytest
+from perseus import Frontier, Profile
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return Profile.from_csv(EXAMPLES / "small-4stage.csv", blocking_power_w=70.0)
+
+
+@pytest.fixture(scope="module")
+def frontier(profile):
+    return perseus.optimize(profile, microbatches=4)
+
+
+@pytest.fixture()
+def document(tmp_path, frontier):
+    frontier.save(tmp_path / "good.json")
+    return json.loads((tmp_path / "good.json").read_text())
+
+
+def write(tmp_path, document, name="bad.json"):
+    path = tmp_path / name
+    path.write_text(document if isinstance(document, str) else json.dumps(document))
+    return path
+
+
+def test_version_2_is_readable_without_perseus(tmp_path, frontier):
+    frontier.save(tmp_path / "f.json")
+    document = json.loads((tmp_path / "f.json").read_text())
+    assert document["version"] == 2
+    # Every plan lists all its frequencies, and the file says which computation each is.
+    computations = document["computations"]
+    for plan, entry in zip(frontier, document["plans"]):
+        assert entry["frequencies_mhz"] == plan.frequencies_mhz.tolist()
+        assert "changes" not in entry
+    i = 5
+    assert plan.frequency(
+        stage=computations["stage"][i],
+        instruction=computations["instruction"][i],
+        microbatch=computations["microbatch"][i],
+    ) == int(document["plans"][-1]["frequencies_mhz"][i])
+    assert len(document["profile"]["rows"]) == sum(
+        len(frontier.profile.measured(s, k)) for s in range(4) for k in ("forward", "backward")
+    )
+
+
+def test_round_trip_keeps_everything(tmp_path, frontier):
+    frontier.save(tmp_path / "f.json")
+    loaded = Frontier.load(tmp_path / "f.json")
+    assert loaded.spec == frontier.spec and loaded.baseline == frontier.baseline
+    assert loaded.iteration_times_s.tolist() == frontier.iteration_times_s.tolist()
+    assert loaded.energies_j.tolist() == frontier.energies_j.tolist()
+    assert loaded.phase_times_s == frontier.phase_times_s and loaded.cuts == frontier.cuts
+    for a, b in zip(loaded, frontier):
+        assert np.array_equal(a.frequencies_mhz, b.frequencies_mhz)
+    # The stored profile comes back, so power and timelines work from the file alone.
+    assert loaded.profile is not None
+    assert loaded.fastest.profile is loaded.profile
+    assert loaded.profile.blocking_power_w == frontier.profile.blocking_power_w
+    assert loaded.peak_powers_w().tolist() == pytest.approx(frontier.peak_powers_w().tolist())
+
+
+def to_version_1(document):
+    """The same frontier as perseus 0.1 wrote it: later plans as changes, no profile."""
+    old = {k: v for k, v in document.items() if k not in ("computations", "profile")}
+    old["version"] = 1
+    plans, previous = [], None
+    for entry in document["plans"]:
+        entry = dict(entry)
+        if previous is not None:
+            mhz = entry.pop("frequencies_mhz")
+            entry["changes"] = [[i, f] for i, (f, p) in enumerate(zip(mhz, previous)) if f != p]
+            previous = mhz
+        else:
+            previous = entry["frequencies_mhz"]
+        plans.append(entry)
+    old["plans"] = plans
+    return old
+
+
+def test_version_1_is_still_read(tmp_path, frontier, document, profile):
+    path = write(tmp_path, to_version_1(document), "v1.json")
+    loaded = Frontier.load(path)
+    for a, b in zip(loaded, frontier):
+        assert np.array_equal(a.frequencies_mhz, b.frequencies_mhz)
+    assert loaded.profile is None
+    with pytest.raises(ValueError, match="need the profile"):
+        loaded.peak_powers_w()
+    # Given the profile, it is checked against it and attached.
+    assert Frontier.load(path, profile).fastest.power_timeline().peak_w > 0
+
+
+def test_version_1_negative_change_index_is_refused(tmp_path, document):
+    old = to_version_1(document)
+    old["plans"][1]["changes"] = [[-1, 1410]]
+    path = write(tmp_path, old)
+    with pytest.raises(
+        ValueError, match=r"plans\[1\]\.changes\[0\]\[0\]: must be in 0\.\.31, got -1"
+    ):
+        Frontier.load(path)
+
+
+def set_path(document, path, value):
+    target = document
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+
+
+CORRUPTIONS = [
+    (
+        ("plans", 0, "frequencies_mhz", 3),
+        -1410,
+        r"plans\[0\]\.frequencies_mhz\[3\]: expected whole MHz in 1\.\.100000, got number -1410",
+    ),
+    (("plans", 0, "frequencies_mhz", 3), 0, r"frequencies_mhz\[3\]: expected whole MHz"),
+    (
+        ("plans", 0, "frequencies_mhz", 3),
+        1410.7,
+        r"frequencies_mhz\[3\]: expected whole MHz in 1\.\.100000, got number 1410\.7",
+    ),
+    (("plans", 0, "frequencies_mhz", 3), True, r"got boolean true"),
+    (("plans", 0, "frequencies_mhz", 3), 2**32 + 1410, r"frequencies_mhz\[3\]"),
+    (
+        ("plans", 0, "frequencies_mhz", 3),
+        1234,
+        r"plans\[0\]\.frequencies_mhz\[3\]: 1234 MHz was never measured for stage 0 backward in the profile stored",
+    ),
+    (("plans", 1, "iteration_time_s"), -1.0, r"plans\[1\]\.iteration_time_s: must be > 0 seconds"),
+    (("plans", 1, "energy_j"), -5.0, r"plans\[1\]\.energy_j: must be > 0 joules"),
+    (
+        ("plans", 1, "energy_j"),
+        "5",
+        r"plans\[1\]\.energy_j: expected a number of joules, got string '5'",
+    ),
+    (
+        ("plans", 1, "iteration_time_s"),
+        0.5,
+        r"plans\[1\]\.iteration_time_s: .* strictly increasing",
+    ),
+    (
+        ("plans", 2, "energy_j"),
+        1.0,
+        r"plans\[2\]\.energy_j: the file says 1\.0 but the plan replays to",
+    ),
+    (("plans", 0, "surprise"), 1, r"plans\[0\]: unknown field\(s\) 'surprise'"),
+    (("plans",), [], r"plans: a frontier needs at least one plan"),
+    (("pipeline", "schedule"), "zb-h1", r"pipeline\.schedule: unknown schedule string 'zb-h1'"),
+    (("pipeline", "num_gpus"), -4, r"pipeline\.num_gpus: must be in 1\.\."),
+    (
+        ("pipeline", "microbatches"),
+        2.0,
+        r"pipeline\.microbatches: expected an integer, got number 2\.0",
+    ),
+    (("pipeline", "extra"), 1, r"pipeline: unknown field\(s\) 'extra'"),
+    (("blocking_power_w",), 1e9, r"blocking_power_w: must be >= 0 and <= 10000 watts"),
+    (("unit_time_s",), 0, r"unit_time_s: must be > 0 and <= 3600 seconds, got 0"),
+    (("stop_reason",), "gave_up", r"stop_reason: expected one of"),
+    (("steps",), -3, r"steps: must be in 0\.\."),
+    (("phase_times_s", "min cut"), "fast", r"phase_times_s\.min cut: expected a number of seconds"),
+    (("baseline", "energy_j"), None, r"baseline\.energy_j: expected a number of joules, got null"),
+    (
+        ("computations", "stage", 4),
+        3,
+        r"computations\.stage\[4\]: computation 4 is 0 in perseus's id order",
+    ),
+    (("computations", "instruction"), [], r"computations\.instruction: expected 32 entries, got 0"),
+    (
+        ("profile", "rows", 0, 3),
+        -0.01,
+        r"profile: profile\.rows\[0\], field 'time': must be between",
+    ),
+    (("profile", "rows", 0, 3), "0.01", r"profile\.rows\[0\]: time must be a number, got string"),
+    (
+        ("profile", "blocking_power_w"),
+        60.0,
+        r"profile\.blocking_power_w: 60\.0 W, but the frontier's is 70\.0 W",
+    ),
+    (("junk",), "x" * 1000, r"\(top level\): unknown field\(s\) 'junk'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    CORRUPTIONS,
+    ids=[f"{'.'.join(map(str, c[0]))}={str(c[1])[:12]}" for c in CORRUPTIONS],
+)
+def test_corrupt_field_is_named(tmp_path, document, path, value, message):
+    set_path(document, path, value)
+    bad = write(tmp_path, document)
+    with pytest.raises(ValueError, match=rf"^{bad}: malformed frontier file: .*{message}"):
+        Frontier.load(bad)
+
+
+@pytest.mark.parametrize(
+    ("key"), ["plans", "pipeline", "baseline", "profile", "computations", "blocking_power_w"]
+)
+def test_missing_field_is_named(tmp_path, document, key):
+    del document[key]
+    bad = write(tmp_path, document)
+    with pytest.raises(ValueError, match=rf"\(top level\): missing '{key}'"):
+        Frontier.load(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"format": "perseus-frontier", "version": 2, "x": NaN}', "NaN is not a number"),
+        ('{"format": "perseus-frontier", "version": 2, "x": Infinity}', "Infinity"),
+        ("[" * 100000 + "]" * 100000, "nested too deeply|not valid JSON"),
+        (
+            '{"format": "perseus-frontier", "version": 2, "x": 1' + "0" * 5000 + "}",
+            "not valid JSON",
+        ),
+    ],
+)
+def test_not_json(tmp_path, text, message):
+    bad = write(tmp_path, text)
+    with pytest.raises(ValueError, match=rf"^{bad}: .*({message})"):
+        Frontier.load(bad)
+
+
+def test_overflowing_number(tmp_path, document):
+    document["plans"][1]["iteration_time_s"] = "HUGE"
+    bad = write(tmp_path, json.dumps(document).replace('"HUGE"', "1e400"))
+    with pytest.raises(ValueError, match=r"plans\[1\]\.iteration_time_s: must be a finite number"):
+        Frontier.load(bad)
+
+
+def test_not_utf8(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"format": "\xff"}')
+    with pytest.raises(ValueError, match="not UTF-8"):
+        Frontier.load(bad)
+
+
+def test_size_cap(tmp_path, frontier):
+    frontier.save(tmp_path / "f.json")
+    size = (tmp_path / "f.json").stat().st_size
+    with pytest.raises(ValueError, match=rf"{size} bytes is larger than a frontier file may be"):
+        Frontier.load(tmp_path / "f.json", max_bytes=size - 1)
+    assert len(Frontier.load(tmp_path / "f.json", max_bytes=size)) == len(frontier)
+
+
+def test_devices_are_refused():
+    with pytest.raises(ValueError, match="/dev/zero: a device, not a frontier file"):
+        Frontier.load("/dev/zero")
+
+
+def test_given_profile_is_checked_and_attached(tmp_path, frontier, profile):
+    frontier.save(tmp_path / "f.json")
+    assert Frontier.load(tmp_path / "f.json", profile).profile is profile
+    other = Profile.from_records(
+        [
+            (s, k, f, 0.01 * (1 + s), 3.0)
+            for s in range(4)
+            for k in ("forward", "backward")
+            for f in (1000, 1100)
+        ],
+        blocking_power_w=70.0,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"plans\[0\]\.frequencies_mhz\[0\]: 1410 MHz was never measured .* in the profile given",
+    ):
+        Frontier.load(tmp_path / "f.json", other)
+    two_stages = Profile.from_records(
+        [(s, k, 1410, 0.01, 3.0) for s in range(2) for k in ("forward", "backward")],
+        blocking_power_w=70.0,
+    )
+    with pytest.raises(ValueError, match="4 stages, but the profile given has 2"):
+        Frontier.load(tmp_path / "f.json", two_stages)
+
+
+def test_save_keeps_the_mode(tmp_path, frontier):
+    path = tmp_path / "f.json"
+    path.write_text("old")
+    os.chmod(path, 0o600)
+    frontier.save(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert len(Frontier.load(path)) == len(frontier)
+
+
+def test_save_refuses_a_symlink_unless_asked(tmp_path, frontier):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    with pytest.raises(FileExistsError, match="symbolic link") as info:
+        frontier.save(link)
+    assert info.value.filename == str(link)
+    assert target.read_text() == "old" and link.is_symlink()
+    frontier.save(link, follow_symlinks=True)
+    assert link.is_symlink() and len(Frontier.load(target)) == len(frontier)
+
+
+def test_save_errors_name_the_target(tmp_path, frontier):
+    missing = tmp_path / "no" / "such" / "dir" / "f.json"
+    with pytest.raises(FileNotFoundError) as info:
+        frontier.save(missing)
+    assert info.value.filename == str(missing)
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        frontier.save(tmp_path / "dir.json")
+    assert info.value.filename == str(tmp_path / "dir.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.json"]  # no temporary left
