@@ -364,6 +364,8 @@ def load_frontier(args: argparse.Namespace) -> perseus.Frontier:
         sidecar = args.profile.with_suffix(".json")
         if not sidecar.exists():
             raise SystemExit(f"no {sidecar}: pass --blocking-power (W)")
+        # The key perseus writes and reads (perseus._sidecar.BLOCKING_POWER_KEY); this
+        # script keeps to the public API.
         blocking_w = json.loads(sidecar.read_text())["blocking_power_w"]
     profile = perseus.Profile.from_csv(args.profile, blocking_power_w=blocking_w)
     return perseus.optimize(

@@ -31,17 +31,17 @@ gather and the merged files) is in :mod:`._profiling`.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..profile import INSTRUCTIONS, Profile
+from .._files import write_text_atomically
+from .._sidecar import sidecar_path
+from .._zeus_format import format_csv
+from ..profile import Profile
 
 __all__ = ["ChunkCapture", "GradientGuard", "RecordingIterator", "make_computations"]
 
@@ -262,35 +262,16 @@ def restore_rng_state(torch: Any, state: tuple[Any, Any, Any]) -> None:
 
 def merged_csv(rows: list[dict[str, Any]]) -> str:
     """Zeus's ``stage,instruction,frequency,time,energy`` CSV of every measurement."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(("stage", "instruction", "frequency", "time", "energy"))
-    order = sorted(
-        rows, key=lambda r: (r["stage"], INSTRUCTIONS.index(r["instruction"]), -r["frequency_mhz"])
+    return format_csv(
+        (r["stage"], r["instruction"], r["frequency_mhz"], r["time_s"], r["energy_j"]) for r in rows
     )
-    for r in order:
-        writer.writerow(
-            (
-                r["stage"],
-                r["instruction"],
-                r["frequency_mhz"],
-                repr(r["time_s"]),
-                repr(r["energy_j"]),
-            )
-        )
-    return out.getvalue()
 
 
 def write_merged(path: Path, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
-    """Write the merged CSV and its ``.json`` sidecar, each atomically."""
+    """Write the merged CSV and its ``.json`` sidecar, each atomically (fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    for target, text in (
-        (path, merged_csv(rows)),
-        (path.with_suffix(".json"), json.dumps(metadata, indent=1) + "\n"),
-    ):
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        temporary.write_text(text)
-        os.replace(temporary, target)
+    write_text_atomically(path, merged_csv(rows))
+    write_text_atomically(sidecar_path(path), json.dumps(metadata, indent=1) + "\n")
 
 
 def merged_profile(payloads: list[Optional[dict[str, Any]]]) -> tuple[list[dict[str, Any]], float]:

@@ -29,6 +29,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .._sidecar import BLOCKING_POWER_KEY
 from ..profile import INSTRUCTIONS, Profile
 from . import _profile
 from ._errors import MegatronIntegrationError, ProfilingFinished
@@ -255,7 +256,7 @@ class ProfileSession:
                     "tensor_parallel_size": layout.tensor_size,
                     "gpus_per_stage": layout.tensor_size,
                     "recompute_granularity": getattr(config, "recompute_granularity", None),
-                    "blocking_power_w": blocking_w,
+                    BLOCKING_POWER_KEY: blocking_w,
                     "blocking_power_per_pipeline_rank_w": {
                         str(p["pp_rank"]): p["blocking_power_w"] for p in leaders
                     },
