@@ -309,6 +309,11 @@ def test_idle_and_evaluation_clocks(job):
         assert sequence[: len(expected)] == expected, rank["clocks"]["rank"]
         assert set(sequence[len(expected) :]) <= {("reset",)}
         assert len(result["energies"]) == 2  # two iterations measured, evaluation excluded
+        # By default both are unlocked: the evaluation between the iterations locks nothing.
+        plan_only = [*plan, ("reset",), *plan, ("reset",)]
+        defaults = _clock_sequence(result["defaults_nvml"])
+        assert defaults[: len(plan_only)] == plan_only, rank["clocks"]["rank"]
+        assert set(defaults[len(plan_only) :]) <= {("reset",)}
 
 
 # ---- stragglers ------------------------------------------------------------------
@@ -398,6 +403,18 @@ def test_energy_is_measured_per_iteration_and_summed_over_the_job(job):
             # The plan's energy per pipeline, once per replica (two replicas).
             one = results[0]["baseline_energy_j" if row["phase"] == "fastest" else "plan_energy_j"]
             assert row["predicted_energy_j"] == pytest.approx(2 * one)
+    # perseus's own collectives: its groups at the first iteration, then one gather per
+    # report (at the start of iterations 3, 5 and 6), nothing in the other iterations.
+    for result in results:
+        later = [call for call in result["collectives"] if call[1] > 0]
+        assert later == [
+            ["all_gather_object", 3],
+            ["all_gather_object", 5],
+            ["all_gather_object", 6],
+        ]
+        assert {name for name, iteration in result["collectives"] if iteration == 0} <= {
+            "all_gather_object"
+        }
     assert [m["phase"] for m in results[0]["iterations"]] == [
         "plan",
         "fastest",
@@ -619,6 +636,10 @@ def test_example_profiles_optimizes_and_runs_with_tp2_and_recomputation(fake_lib
     assert "job: " in table and "J per iteration on 4 GPU(s)" in table
     assert "calibration over 2+2 iterations" in table and "saving" in table
     assert "straggler switch(es) over all replicas" in table
+    # The energy reports and the calibration are logged once for the job, by rank 0.
+    assert "perseus: iterations 0-3: measured" in logs[0] and "perseus: calibration" in logs[0]
+    for log in logs[1:]:
+        assert "perseus: iterations" not in log and "perseus: calibration" not in log
     for rank in range(4):
         record = json.loads((tmp_path / f"run.rank{rank}.json").read_text())
         assert record["summary"]["iterations"] == 8 and record["summary"]["energy_j"] > 0

@@ -16,6 +16,7 @@ NVML call, the device it was for, and the clocks actually set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib.util
 import json
@@ -25,6 +26,7 @@ import time
 import traceback
 import types
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -365,6 +367,16 @@ def scenario_clocks(results: dict[str, Any]) -> None:
         "energies": [m.energy_j for m in attachment.metrics.iterations],
     }
 
+    # The defaults: unlocked between iterations and for evaluation.
+    switcher = WaitingSwitcher(LOCAL_RANK)
+    attachment = perseus.megatron.attach(
+        frontier, clocks=ClockOptions(switcher=switcher), stragglers=False
+    )
+    before = len(nvml_calls())
+    train(arguments(2, 1, 4, 2), 2, attachment, between=evaluate)
+    switcher.close()
+    results["clocks"]["defaults_nvml"] = clock_calls(nvml_calls()[before:])
+
 
 def scenario_workloads(results: dict[str, Any]) -> None:
     """Frontiers by microbatch count (a ramp-up with an unknown count), and by sequence length."""
@@ -442,7 +454,8 @@ def scenario_metrics(results: dict[str, Any]) -> None:
         )
         # A pause in each first forward, at its planned clock, steadies the iteration's
         # length, so that energy follows the clocks rather than the CPU's noise.
-        run = train(args, iterations, attachment, lambda iteration: 0.2)
+        with perseus_collectives(attachment) as collectives:
+            run = train(args, iterations, attachment, lambda iteration: 0.2)
     finally:
         del sys.modules["megatron.training.global_vars"]
     metrics = attachment.metrics
@@ -466,7 +479,45 @@ def scenario_metrics(results: dict[str, Any]) -> None:
         "megatron_writer": megatron_writer.scalars,
         "plan_energy_j": frontier.fastest.energy_j,
         "baseline_energy_j": frontier.baseline.energy_j,
+        "collectives": collectives,
     }
+
+
+_COLLECTIVES = (
+    "all_gather",
+    "all_gather_object",
+    "all_reduce",
+    "barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "gather_object",
+    "reduce_scatter",
+)
+
+
+@contextlib.contextmanager
+def perseus_collectives(attachment: Any) -> Iterator[list[tuple[str, int]]]:
+    """Every torch.distributed collective perseus's own code calls, with the number of
+    iterations the attachment had finished then: (function name, iterations)."""
+    calls: list[tuple[str, int]] = []
+    originals = {name: getattr(dist, name) for name in _COLLECTIVES}
+
+    def counting(name: str, original: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller.startswith("perseus."):
+                calls.append((name, attachment.iterations))
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    for name, original in originals.items():
+        setattr(dist, name, counting(name, original))
+    try:
+        yield calls
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
 
 
 def scenario_errors(results: dict[str, Any]) -> None:
