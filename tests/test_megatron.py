@@ -1283,6 +1283,46 @@ def test_job_rows_sum_every_gpu_and_predict_once_per_replica():
     assert rows[0].predicted_time_s == 0.4 and rows[0].pipeline_time_s == 0.5
 
 
+def test_writers_of_either_kind_get_the_same_scalars():
+    """TensorBoard-style writers get add_scalar(tag, value, iteration), W&B-style ones
+    log({tag: value}, step=iteration): the same numbers."""
+    from perseus.megatron import IterationMetrics
+    from perseus.megatron._metrics import report_of, write
+
+    record = IterationMetrics(7, 30.0, 1.5, 0.5, 0.4, 10.0, "plan", 1)
+    payload = {
+        "rank": 0,
+        "data_parallel_rank": 0,
+        "model_parallel_rank": 0,
+        "gpus_per_stage": 1,
+        "records": [record],
+    }
+    report = report_of(job_rows([payload]), gpus=1, replicas=1)
+
+    class Board:
+        def __init__(self):
+            self.scalars = {}
+
+        def add_scalar(self, tag, value, step):
+            self.scalars[(tag, step)] = value
+
+    class Wandb:
+        def __init__(self):
+            self.scalars = {}
+
+        def log(self, values, step):
+            self.scalars.update({(tag, step): value for tag, value in values.items()})
+
+    board, wandb = Board(), Wandb()
+    write([board, wandb], report)
+    assert board.scalars == wandb.scalars
+    assert board.scalars[("perseus/energy_j", 7)] == 30.0
+    assert board.scalars[("perseus/plan_switches", 7)] == 1.0
+    assert board.scalars[("perseus/power_w", 7)] == pytest.approx(
+        30.0 / report.iterations[0].time_s
+    )
+
+
 def test_energy_table_lists_every_rank_and_the_job():
     summaries = [
         {
