@@ -4,26 +4,36 @@ One process per GPU, started by torchrun. The three steps of perseus:
 
 1. profile each stage (model chunk) across SM frequencies, then stop::
 
-       torchrun --nproc-per-node 4 examples/megatron_gpt.py --pipeline 4 \\
-           --mode profile --profile out/gpt.csv
+       torchrun --nproc-per-node 4 examples/megatron_gpt.py --pipeline 2 --tensor 2 \\
+           --recompute full --mode profile --profile out/gpt.csv
 
-2. run: optimise the frontier from that profile and train with every forward
-   and backward at its planned frequency (and follow stragglers when there
-   is more than one data-parallel replica)::
+2. optimise and run: the frontier from that profile, and training with every
+   forward and backward at its planned frequency, the energy of every GPU
+   measured (``--calibrate K`` first runs K iterations at the all-fastest
+   plan and K at the plan, and reports the measured saving), following
+   stragglers when there is more than one data-parallel replica::
 
-       torchrun --nproc-per-node 4 examples/megatron_gpt.py --pipeline 2 \\
-           --mode run --profile out/gpt.csv
+       torchrun --nproc-per-node 4 examples/megatron_gpt.py --pipeline 2 --tensor 2 \\
+           --recompute full --mode run --profile out/gpt.csv --calibrate 10 --iterations 40
 
+   At the end rank 0 prints a table of the energy every GPU measured.
    (``--mode plain`` trains without perseus, for comparison.)
 
+3. a straggler: ``--slow-replica 1 --slow-seconds 0.5 --slow-iterations 10:20``
+   makes data-parallel replica 1 sleep 0.5 s more per iteration in
+   iterations 10 to 19; the other replicas follow it and recover, and each
+   replica's first rank logs its switches.
+
 Locking clocks needs root or CAP_SYS_ADMIN. ``--virtual V`` uses the
-interleaved schedule with V chunks per GPU.
+interleaved schedule with V chunks per GPU. perseus is attached before
+torch.distributed and Megatron are initialised, as it would wrap
+Megatron-LM's ``pretrain(...)``.
 
 Without a GPU, megatron-core's few hard-coded CUDA calls have to be
 redirected; the test suite's shims do that (tests only)::
 
-    python tests/megatron_support/cpu_launch.py --nproc 2 examples/megatron_gpt.py \\
-        --cpu --pipeline 2 --mode plain
+    python tests/megatron_support/cpu_launch.py --nproc 4 examples/megatron_gpt.py \\
+        --cpu --pipeline 2 --tensor 2 --mode plain
 
 The model, data and training step are also used by ``tests/test_megatron.py``.
 """
@@ -31,6 +41,7 @@ The model, data and training step are also used by ``tests/test_megatron.py``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -47,12 +58,29 @@ import torch
 import torch.distributed as dist
 
 
+def _span(text: str) -> tuple[int, int]:
+    try:
+        first, _, end = text.partition(":")
+        return int(first), int(end)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected A:B (iterations A to B-1), not {text!r}"
+        ) from None
+
+
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", choices=("plain", "profile", "run"), default="plain")
     parser.add_argument("--pipeline", type=int, default=2, help="pipeline-parallel size")
+    parser.add_argument("--tensor", type=int, default=1, help="tensor-parallel size")
     parser.add_argument(
         "--virtual", type=int, default=1, help="model chunks per GPU (interleaved if > 1)"
+    )
+    parser.add_argument(
+        "--recompute",
+        choices=("none", "full", "selective"),
+        default="none",
+        help="activation recomputation (megatron's recompute_granularity)",
     )
     parser.add_argument("--microbatches", type=int, default=4)
     parser.add_argument("--micro-batch-size", type=int, default=2)
@@ -75,9 +103,30 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         "--frequencies", type=str, help="profile mode: SM clocks to try, e.g. 1980,1500,1200"
     )
+    parser.add_argument(
+        "--calibrate",
+        type=int,
+        default=0,
+        metavar="K",
+        help="run mode: K iterations at the all-fastest plan, then K at the plan",
+    )
+    parser.add_argument("--report-every", type=int, default=10, metavar="N")
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="every replica sleeps S s per iteration: a stand-in for work that dwarfs the "
+        "noise of a loaded CPU (the toy model computes for milliseconds)",
+    )
+    parser.add_argument("--slow-replica", type=int, default=None, metavar="K")
+    parser.add_argument("--slow-seconds", type=float, default=0.0, metavar="S")
+    parser.add_argument(
+        "--slow-iterations", type=_span, default=None, metavar="A:B", help="iterations A to B-1"
+    )
     parser.add_argument("--cpu", action="store_true", help="gloo on the CPU (needs the test shims)")
     parser.add_argument(
-        "--json", type=Path, help="write this rank's losses and gradient digests here"
+        "--json", type=Path, help="write this rank's losses, gradient digests and metrics here"
     )
     return parser.parse_args(argv)
 
@@ -86,7 +135,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 
 def initialize(
-    pipeline: int, virtual: int, *, cpu: bool, seed: int, timeout_s: float = 600.0
+    pipeline: int,
+    virtual: int,
+    *,
+    cpu: bool,
+    seed: int,
+    tensor: int = 1,
+    timeout_s: float = 600.0,
 ) -> None:
     """torch.distributed from torchrun's environment, then megatron's parallel state."""
     from megatron.core import parallel_state
@@ -98,7 +153,7 @@ def initialize(
         dist.init_process_group("gloo" if cpu else "nccl", timeout=timedelta(seconds=timeout_s))
     parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=1,
+        tensor_model_parallel_size=tensor,
         pipeline_model_parallel_size=pipeline,
         virtual_pipeline_model_parallel_size=virtual if virtual > 1 else None,
     )
@@ -118,8 +173,9 @@ class Trainer:
     args
         From :func:`parse_args`.
     delay_s
-        Called with the iteration number before each forward; its result is
-        slept (seconds) inside the forward, to make this replica a straggler.
+        Called with the iteration number at this rank's first forward of each
+        iteration; its result is slept (seconds) there, to make this replica
+        a straggler.
     """
 
     def __init__(
@@ -139,12 +195,21 @@ class Trainer:
         self.args = args
         self.delay_s = delay_s or (lambda iteration: 0.0)
         self.iteration = 0
+        self._delayed = -1
         virtual = args.virtual if args.virtual > 1 else None
+        recompute: dict[str, Any] = {}
+        if args.recompute == "full":
+            recompute = dict(
+                recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1
+            )
+        elif args.recompute == "selective":
+            recompute = dict(recompute_granularity="selective", recompute_modules=["core_attn"])
         torch.manual_seed(args.seed)  # the same weights in every run
         self.config = TransformerConfig(
             num_layers=args.pipeline * args.virtual * args.layers_per_chunk,
             hidden_size=args.hidden,
             num_attention_heads=args.heads,
+            tensor_model_parallel_size=args.tensor,
             pipeline_model_parallel_size=args.pipeline,
             virtual_pipeline_model_parallel_size=virtual,
             pipeline_dtype=torch.float32,
@@ -160,6 +225,7 @@ class Trainer:
             # Interleaving on two stages with batched p2p gives wrong results
             # (megatron refuses it on GPUs); single sends work everywhere.
             batch_p2p_comm=not (args.virtual > 1 and args.pipeline == 2),
+            **recompute,
         )
         self.chunks = []
         for chunk in range(args.virtual):
@@ -189,6 +255,7 @@ class Trainer:
             OptimizerConfig(optimizer="adam", lr=args.lr, clip_grad=0.0), self.chunks
         )
         self.dp_rank = parallel_state.get_data_parallel_rank()
+        self.pp_rank = parallel_state.get_pipeline_model_parallel_rank()
         self.last_stage = parallel_state.is_pipeline_last_stage(ignore_virtual=True)
         self.device = (
             torch.device("cpu") if args.cpu else torch.device("cuda", torch.cuda.current_device())
@@ -209,9 +276,11 @@ class Trainer:
         self, data_iterator: Any, model: Any
     ) -> tuple[torch.Tensor, Callable[..., Any]]:
         """megatron's ``forward_step_func``: one microbatch through one chunk."""
-        delay = self.delay_s(self.iteration)
-        if delay > 0:
-            time.sleep(delay)
+        if self._delayed != self.iteration:
+            self._delayed = self.iteration
+            delay = self.delay_s(self.iteration)
+            if delay > 0:
+                time.sleep(delay)
         tokens = labels = None
         if data_iterator is not None:
             batch = next(data_iterator).to(self.device)
@@ -233,23 +302,10 @@ class Trainer:
 
         With `digest`, ``self.grad_digest`` is set to a digest of the gradients.
         """
-        from megatron.core.pipeline_parallel import get_forward_backward_func
-
         for chunk in self.chunks:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
-        batches = self.batches()
-        iterators = [iter(batches) for _ in self.chunks]
-        forward_backward = get_forward_backward_func()
-        losses = forward_backward(
-            forward_step_func=self.forward_step,
-            data_iterator=iterators if len(iterators) > 1 else iterators[0],
-            model=self.chunks if len(self.chunks) > 1 else self.chunks[0],
-            num_microbatches=self.args.microbatches,
-            seq_length=self.args.seq,
-            micro_batch_size=self.args.micro_batch_size,
-            forward_only=False,
-        )
+        losses = self.forward_backward(forward_only=False)
         if digest:
             self.grad_digest = self.digest_gradients()
         self.optimizer.step()
@@ -257,6 +313,26 @@ class Trainer:
         if self.last_stage and losses:
             return float(torch.stack([entry["lm loss"] for entry in losses]).mean())
         return None
+
+    def forward_backward(self, *, forward_only: bool) -> Any:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        batches = self.batches()
+        iterators = [iter(batches) for _ in self.chunks]
+        return get_forward_backward_func()(
+            forward_step_func=self.forward_step,
+            data_iterator=iterators if len(iterators) > 1 else iterators[0],
+            model=self.chunks if len(self.chunks) > 1 else self.chunks[0],
+            num_microbatches=self.args.microbatches,
+            seq_length=self.args.seq,
+            micro_batch_size=self.args.micro_batch_size,
+            forward_only=forward_only,
+        )
+
+    def evaluate(self) -> None:
+        """A forward-only pass, as Megatron's evaluation runs it."""
+        with torch.no_grad():
+            self.forward_backward(forward_only=True)
 
     def digest_gradients(self) -> str:
         """SHA-256 of this rank's gradients, bit for bit."""
@@ -288,6 +364,8 @@ def load_frontier(args: argparse.Namespace) -> perseus.Frontier:
         sidecar = args.profile.with_suffix(".json")
         if not sidecar.exists():
             raise SystemExit(f"no {sidecar}: pass --blocking-power (W)")
+        # The key perseus writes and reads (perseus._sidecar.BLOCKING_POWER_KEY); this
+        # script keeps to the public API.
         blocking_w = json.loads(sidecar.read_text())["blocking_power_w"]
     profile = perseus.Profile.from_csv(args.profile, blocking_power_w=blocking_w)
     return perseus.optimize(
@@ -299,20 +377,65 @@ def load_frontier(args: argparse.Namespace) -> perseus.Frontier:
     )
 
 
+def delay_of(args: argparse.Namespace) -> Callable[[int], float]:
+    """Seconds each replica's first pipeline stage sleeps per iteration: ``--step-seconds``,
+    and ``--slow-seconds`` more for replica ``--slow-replica`` in ``--slow-iterations``."""
+    first, end = args.slow_iterations or (0, args.iterations)
+
+    def delay(iteration: int) -> float:
+        from megatron.core import parallel_state as ps
+
+        if ps.get_pipeline_model_parallel_rank() != 0:
+            return 0.0
+        slow = ps.get_data_parallel_rank() == args.slow_replica and first <= iteration < end
+        return args.step_seconds + (args.slow_seconds if slow else 0.0)
+
+    return delay
+
+
+def attachment_of(args: argparse.Namespace, rank: int) -> Any:
+    """The perseus attachment of this mode (entered before anything is initialised)."""
+    from perseus.megatron import MetricsOptions, ProfileOptions
+
+    if args.mode == "plain":
+        return contextlib.nullcontext(None)
+    if args.mode == "profile":
+        if args.profile is None:
+            raise SystemExit("--mode profile needs --profile (where to write the CSV)")
+        options: dict[str, Any] = {"progress": rank == 0}
+        if args.frequencies:
+            options["frequencies_mhz"] = [int(f) for f in args.frequencies.split(",")]
+        if args.cpu:  # quick sweeps against the fake NVML of the tests
+            options.update(window_s=0.02, windows=1, warmup_s=0.0, blocking_window_s=0.05)
+        return perseus.megatron.attach(
+            profile=ProfileOptions(
+                path=args.profile,
+                profiler_mode="cpu" if args.cpu else "gpu",
+                profiler_options=options,
+                after="stop",
+            )
+        )
+    return perseus.megatron.attach(
+        load_frontier(args),
+        metrics=MetricsOptions(report_every=args.report_every, calibrate=args.calibrate),
+    )
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
-    log = logging.getLogger("perseus")  # plan switches are logged at INFO
+    log = logging.getLogger("perseus")  # switches, reports and calibration are logged at INFO
     log.setLevel(logging.INFO)
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
     log.addHandler(handler)
-    initialize(args.pipeline, args.virtual, cpu=args.cpu, seed=args.seed)
-    trainer = Trainer(args)
-    rank = dist.get_rank()
+    rank = int(os.environ.get("RANK", 0))
     losses: list[Optional[float]] = []
     digests: list[str] = []
-
-    def train() -> None:
+    with attachment_of(args, rank) as attached:
+        # perseus reads the GPU and the layout at the first iteration, so it
+        # may be attached before all of this, as around Megatron-LM's pretrain().
+        initialize(args.pipeline, args.virtual, cpu=args.cpu, seed=args.seed, tensor=args.tensor)
+        trainer = Trainer(args, delay_of(args))
         while trainer.iteration < args.iterations:
             started = time.perf_counter()
             loss = trainer.step(digest=args.json is not None)
@@ -325,45 +448,34 @@ def main(argv: Optional[list[str]] = None) -> int:
                     f"({time.perf_counter() - started:.3f} s)",
                     flush=True,
                 )
-
-    if args.mode == "plain":
-        train()
-    elif args.mode == "profile":
-        if args.profile is None:
-            raise SystemExit("--mode profile needs --profile (where to write the CSV)")
-        options: dict[str, Any] = {"progress": rank == 0}
-        if args.frequencies:
-            options["frequencies_mhz"] = [int(f) for f in args.frequencies.split(",")]
-        if args.cpu:  # quick sweeps against the fake NVML of the tests
-            options.update(window_s=0.02, windows=1, warmup_s=0.0, blocking_window_s=0.05)
-        with perseus.megatron.attach(
-            mode="profile",
-            profile_path=args.profile,
-            profiler_mode="cpu" if args.cpu else "gpu",
-            profiler_options=options,
-            after="stop",
-        ) as attached:
-            train()
-        if rank == 0 and attached.profile is not None:
-            print(
-                f"profile of {attached.profile.num_stages} stages written to {args.profile}",
-                flush=True,
-            )
-    else:
-        frontier = load_frontier(args)
-        with perseus.megatron.attach(frontier) as attached:
-            train()
+    if args.mode == "profile" and rank == 0 and attached is not None and attached.profile:
+        print(
+            f"profile of {attached.profile.num_stages} stages written to {args.profile}",
+            flush=True,
+        )
+    summaries: list[Any] = []
+    if args.mode == "run" and attached is not None:
+        summaries = [None] * dist.get_world_size()
+        dist.all_gather_object(summaries, attached.metrics.summary())
         if rank == 0:
+            print(perseus.megatron.format_energy_table(summaries), flush=True)
+            plan, baseline = attached.base_plan, attached.frontier.baseline
+            switches = sum(s["switches"] for s in summaries if s.get("model_parallel_rank") == 0)
             print(
-                f"plan {attached.base_plan.iteration_time_s:.4g} s / {attached.base_plan.energy_j:.4g} J "
-                f"(baseline {frontier.baseline.iteration_time_s:.4g} s / {frontier.baseline.energy_j:.4g} J); "
-                f"{len(attached.switches)} straggler switch(es)",
+                f"plan {plan.iteration_time_s:.4g} s / {plan.energy_j:.4g} J (baseline "
+                f"{baseline.iteration_time_s:.4g} s / {baseline.energy_j:.4g} J); "
+                f"{switches} straggler switch(es) over all replicas",
                 flush=True,
             )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         out = args.json.with_name(f"{args.json.stem}.rank{rank}{args.json.suffix}")
-        out.write_text(json.dumps({"losses": losses, "grad_digests": digests}))
+        record: dict[str, Any] = {"losses": losses, "grad_digests": digests}
+        if args.mode == "run" and attached is not None:
+            record["switches"] = [s.__dict__ for s in attached.switches]
+            record["summary"] = attached.metrics.summary()
+            record["reports"] = [str(r) for r in attached.metrics.reports]
+        out.write_text(json.dumps(record, default=str))
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -4,10 +4,17 @@ megatron-core's schedules run on CPU processes once the test-only shims in
 tests/megatron_support/cpu_shims.py redirect its few hard-coded CUDA calls.
 For each megatron-core under test (the installed one, plus any directory
 named in ``PERSEUS_TEST_MEGATRON_PATHS``) one 4-rank job runs every scenario
-of tests/megatron_support/worker.py, and the tests below check its results:
-computation order and requested frequencies (through the fake NVML's log),
-identical training with and without perseus, stragglers, mismatches, profile
-mode. Every process has a timeout.
+of tests/megatron_support/worker.py against a fake NVML of 4 GPUs, and the
+tests below check its results: computation order, requested clocks (through
+the fake NVML's log) and the GPU each rank drives, idle and evaluation
+clocks, identical training with and without perseus, stragglers, changing
+workloads, live energy metrics, mismatches and refused configurations,
+profile mode with recomputation and tensor parallelism, the command-line
+integration. Then the example runs as a user would. Every process has a
+timeout.
+
+The straggler policy, device resolution, options and metrics arithmetic are
+also tested on their own, on recorded traces, without megatron.
 
 Install what these tests need with
 ``pip install --no-deps --ignore-requires-python -r tests/requirements-megatron.txt``;
@@ -17,11 +24,14 @@ the end still run).
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import importlib.util
 import json
 import math
 import os
+import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,15 +39,24 @@ import types
 from pathlib import Path
 
 import perseus
+import perseus._deprecation
 import pytest
 from perseus.megatron import (
+    ClockOptions,
+    MegatronIntegrationError,
     MegatronVersionError,
-    PlanSwitch,
+    MetricsOptions,
+    ProfileOptions,
+    StragglerOptions,
     StragglerPolicy,
     attach,
     check_megatron,
 )
-from perseus.megatron._compat import SCHEDULE_FUNCTIONS, parse_version
+from perseus.megatron._cli import settings_from_args
+from perseus.megatron._compat import SCHEDULE_FUNCTIONS, full_iteration_graphs, parse_version
+from perseus.megatron._device import choose_device
+from perseus.megatron._following import normalize_frontiers
+from perseus.megatron._metrics import JobIteration, calibration, job_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from megatron_support.cpu_launch import launch
@@ -119,10 +138,14 @@ def job(request, fake_libraries, tmp_path_factory):
         )
     label, path = request.param
     out = tmp_path_factory.mktemp(f"megatron-{label}")
-    env = {"FAKE_NVML_LOG": str(out / "nvml{rank}.log"), "WORKER_TIMEOUT_S": "240"}
+    env = {
+        "FAKE_NVML_LOG": str(out / "nvml{rank}.log"),
+        "FAKE_NVML_DEVICES": "4",  # one GPU per rank, as on a node of 4
+        "WORKER_TIMEOUT_S": "400",
+    }
     if path:
         env["PYTHONPATH"] = _pythonpath(path)
-    codes, logs = launch(4, [str(WORKER), str(out)], timeout_s=300, env=env, logs=out / "logs")
+    codes, logs = launch(4, [str(WORKER), str(out)], timeout_s=480, env=env, logs=out / "logs")
     results = {}
     for rank in range(4):
         file = out / f"rank{rank}.json"
@@ -167,9 +190,19 @@ def test_computations_follow_perseus_order(job, layout):
             assert seen == expected, (layout, rank["pipelines"][layout]["run"]["rank"], iteration)
 
 
+def _clock_sequence(calls):
+    """The fake NVML's clock calls as ("set", MHz) and ("reset",)."""
+    return [
+        ("set", int(args[1])) if name == "nvmlDeviceSetGpuLockedClocks" else ("reset",)
+        for name, args, _ in calls
+        if name in ("nvmlDeviceSetGpuLockedClocks", "nvmlDeviceResetGpuLockedClocks")
+    ]
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_requested_frequencies_are_the_plans(job, layout):
-    """Each computation requests its planned clock, and the fake NVML sets them in that order."""
+    """Each computation requests its planned clock; after an iteration's last one the GPU is
+    unlocked (the default idle clock) until the next iteration."""
     for rank in job:
         result = rank["pipelines"][layout]
         planned = result["planned_mhz"]
@@ -177,14 +210,15 @@ def test_requested_frequencies_are_the_plans(job, layout):
             requested = [c[4] for c in result["trace"] if c[0] == iteration]
             assert requested == planned, (layout, iteration)
         calls = result["nvml"]
-        sets = [int(args[1]) for name, args, rc in calls if name == "nvmlDeviceSetGpuLockedClocks"]
         assert all(rc == 0 for _, _, rc in calls)
         assert all(
             args[1] == args[2] for name, args, _ in calls if name == "nvmlDeviceSetGpuLockedClocks"
         )
         # Equal consecutive requests cost nothing, so the log holds the changes only.
-        assert sets == _dedupe(planned * 3)
-        assert calls[-1][0] == "nvmlDeviceResetGpuLockedClocks"  # given back on leaving `with`
+        iteration = [("set", f) for f in _dedupe(planned)] + [("reset",)]
+        sequence = _clock_sequence(calls)
+        assert sequence[: 3 * len(iteration)] == iteration * 3
+        assert set(sequence[3 * len(iteration) :]) <= {("reset",)}  # given back on leaving `with`
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -217,27 +251,213 @@ def test_pipeline_layouts_are_the_intended_ones(job):
     }
 
 
+# ---- the right GPU ------------------------------------------------------------------
+
+
+def test_each_rank_locks_only_its_own_gpu(job):
+    """Four ranks on a node of four GPUs, perseus attached before megatron initialises, no
+    device given: each rank resolves LOCAL_RANK at the first iteration and touches no other
+    GPU through NVML (clocks, energy counter, nothing)."""
+    for rank in job:
+        devices = rank["devices"]
+        assert devices["device"] == devices["local_rank"]
+        assert devices["devices_touched"] == [devices["local_rank"]]
+        assert devices["locked"]  # it did lock its own
+        assert {r["device"] for r in rank["pipelines"].values()} == {devices["local_rank"]}
+
+
+@pytest.mark.parametrize(
+    ("explicit", "current", "local_rank", "count", "device"),
+    [
+        (None, None, 3, 4, 3),  # before CUDA is initialised: LOCAL_RANK
+        (None, 2, 2, 4, 2),  # after set_device(local_rank): the current device
+        (None, 0, 0, 1, 0),  # one GPU per process (CUDA_VISIBLE_DEVICES bound)
+        (None, None, 5, 1, 0),
+        (None, 1, None, 4, 1),  # no launcher: the current device
+        (None, None, None, 4, 0),  # a single process, nothing initialised: CUDA's default
+        (2, None, 0, 4, 2),  # given: used as given
+        (2, 2, 0, 4, 2),
+    ],
+)
+def test_device_resolution(explicit, current, local_rank, count, device):
+    assert (
+        choose_device(explicit=explicit, current=current, local_rank=local_rank, device_count=count)
+        == device
+    )
+
+
+def test_device_resolution_refuses_disagreement():
+    with pytest.raises(MegatronIntegrationError, match=r"current CUDA device is 0.*LOCAL_RANK=3"):
+        choose_device(explicit=None, current=0, local_rank=3, device_count=4)
+    with pytest.raises(MegatronIntegrationError, match=r"given device 2.*current CUDA device is 0"):
+        choose_device(explicit=2, current=0, local_rank=None, device_count=4)
+    with pytest.raises(MegatronIntegrationError, match=r"LOCAL_RANK=5 but this process sees 4"):
+        choose_device(explicit=None, current=None, local_rank=5, device_count=4)
+
+
+# ---- clocks outside the schedule ---------------------------------------------------------
+
+
+def test_idle_and_evaluation_clocks(job):
+    """idle_mhz=900 between iterations, evaluation_mhz=1080 for a forward-only call after the
+    first iteration, then the idle clock again; the evaluation is no iteration."""
+    for rank in job:
+        result = rank["clocks"]
+        plan = [("set", f) for f in _dedupe(result["planned_mhz"])]
+        idle, evaluation = [("set", 900)], [("set", 1080)]
+        expected = plan + idle + evaluation + idle + plan + idle
+        sequence = _clock_sequence(result["nvml"])
+        assert sequence[: len(expected)] == expected, rank["clocks"]["rank"]
+        assert set(sequence[len(expected) :]) <= {("reset",)}
+        assert len(result["energies"]) == 2  # two iterations measured, evaluation excluded
+        # By default both are unlocked: the evaluation between the iterations locks nothing.
+        plan_only = [*plan, ("reset",), *plan, ("reset",)]
+        defaults = _clock_sequence(result["defaults_nvml"])
+        assert defaults[: len(plan_only)] == plan_only, rank["clocks"]["rank"]
+        assert set(defaults[len(plan_only) :]) <= {("reset",)}
+
+
 # ---- stragglers ------------------------------------------------------------------
 
 
-def test_straggler_followed_and_left(job):
-    """Replica 1 is slow in iterations 3-5: replica 0 takes the plan for its time, then returns."""
+def test_straggler_followed_and_recovered_with_default_settings(job):
+    """Two replicas, default StragglerOptions; replica 1 is 0.6 s slower in iterations 8-15.
+
+    With a window of 5 the median turns at the third slow iteration (10) and back at the
+    third fast one (18); replica 0 runs the frontier's plan for the straggler's time in
+    between, replica 1 keeps the base plan, and the two ranks of each pipeline agree.
+    """
     healthy = [r["straggler"] for r in job if r["straggler"]["dp_rank"] == 0]
     slow = [r["straggler"] for r in job if r["straggler"]["dp_rank"] == 1]
     assert len(healthy) == len(slow) == 2
     for result in slow:
         assert result["switches"] == []  # the straggler keeps the fastest plan
-        assert min(result["times"][3:6]) > 3 * max(result["times"][6:])
+        assert min(result["times"][8:16]) > 2 * max(result["times"][16:])
     switches = [result["switches"] for result in healthy]
     assert switches[0] == switches[1]  # both stages of the pipeline agree
+    assert healthy[0]["decisions"] == slow[0]["decisions"]  # every replica decides alike
     base = healthy[0]["base_time_s"]
     follow, back = switches[0]
-    assert follow["iteration"] == 3 and follow["reason"] == "straggler"
+    assert follow["iteration"] == 10 and follow["reason"] == "straggler"
+    assert follow["straggler"] == 1 and follow["slowdown"] > 2
     assert follow["from_time_s"] == base and follow["to_time_s"] > base
     assert follow["to_time_s"] == healthy[0]["plan_for"][repr(follow["deadline_s"])]
-    assert follow["deadline_s"] == pytest.approx(base * follow["slowest_s"] / follow["reference_s"])
-    assert back["iteration"] == 6 and back["reason"] == "recovered"
+    assert follow["deadline_s"] == pytest.approx(base * follow["slowdown"])
+    assert back["iteration"] == 18 and back["reason"] == "recovered"
     assert back["to_time_s"] == base
+    assert "follows straggler replica 1" in healthy[0]["messages"][0]
+    assert "recovered" in healthy[0]["messages"][1]
+
+
+# ---- changing workloads ------------------------------------------------------------------
+
+
+def test_frontiers_by_microbatch_count_follow_a_ramp_up(job):
+    """{4: f4, 8: f8} and counts 4, 8, 6, 6, 4: each known count runs its own plan; 6 runs
+    unlocked, with one warning for both iterations, and 4 resumes."""
+    for rank in job:
+        result = rank["workloads"]
+        trace = result["trace"]
+        for iteration, count in enumerate(result["counts"]):
+            requested = [c[4] for c in trace if c[0] == iteration]
+            assert len(requested) == 2 * count
+            if str(count) in result["planned"]:
+                assert requested == result["planned"][str(count)], iteration
+            else:
+                assert requested == [None] * (2 * count)
+        assert result["phases"] == ["plan", "plan", "unlocked", "unlocked", "plan"]
+        assert len(result["warnings"]) == 1
+        assert "no frontier for 6 microbatches (it has: 4, 8)" in result["warnings"][0]
+        assert "unlocked" in result["warnings"][0]
+
+
+def test_a_changed_sequence_length_is_refused_unless_keyed_by_length(job):
+    for rank in job:
+        result = rank["workloads"]
+        refused = result["length_change"]
+        assert refused["error"] == "ScheduleMismatchError" and refused["restored"]
+        assert "sequence length changed from 16 to 8" in refused["message"]
+        assert "(microbatches, seq_length)" in refused["message"]
+        opted_in = result["by_length"]
+        assert opted_in["iterations"] == [0, 1] and None not in opted_in["frequencies"]
+
+
+# ---- energy measured live ------------------------------------------------------------------
+
+
+def test_energy_is_measured_per_iteration_and_summed_over_the_job(job):
+    """Every rank reads its GPU's counter per iteration; a report every 3 iterations (and at
+    the end of calibration) sums all four GPUs, identically on every rank."""
+    results = [rank["metrics"] for rank in job]
+    reports = results[0]["reports"]
+    assert [(r["first"], r["last"]) for r in reports] == [(0, 2), (3, 4), (5, 5)]
+    assert all(r["reports"] == reports for r in results)
+    for report in reports:
+        assert report["gpus"] == 4
+        for row in report["rows"]:
+            per_rank = [
+                next(m for m in r["iterations"] if m["iteration"] == row["iteration"])["energy_j"]
+                for r in results
+            ]
+            assert row["energy_j"] == pytest.approx(sum(per_rank))
+            assert all(e > 0 for e in per_rank)
+            # The plan's energy per pipeline, once per replica (two replicas).
+            one = results[0]["baseline_energy_j" if row["phase"] == "fastest" else "plan_energy_j"]
+            assert row["predicted_energy_j"] == pytest.approx(2 * one)
+    # perseus's own collectives: its groups at the first iteration, then one gather per
+    # report (at the start of iterations 3, 5 and 6), nothing in the other iterations.
+    for result in results:
+        later = [call for call in result["collectives"] if call[1] > 0]
+        assert later == [
+            ["all_gather_object", 3],
+            ["all_gather_object", 5],
+            ["all_gather_object", 6],
+        ]
+        assert {name for name, iteration in result["collectives"] if iteration == 0} <= {
+            "all_gather_object"
+        }
+    assert [m["phase"] for m in results[0]["iterations"]] == [
+        "plan",
+        "fastest",
+        "fastest",
+        "plan",
+        "plan",
+        "plan",
+        "plan",
+        "plan",
+        "plan",
+    ]
+
+
+def test_calibration_reports_the_measured_saving(job):
+    """calibrate=2 after 1 warm-up iteration: iterations 1-2 at the all-fastest clock, 3-4 at
+    the plan. The fake NVML draws ~f^3, so the plan's lower clocks measurably save energy."""
+    results = [rank["metrics"] for rank in job]
+    calibrations = [r["calibration"] for r in results]
+    assert all(c == calibrations[0] for c in calibrations)
+    c = calibrations[0]
+    assert c["iterations"] == 2 and c["first_iteration"] == 1
+    assert c["plan_energy_j"] < c["fastest_energy_j"]
+    assert 0 < c["saving"] < 1 and c["saving_std"] > 0
+    assert c["saving"] == pytest.approx(1 - c["plan_energy_j"] / c["fastest_energy_j"])
+
+
+def test_writers_get_per_iteration_scalars(job):
+    """A writer passed in gets every reported iteration's scalars on every rank; Megatron-LM's
+    TensorBoard writer (a stand-in on the last rank, as Megatron makes it) too."""
+    for index, rank in enumerate(job):
+        metrics = rank["metrics"]
+        tags = {t for t, _, _ in metrics["writer"]}
+        assert tags == {
+            "perseus/energy_j",
+            "perseus/predicted_energy_j",
+            "perseus/iteration_time_s",
+            "perseus/predicted_time_s",
+            "perseus/power_w",
+            "perseus/plan_switches",
+        }
+        assert sorted({s for _, _, s in metrics["writer"]}) == [0, 1, 2, 3, 4, 5]
+        assert bool(metrics["megatron_writer"]) == (index == 3)
 
 
 # ---- mismatches and unsupported code paths -----------------------------------------
@@ -246,7 +466,6 @@ def test_straggler_followed_and_left(job):
 @pytest.mark.parametrize(
     ("case", "words"),
     [
-        ("microbatches", "microbatches: the plan's is 8, this iteration runs 4"),
         ("pipeline", "pipeline size: the plan's is 4, Megatron's is 2"),
         ("schedule", "schedule: the plan's is 'gpipe', Megatron runs 1F1B"),
     ],
@@ -263,17 +482,36 @@ def test_mismatch_can_warn_and_let_go(job):
     for rank in job:
         result = rank["errors"]["warn"]
         assert result["error"] is None
-        assert any("lets go of the clocks" in w for w in result["warnings"])
+        assert len(result["warnings"]) == 1 and "lets go of the clocks" in result["warnings"][0]
         assert result["restored"]
     last = [r["errors"]["warn"]["loss"] for r in job if r["errors"]["warn"]["loss"] is not None]
     assert len(last) == 2 and all(math.isfinite(x) for x in last)
 
 
-def test_fused_moe_overlap_is_reported(job):
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("moe_overlap", "overlap_moe_expert_parallel_comm"),
+        ("full_graph", "full-iteration CUDA graphs (cuda_graph_impl='full_iteration')"),
+        ("full_graph_profile", "full-iteration CUDA graphs"),
+        ("variable_lengths", "variable_seq_lengths=True"),
+        ("args_graph", "--cuda-graph-impl full_iteration"),
+        ("args_experts", "expert_model_parallel_size=2"),
+    ],
+)
+def test_unsupported_configurations_are_refused_naming_the_setting(job, case, words):
     for rank in job:
-        result = rank["errors"]["moe_overlap"]
-        assert result["error"] == "UnsupportedScheduleError"
-        assert "overlap_moe_expert_parallel_comm" in result["message"]
+        result = rank["errors"][case]
+        assert result["error"] == "UnsupportedScheduleError", result
+        assert words in result["message"]
+        assert result["restored"]
+
+
+def test_per_layer_cuda_graphs_are_accepted(job):
+    """cuda_graph_impl='local' (per-layer graphs; the CPU captures none): perseus follows."""
+    for rank in job:
+        result = rank["errors"]["layer_graphs"]
+        assert result["error"] is None and result["warnings"] == []
 
 
 def test_version_and_signature_checks_on_real_schedules(job):
@@ -284,21 +522,55 @@ def test_version_and_signature_checks_on_real_schedules(job):
     assert "backward_step has no parameter(s) output_tensor" in checks["signature"]["error"]
 
 
+# ---- Megatron-LM's command line --------------------------------------------------------------
+
+
+def test_command_line_arguments_drive_an_attachment(job):
+    """--perseus-mode run --perseus-frontier F: read at once, or late from Megatron-LM's
+    get_args() (a stand-in for megatron.training); --perseus-mode off detaches at once."""
+    for rank in job:
+        result = rank["cli"]
+        now = result["now"]
+        assert now["iterations"] == 2 and now["device"] == rank["devices"]["local_rank"]
+        # perseus's own switcher coalesces requests that pile up: the plan's clocks, in order.
+        sequence = _clock_sequence(now["nvml"])
+        assert sequence[0] == ("set", now["planned_mhz"][0]) and sequence[-1] == ("reset",)
+        assert {f for kind, *f in sequence if kind == "set" for f in f} <= set(now["planned_mhz"])
+        assert result["late"] == {
+            "iterations": 2,
+            "mode": "run",
+            "plan_time_s": result["frontier_time_s"],
+        }
+        assert result["off"] == {"iterations": 0, "restored_during": [True, True]}
+        defaults = result["defaults"]
+        assert defaults["perseus_mode"] == "off" and defaults["perseus_tolerance"] == 0.10
+
+
 # ---- profile mode ---------------------------------------------------------------------
 
 
 # CPU timings of a toy model jump by orders of magnitude between clocks that
 # the fake NVML only pretends to set: the unit-slip warning is right, and beside the point here.
 @pytest.mark.filterwarnings("ignore::perseus.ProfileWarning")
-def test_profile_mode_writes_every_stage_and_leaves_training_alone(job):
+@pytest.mark.parametrize(
+    ("case", "tensor"), [("tp2-full", 2), ("dp2-selective", 1)], ids=["tp2-full", "dp2-selective"]
+)
+def test_profile_mode_with_recomputation_writes_every_stage_and_leaves_training_alone(
+    job, case, tensor
+):
+    """Full recomputation with TP=2 (the two ranks of a stage replay in lock step), selective
+    recomputation with two replicas; both attached before megatron initialises, both
+    continuing training bit for bit as without perseus."""
     for rank in job:
-        result = rank["profile"]
-        assert result["stages"] == 2
-        plain = rank["pipelines"]["1f1b"]["plain"]
+        result = rank["profile"][case]
+        assert result["stages"] == 2 and result["tp_size"] == tensor
+        plain = result["plain"]
         assert result["digests"] == plain["digests"] and result["losses"] == plain["losses"]
-    path = Path(job.ranks[0]["profile"]["path"])
+    path = Path(job.ranks[0]["profile"][case]["path"])
     sidecar = json.loads(path.with_suffix(".json").read_text())
     assert sidecar["pipeline_size"] == 2 and sidecar["microbatches"] == 4
+    assert sidecar["tensor_parallel_size"] == sidecar["gpus_per_stage"] == tensor
+    assert sidecar["recompute_granularity"] == case.split("-")[1]
     assert sidecar["blocking_power_w"] > 0
     profile = perseus.Profile.from_csv(path, blocking_power_w=sidecar["blocking_power_w"])
     assert profile.num_stages == 2
@@ -319,44 +591,99 @@ def test_profile_mode_writes_every_stage_and_leaves_training_alone(job):
 
 @needs_megatron
 @pytest.mark.filterwarnings("ignore::perseus.ProfileWarning")  # CPU timings, see above
-def test_example_profiles_then_runs(fake_libraries, tmp_path):
-    """examples/megatron_gpt.py as a user runs it (through the CPU shims): profile, then run."""
+def test_example_profiles_optimizes_and_runs_with_tp2_and_recomputation(fake_libraries, tmp_path):
+    """examples/megatron_gpt.py as a user runs it (through the CPU shims), on 4 ranks with
+    TP=2, PP=2 and full recomputation: profile, then optimize and run with calibration; rank 0
+    prints the measured-energy table of all GPUs."""
     csv = tmp_path / "out" / "gpt.csv"
-    common = [str(EXAMPLE), "--cpu", "--pipeline=2", "--iterations=3"]
+    common = [str(EXAMPLE), "--cpu", "--pipeline=2", "--tensor=2", "--recompute=full"]
+    env = {"FAKE_NVML_DEVICES": "4"}
     codes, logs = launch(
-        2,
-        [*common, "--mode=profile", f"--profile={csv}", "--frequencies=1980,1500,1050"],
-        timeout_s=180,
+        4,
+        [
+            *common,
+            "--iterations=3",
+            "--mode=profile",
+            f"--profile={csv}",
+            "--frequencies=1980,1500,1050",
+        ],
+        timeout_s=240,
+        env=env,
         logs=tmp_path / "profile-logs",
     )
-    assert codes == [0, 0], _failure("example, profile mode", codes, logs)
+    assert codes == [0] * 4, _failure("example, profile mode", codes, logs)
     assert "profile of 2 stages written to" in logs[0]
-    assert "iteration 2:" not in logs[1]  # after="stop": training stopped at the profile
+    assert "iteration 2:" not in logs[2]  # after="stop": training stopped at the profile
     sidecar = json.loads(csv.with_suffix(".json").read_text())
-    assert sidecar["blocking_power_w"] > 0
-    assert (
-        perseus.Profile.from_csv(csv, blocking_power_w=sidecar["blocking_power_w"]).num_stages == 2
+    assert sidecar["blocking_power_w"] > 0 and sidecar["tensor_parallel_size"] == 2
+    codes, logs = launch(
+        4,
+        [
+            *common,
+            "--iterations=8",
+            "--mode=run",
+            f"--profile={csv}",
+            "--calibrate=2",
+            "--report-every=4",
+            f"--json={tmp_path / 'run.json'}",
+        ],
+        timeout_s=240,
+        env=env,
+        logs=tmp_path / "run-logs",
     )
-    # Clocks do not change a CPU's speed, so the profile just measured need
-    # not trade time for energy; run mode gets one that does.
+    assert codes == [0] * 4, _failure("example, run mode", codes, logs)
+    table = logs[0]
+    assert "perseus: measured energy per GPU" in table
+    assert "job: " in table and "J per iteration on 4 GPU(s)" in table
+    assert "calibration over 2+2 iterations" in table and "saving" in table
+    assert "straggler switch(es) over all replicas" in table
+    # The energy reports and the calibration are logged once for the job, by rank 0.
+    assert "perseus: iterations 0-3: measured" in logs[0] and "perseus: calibration" in logs[0]
+    for log in logs[1:]:
+        assert "perseus: iterations" not in log and "perseus: calibration" not in log
+    for rank in range(4):
+        record = json.loads((tmp_path / f"run.rank{rank}.json").read_text())
+        assert record["summary"]["iterations"] == 8 and record["summary"]["energy_j"] > 0
+    losses = json.loads((tmp_path / "run.rank3.json").read_text())["losses"]
+    assert len(losses) == 8 and all(math.isfinite(x) for x in losses)
+
+
+@needs_megatron
+def test_example_follows_a_straggler_and_recovers(fake_libraries, tmp_path):
+    """--slow-replica 1 --slow-seconds 0.1 --slow-iterations 8:16 with default settings, two
+    replicas of one rank each (replica 1 about 1.3x slower, the case of issue 13 that the old
+    policy never followed): replica 0's first rank logs one "straggler" switch and one
+    "recovered" switch; the straggler logs none."""
     synthetic = tmp_path / "synthetic.csv"
-    _frontier_profile().to_csv(synthetic)
+    _frontier_profile(stages=1).to_csv(synthetic)
     codes, logs = launch(
         2,
         [
-            *common,
+            str(EXAMPLE),
+            "--cpu",
+            "--pipeline=1",
+            "--microbatches=1",
+            "--iterations=22",
             "--mode=run",
             f"--profile={synthetic}",
             "--blocking-power=80",
-            f"--json={tmp_path / 'run.json'}",
+            "--step-seconds=0.3",
+            "--slow-replica=1",
+            "--slow-seconds=0.1",
+            "--slow-iterations=8:16",
         ],
         timeout_s=180,
-        logs=tmp_path / "run-logs",
+        logs=tmp_path / "logs",
     )
-    assert codes == [0, 0], _failure("example, run mode", codes, logs)
-    assert "straggler switch(es)" in logs[0]
-    losses = json.loads((tmp_path / "run.rank1.json").read_text())["losses"]
-    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    assert codes == [0, 0], _failure("example, straggler", codes, logs)
+    switches = [line for line in logs[0].splitlines() if "perseus: replica 0 " in line]
+    assert len(switches) == 2, logs[0]
+    assert "follows straggler replica 1" in switches[0]
+    slowdown = float(re.search(r"follows straggler replica 1 \(([0-9.]+)x", switches[0]).group(1))
+    assert 1.2 < slowdown < 1.5, switches[0]
+    assert "recovered" in switches[1] and "straggler replica 1 is back" in switches[1]
+    assert "perseus: replica" not in logs[1]
+    assert "2 straggler switch(es) over all replicas" in logs[0]
 
 
 @pytest.mark.skipif(
@@ -482,9 +809,9 @@ def test_check_megatron_names_a_missing_schedule_function():
         check_megatron(schedules, "0.19.2")
 
 
-def _frontier_profile():
+def _frontier_profile(stages=2):
     records = []
-    for stage in range(2):
+    for stage in range(stages):
         for instruction, scale in (("forward", 1.0), ("backward", 2.0)):
             for f in (1980, 1620, 1260, 900):
                 t = 0.01 * scale * (1 + 0.5 * stage) * 1980 / f
@@ -492,67 +819,277 @@ def _frontier_profile():
     return perseus.Profile.from_records(records, blocking_power_w=80.0)
 
 
-def _frontier():
-    return perseus.optimize(_frontier_profile(), microbatches=4, progress=False)
+def _frontier(microbatches=4):
+    return perseus.optimize(_frontier_profile(), microbatches=microbatches, progress=False)
 
 
-def test_straggler_policy_follows_holds_and_recovers():
+# ---- the straggler policy on recorded traces ------------------------------------------------
+#
+# A trace holds, per iteration, every replica's measured time (seconds). Each replica runs
+# its own policy on the same rows, as the all-gather gives them; the tests check each
+# replica's switches. Times of followers are as measured: a follower's slower plan is in its
+# times when a trace says so.
+
+
+def _policies(frontier, replicas, **options):
+    return [
+        StragglerPolicy(frontier, frontier.fastest, replica=r, **options) for r in range(replicas)
+    ]
+
+
+def _replay(policies, rows):
+    switches = [[] for _ in policies]
+    for iteration, times in enumerate(rows):
+        for replica, policy in enumerate(policies):
+            switch = policy.observe(iteration, times)
+            if switch is not None:
+                switches[replica].append(switch)
+    return switches
+
+
+def _noisy(iterations, replicas, *, seed, noise=0.03, slow=None):
+    """Times of ~1 s with uniform noise; ``slow(iteration, replica)`` multiplies them."""
+    rng = random.Random(seed)
+    return [
+        [
+            (1 + rng.uniform(-noise, noise)) * (slow(i, r) if slow is not None else 1.0)
+            for r in range(replicas)
+        ]
+        for i in range(iterations)
+    ]
+
+
+def _reasons(switches):
+    return [(s.reason, s.straggler, s.iteration) for s in switches]
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_policy_noise_alone_never_switches(replicas):
+    """±4 % noise on every replica, and a one-iteration hiccup (1.6x) somewhere every 7
+    iterations: medians of 5 never see a straggler."""
+
+    def hiccups(i, r):
+        return 1.6 if i % 7 == 3 and r == (i // 7) % replicas else 1.0
+
+    rows = _noisy(300, replicas, seed=1, noise=0.04, slow=hiccups)
+    policies = _policies(_frontier(), replicas)
+    assert _replay(policies, rows) == [[]] * replicas
+    assert {d.action for d in policies[0].decisions} <= {"collecting", "none"}
+    assert all(p.plan is p.base for p in policies)
+
+
+def test_policy_common_mode_slowdown_never_switches():
+    """Every replica 30 % slower (iterations 20-59), then 20 % faster (60-79): no straggler."""
+
+    def common(i, r):
+        return 1.3 if 20 <= i < 60 else 0.8 if 60 <= i < 80 else 1.0
+
+    rows = _noisy(100, 2, seed=2, noise=0.02, slow=common)
+    assert _replay(_policies(_frontier(), 2), rows) == [[], []]
+
+
+def test_policy_fast_outliers_neither_switch_nor_blind_it():
+    """One replica is 5x fast once, the other once too; later replica 1 straggles (1.3x,
+    iterations 30-49) and replica 0 follows it and comes back: an outlier is no reference."""
+
+    def times(i, r):
+        if (i, r) in ((10, 0), (12, 1)):
+            return 0.2
+        return 1.3 if r == 1 and 30 <= i < 50 else 1.0
+
+    rows = _noisy(70, 2, seed=3, noise=0.02, slow=times)
+    healthy, straggler = _replay(_policies(_frontier(), 2), rows)
+    assert straggler == []
+    assert _reasons(healthy) == [("straggler", 1, 32), ("recovered", 1, 52)]
+
+
+def test_policy_follows_a_1_2_to_1_5x_straggler_for_8_iterations():
+    """The reproduced case: replica 1 is 1.2-1.5x slower in iterations 20-27, replica 0 at its
+    own pace (+10 % here and there). Replica 0 follows from the third slow iteration, with the
+    plan for the straggler's time, and returns at the third fast one."""
+    rng = random.Random(4)
+    slowdowns = {i: rng.uniform(1.2, 1.5) for i in range(20, 28)}
+
+    def times(i, r):
+        if r == 1:
+            return slowdowns.get(i, 1.0)
+        return 1.1 if i % 5 == 0 else 1.0  # its own time rose 10 % now and then
+
+    rows = _noisy(40, 2, seed=5, noise=0.02, slow=times)
     frontier = _frontier()
-    base = frontier.fastest
-    policy = StragglerPolicy(frontier, base, tolerance=0.1, recovery=0.05)
-    assert policy.observe(0, 1.0, 1.0, 1.0) is None and policy.plan is base
-    # the other replica is 30 % slower: follow it
-    switch = policy.observe(1, 1.0, 1.3, 1.0)
-    assert isinstance(switch, PlanSwitch) and switch.reason == "straggler"
-    assert switch.deadline_s == pytest.approx(1.3 * base.iteration_time_s)
-    assert policy.plan is frontier.plan_for(1.3 * base.iteration_time_s)
-    assert "straggler" in str(switch)
-    # while following, only the straggler runs the base plan and reports
-    assert policy.observe(2, 1.5, 1.32, 1.32) is None  # about the same: stay
-    # inside the hysteresis band (between recovery and tolerance): stay
-    assert policy.observe(3, 1.5, 1.07, 1.07) is None and policy.plan is not base
-    # recovered
-    back = policy.observe(4, 1.5, 1.02, 1.02)
-    assert back.reason == "recovered" and policy.plan is base
-    assert policy.reference_s == 1.0
+    policies = _policies(frontier, 2)
+    healthy, straggler = _replay(policies, rows)
+    assert straggler == [] and policies[1].plan is frontier.fastest
+    assert _reasons(healthy)[0] == ("straggler", 1, 22)
+    follow = healthy[0]
+    assert 1.2 < follow.slowdown < 1.5
+    assert follow.deadline_s == pytest.approx(frontier.fastest.iteration_time_s * follow.slowdown)
+    assert follow.to_time_s == frontier.plan_for(follow.deadline_s).iteration_time_s
+    assert follow.to_time_s > follow.from_time_s
+    assert _reasons(healthy)[-1] == ("recovered", 1, 30)
+    assert all(s.reason in ("straggler", "straggler changed", "recovered") for s in healthy)
+    assert "follows straggler replica 1" in str(follow)
 
 
-def test_straggler_policy_retargets_and_never_slows_the_straggler():
+def test_policy_recovery_at_1_05x_is_recovered():
+    """A straggler at 1.3x that comes back to 1.05x of the others, and one that comes back to
+    1.03x with noise: both "recovered" with the defaults, never "straggler changed". With a
+    band (recovery=0.05), 1.05x still recovers and 1.08x is followed as a mild straggler."""
+
+    def back_to(level):
+        return [[1.0, 1.3 if 5 <= i < 25 else (level if i >= 25 else 1.0)] for i in range(40)]
+
+    healthy, _ = _replay(_policies(_frontier(), 2), back_to(1.05))
+    assert [s.reason for s in healthy] == ["straggler", "recovered"]
+    assert healthy[1].slowdown == pytest.approx(1.05)
+
+    def back_to_1_03(i, r):
+        return (1.3 if i < 25 else 1.03) if r == 1 and i >= 5 else 1.0
+
+    rows = _noisy(40, 2, seed=6, noise=0.005, slow=back_to_1_03)
+    healthy, _ = _replay(_policies(_frontier(), 2), rows)
+    assert [s.reason for s in healthy] == ["straggler", "recovered"]
+    banded, _ = _replay(_policies(_frontier(), 2, recovery=0.05), back_to(1.05))
+    assert [s.reason for s in banded] == ["straggler", "recovered"]
+    banded, _ = _replay(_policies(_frontier(), 2, recovery=0.05), back_to(1.08))
+    assert [s.reason for s in banded] == ["straggler", "straggler changed"]
+    assert banded[1].slowdown == pytest.approx(1.08)
+
+
+def test_policy_common_mode_drift_while_following_keeps_the_deadline():
+    """Replica 1 straggles at 1.3x (iterations 5-44); from 20 on every replica is 20 % slower
+    (the followers too, on their slower plan). The drift the followers see moves the reference,
+    so the slowdown stays 1.3x (no retarget), and the straggler's return is "recovered"."""
+
+    def times(i, r):
+        common = 1.2 if i >= 20 else 1.0
+        return common * (1.3 if r == 1 and 5 <= i < 45 else 1.0)
+
+    healthy, _ = _replay(_policies(_frontier(), 2), _noisy(60, 2, seed=9, noise=0.01, slow=times))
+    assert [s.reason for s in healthy] == ["straggler", "recovered"]
+    assert healthy[1].reference_s == pytest.approx(1.2, rel=0.03)
+
+
+def test_policy_straggler_that_changes_replica():
+    """Three replicas: replica 1 is slow (1.3x) in iterations 10-29, then replica 2 (1.4x) in
+    30-49. The others follow 1, come back, follow 2, come back; each straggler keeps the base
+    plan while it straggles, and all three replicas agree on every decision."""
+
+    def times(i, r):
+        if r == 1 and 10 <= i < 30:
+            return 1.3
+        if r == 2 and 30 <= i < 50:
+            return 1.4
+        return 1.0
+
     frontier = _frontier()
-    base = frontier.fastest
-    policy = StragglerPolicy(frontier, base, tolerance=0.1)
-    # this replica is the slow one: it keeps the base plan
-    assert policy.observe(0, 1.0, 1.0, 1.0) is None
-    assert policy.observe(1, 1.5, 1.5, 1.0) is None and policy.plan is base
-    # another replica straggles; then it gets much slower: a new deadline
-    first = policy.observe(2, 1.0, 1.3, 1.0)
-    second = policy.observe(3, 1.0, 2.0, 2.0)
-    assert first.reason == "straggler" and second.reason == "straggler changed"
-    assert second.from_time_s == first.to_time_s < second.to_time_s
-    assert policy.deadline_s == pytest.approx(2.0 * base.iteration_time_s)
-    # nobody on the base plan (cannot happen with real replicas): no information, no change
-    plan = policy.plan
-    assert policy.observe(4, 1.0, 0.0, math.inf) is None and policy.plan is plan
+    policies = _policies(frontier, 3)
+    switches = _replay(policies, _noisy(70, 3, seed=7, noise=0.02, slow=times))
+    assert _reasons(switches[0]) == [
+        ("straggler", 1, 12),
+        ("recovered", 1, 32),
+        ("straggler", 2, 37),
+        ("recovered", 2, 52),
+    ]
+    assert [s.reason for s in switches[1]] == ["straggler", "recovered"]  # follows replica 2
+    assert [(s.reason, s.straggler) for s in switches[2]] == [("straggler", 1), ("recovered", 1)]
+    assert switches[0][2].slowdown > switches[0][0].slowdown  # 1.4x against 1.3x
+    decisions = [[(d.iteration, d.action, d.straggler) for d in p.decisions] for p in policies]
+    assert decisions[0] == decisions[1] == decisions[2]
 
 
-def test_straggler_policy_arguments():
+def test_policy_hovering_at_the_threshold_does_not_flap():
+    """A straggler hovering at 1.10x ± 2 % for 200 iterations (the default tolerance): switches
+    at least min_samples apart, never a deadline beyond what the straggler takes; with a band
+    (recovery=0.05) it is followed once and kept."""
+
+    def hover(i, r):
+        return 1.10 if r == 1 else 1.0
+
+    rows = _noisy(200, 2, seed=8, noise=0.02, slow=hover)
+    frontier = _frontier()
+    healthy, _ = _replay(_policies(frontier, 2), rows)
+    iterations = [s.iteration for s in healthy]
+    assert all(b - a >= 5 for a, b in zip(iterations, iterations[1:]))
+    base_s = frontier.fastest.iteration_time_s
+    assert all(s.deadline_s <= base_s * 1.13 for s in healthy if s.reason == "straggler")
+    banded, _ = _replay(_policies(frontier, 2, recovery=0.05), rows)
+    assert len(banded) <= 1
+
+
+def test_policy_returns_when_a_follower_becomes_the_slowest():
+    """Replica 1 straggles (1.3x) from iteration 10 on; replica 0's slower plan turns out 1.6x
+    slow (the model was wrong), which would slow the job: it returns to the base plan
+    ("follower slowest"), and follows again once a fresh window shows the straggler."""
+    frontier = _frontier()
+    policies = _policies(frontier, 2)
+    switches = [[], []]
+    for i in range(40):
+        following = policies[0].plan is not policies[0].base
+        times = [1.6 if following else 1.0, 1.3 if i >= 10 else 1.0]
+        for r, policy in enumerate(policies):
+            switch = policy.observe(i, times)
+            if switch is not None:
+                switches[r].append(switch)
+    reasons = [s.reason for s in switches[0]]
+    assert reasons[:3] == ["straggler", "follower slowest", "straggler"]
+    assert switches[1] == []
+
+
+def test_policy_reports_every_decision_with_its_numbers():
+    rows = [[1.0, 1.5 if i >= 8 else 1.0] for i in range(14)]
+    policy = _policies(_frontier(), 2)[0]
+    for i, times in enumerate(rows):
+        policy.observe(i, times)
+    decisions = list(policy.decisions)
+    assert len(decisions) == len(rows)
+    assert [d.action for d in decisions[:4]] == ["collecting"] * 4
+    follow = next(d for d in decisions if d.action == "follow")
+    assert follow.iteration == 10 and follow.straggler == 1 and follow.samples == 5
+    assert follow.straggler_s == 1.5 and follow.reference_s == 1.0 and follow.slowdown == 1.5
+    assert follow.deadline_s == pytest.approx(1.5 * policy.base.iteration_time_s)
+    assert follow.plan_time_s == policy.plan.iteration_time_s
+    assert "straggler replica 1" in str(follow)
+    # a missing time (a rank that let go) skips the iteration
+    assert policy.observe(99, [1.0, math.inf]) is None
+    assert policy.decisions[-1].action == "skipped"
+
+
+def test_policy_arguments():
     frontier = _frontier()
     with pytest.raises(ValueError, match="tolerance"):
         StragglerPolicy(frontier, frontier.fastest, tolerance=0)
     with pytest.raises(ValueError, match="recovery"):
         StragglerPolicy(frontier, frontier.fastest, tolerance=0.1, recovery=0.2)
+    with pytest.raises(ValueError, match="window"):
+        StragglerPolicy(frontier, frontier.fastest, window=0)
+    with pytest.raises(ValueError, match="min_samples"):
+        StragglerPolicy(frontier, frontier.fastest, window=3, min_samples=4)
+    with pytest.raises(ValueError, match="replica"):
+        StragglerPolicy(frontier, frontier.fastest, replica=-1)
+
+
+def test_plan_switch_keeps_the_old_field_name_for_a_release(monkeypatch):
+    monkeypatch.setattr(perseus._deprecation, "_warned", set())
+    rows = [[1.0, 1.5] for _ in range(6)]
+    switch = _replay(_policies(_frontier(), 2), rows)[0][0]
+    with pytest.warns(DeprecationWarning, match="PlanSwitch.slowest_s"):
+        assert switch.slowest_s == switch.straggler_s
+
+
+# ---- attach's arguments, options and old keywords -------------------------------------------
 
 
 def test_attach_arguments_are_checked_before_any_import():
     frontier = _frontier()
-    with pytest.raises(ValueError, match="profile_path"):
+    with pytest.raises(ValueError, match=r"ProfileOptions\(path=...\)"):
         attach(mode="profile")
     with pytest.raises(ValueError, match="after"):
-        attach(mode="profile", profile_path="p.csv", after="later")
+        ProfileOptions(path="p.csv", after="later")
     with pytest.raises(ValueError, match="sidecar"):
-        attach(mode="profile", profile_path="p.json")
+        ProfileOptions(path="p.json")
     with pytest.raises(ValueError, match="cannot set 'mode'"):
-        attach(mode="profile", profile_path="p.csv", profiler_options={"mode": "cpu"})
+        ProfileOptions(path="p.csv", profiler_options={"mode": "cpu"})
     with pytest.raises(ValueError, match="mode must be"):
         attach(frontier, mode="replay")
     with pytest.raises(ValueError, match="needs a frontier"):
@@ -561,17 +1098,264 @@ def test_attach_arguments_are_checked_before_any_import():
         attach(plan=frontier.fastest)
     with pytest.raises(ValueError, match="on_mismatch"):
         attach(frontier, on_mismatch="ignore")
+    with pytest.raises(TypeError, match="clocks must be"):
+        attach(frontier, clocks={"device": 0})
+    with pytest.raises(ValueError, match="single frontier"):
+        attach({4: frontier, 8: _frontier(8)}, plan=frontier.fastest)
     assert attach(plan=frontier.fastest, stragglers=False).base_plan is frontier.fastest
     assert attach(frontier).plan is frontier.fastest
+    assert attach(profile=ProfileOptions(path="p.csv")).mode == "profile"
+
+
+def test_option_records_check_their_fields():
+    with pytest.raises(ValueError, match="idle_mhz"):
+        ClockOptions(idle_mhz=0)
+    with pytest.raises(ValueError, match="evaluation_mhz"):
+        ClockOptions(evaluation_mhz=1500.0)
+    with pytest.raises(ValueError, match="device"):
+        ClockOptions(device=-1)
+    with pytest.raises(ValueError, match="calibrate"):
+        MetricsOptions(calibrate=1)
+    with pytest.raises(ValueError, match="report_every"):
+        MetricsOptions(report_every=0)
+    with pytest.raises(ValueError, match="writers"):
+        MetricsOptions(writers=[object()])
+    with pytest.raises(ValueError, match="timeout_s"):
+        ProfileOptions(path="p.csv", timeout_s=0)
+    options = ProfileOptions(path="p.csv", profiler_options={"window_s": 0.5})
+    with pytest.raises(TypeError):
+        options.profiler_options["window_s"] = 1.0  # frozen, and its mapping too
+    assert StragglerOptions().recovery_fraction == 0.10 and StragglerOptions().samples == 5
+
+
+def test_old_keywords_still_work_with_a_deprecation_warning(monkeypatch):
+    monkeypatch.setattr(perseus._deprecation, "_warned", set())
+    frontier = _frontier()
+    with pytest.warns(DeprecationWarning) as caught:
+        attached = attach(frontier, device=1, tolerance=0.2, warmup_iterations=3)
+    assert {str(w.message).split(" is deprecated")[0] for w in caught} == {
+        "attach(device=...)",
+        "attach(tolerance=...)",
+        "attach(warmup_iterations=...)",
+    }
+    assert "attach(clocks=ClockOptions(device=...))" in str(caught[0].message)
+    settings = attached._settings
+    assert settings.clocks.device == 1
+    assert settings.stragglers.tolerance == 0.2 and settings.stragglers.warmup_iterations == 3
+    with pytest.warns(DeprecationWarning) as caught:
+        profiled = attach(mode="profile", profile_path="p.csv", after="continue")
+    assert len(caught) == 2 and "ProfileOptions(path=...)" in str(caught[0].message)
+    assert profiled._settings.profile.after == "continue"
+    with pytest.raises(TypeError, match="both clocks= and its old keyword"):
+        attach(frontier, clocks=ClockOptions(), device=0)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        attach(frontier, tolerence=0.1)
+
+
+def test_frontiers_keyed_by_workload():
+    f4, f8 = _frontier(4), _frontier(8)
+    assert normalize_frontiers(f4) == ({4: f4}, False)
+    assert normalize_frontiers({4: f4, 8: f8}) == ({4: f4, 8: f8}, False)
+    assert normalize_frontiers({(4, 2048): f4}) == ({(4, 2048): f4}, True)
+    with pytest.raises(ValueError, match="made for 4 microbatches, not 8"):
+        normalize_frontiers({8: f4})
+    with pytest.raises(ValueError, match="mix"):
+        normalize_frontiers({4: f4, (8, 1024): f8})
+    with pytest.raises(ValueError, match="neither a microbatch count"):
+        normalize_frontiers({"4": f4})
+    with pytest.raises(ValueError, match="not a perseus.Frontier"):
+        normalize_frontiers({4: f4.fastest})
+
+
+@pytest.mark.parametrize(
+    ("config", "full"),
+    [
+        (types.SimpleNamespace(cuda_graph_impl="full_iteration"), True),  # 0.17+
+        (types.SimpleNamespace(cuda_graph_impl="local", cuda_graph_scope="full_iteration"), True),
+        (types.SimpleNamespace(cuda_graph_impl="local", cuda_graph_scope=["full_iteration"]), True),
+        (types.SimpleNamespace(cuda_graph_impl="local", cuda_graph_modules=["attn"]), False),
+        (
+            types.SimpleNamespace(cuda_graph_impl="transformer_engine", cuda_graph_scope="full"),
+            False,
+        ),
+        (types.SimpleNamespace(cuda_graph_impl="none", cuda_graph_scope="full"), False),
+        (types.SimpleNamespace(), False),
+    ],
+)
+def test_full_iteration_cuda_graphs_are_recognised(config, full):
+    assert full_iteration_graphs(config) is full
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+
+def test_add_arguments_and_settings_from_them(tmp_path):
+    parser = perseus.megatron.add_arguments(argparse.ArgumentParser())
+    assert settings_from_args(parser.parse_args([])) is None  # off by default
+    f4, f8 = tmp_path / "f4.json", tmp_path / "f8.json"
+    _frontier(4).save(f4)
+    _frontier(8).save(f8)
+    args = parser.parse_args(
+        [
+            "--perseus-mode=run",
+            "--perseus-frontier",
+            str(f4),
+            str(f8),
+            "--perseus-tolerance=0.2",
+            "--perseus-idle-mhz=1005",
+            "--perseus-calibrate=5",
+            "--perseus-on-mismatch=warn",
+        ]
+    )
+    settings = settings_from_args(args)
+    assert sorted(settings.frontiers) == [4, 8] and settings.mode == "run"
+    assert settings.stragglers.tolerance == 0.2 and settings.clocks.idle_mhz == 1005
+    assert settings.metrics.calibrate == 5 and settings.on_mismatch == "warn"
+    with pytest.raises(ValueError, match="both for 4 microbatches"):
+        settings_from_args(
+            parser.parse_args(["--perseus-mode=run", "--perseus-frontier", str(f4), str(f4)])
+        )
+    with pytest.raises(ValueError, match="needs --perseus-frontier"):
+        settings_from_args(parser.parse_args(["--perseus-mode=run"]))
+    with pytest.raises(ValueError, match="needs --perseus-profile"):
+        settings_from_args(parser.parse_args(["--perseus-mode=profile"]))
+    profile = settings_from_args(
+        parser.parse_args(
+            [
+                "--perseus-mode=profile",
+                "--perseus-profile=p/gpt.csv",
+                "--perseus-profile-frequencies=1980,1500",
+                "--perseus-blocking-power-w=70",
+            ]
+        )
+    )
+    assert profile.mode == "profile" and profile.profile.path == Path("p/gpt.csv")
+    assert dict(profile.profile.profiler_options) == {
+        "frequencies_mhz": [1980, 1500],
+        "blocking_power_w": 70.0,
+    }
+    graphs = parser.parse_args(["--perseus-mode=run", "--perseus-frontier", str(f4)])
+    graphs.cuda_graph_impl = "full_iteration"  # as Megatron-LM's own argument
+    with pytest.raises(perseus.megatron.UnsupportedScheduleError, match="full_iteration"):
+        settings_from_args(graphs)
+
+
+# ---- metrics arithmetic ------------------------------------------------------------------------
+
+
+def _row(iteration, energy_j, time_s=1.0, phase="plan"):
+    return JobIteration(iteration, energy_j, time_s, time_s, 0.0, 0.0, 0, phase)
+
+
+def test_calibration_saving_and_its_spread():
+    rows = [_row(i, e) for i, e in enumerate([100.0, 104.0, 96.0, 80.0, 82.0, 78.0])]
+    result = calibration(rows, first=0, iterations=3)
+    assert result.fastest_energy_j == pytest.approx(100.0)
+    assert result.plan_energy_j == pytest.approx(80.0)
+    assert result.saving == pytest.approx(0.2)
+    assert result.fastest_energy_std_j == pytest.approx(
+        4.0
+    ) and result.plan_energy_std_j == pytest.approx(2.0)
+    # delta method: sqrt((2/100)^2/3 + (80*4/100^2)^2/3)
+    assert result.saving_std == pytest.approx(math.sqrt(0.02**2 / 3 + 0.032**2 / 3))
+    assert "saving 20.00 %" in str(result)
+
+
+def test_job_rows_sum_every_gpu_and_predict_once_per_replica():
+    from perseus.megatron import IterationMetrics
+
+    def payload(rank, dp, mp, energy):
+        record = IterationMetrics(0, energy, 1.0, 0.5, 0.4, 10.0, "plan", 0)
+        return {
+            "rank": rank,
+            "data_parallel_rank": dp,
+            "model_parallel_rank": mp,
+            "gpus_per_stage": 2,
+            "records": [record],
+        }
+
+    rows = job_rows(
+        [payload(0, 0, 0, 5.0), payload(1, 0, 1, 6.0), payload(2, 1, 0, 7.0), payload(3, 1, 1, 8.0)]
+    )
+    assert len(rows) == 1
+    assert rows[0].energy_j == 26.0
+    assert rows[0].predicted_energy_j == 2 * 2 * 10.0  # two replicas, two GPUs per stage
+    assert rows[0].predicted_time_s == 0.4 and rows[0].pipeline_time_s == 0.5
+
+
+def test_writers_of_either_kind_get_the_same_scalars():
+    """TensorBoard-style writers get add_scalar(tag, value, iteration), W&B-style ones
+    log({tag: value}, step=iteration): the same numbers."""
+    from perseus.megatron import IterationMetrics
+    from perseus.megatron._metrics import report_of, write
+
+    record = IterationMetrics(7, 30.0, 1.5, 0.5, 0.4, 10.0, "plan", 1)
+    payload = {
+        "rank": 0,
+        "data_parallel_rank": 0,
+        "model_parallel_rank": 0,
+        "gpus_per_stage": 1,
+        "records": [record],
+    }
+    report = report_of(job_rows([payload]), gpus=1, replicas=1)
+
+    class Board:
+        def __init__(self):
+            self.scalars = {}
+
+        def add_scalar(self, tag, value, step):
+            self.scalars[(tag, step)] = value
+
+    class Wandb:
+        def __init__(self):
+            self.scalars = {}
+
+        def log(self, values, step):
+            self.scalars.update({(tag, step): value for tag, value in values.items()})
+
+    board, wandb = Board(), Wandb()
+    write([board, wandb], report)
+    assert board.scalars == wandb.scalars
+    assert board.scalars[("perseus/energy_j", 7)] == 30.0
+    assert board.scalars[("perseus/plan_switches", 7)] == 1.0
+    assert board.scalars[("perseus/power_w", 7)] == pytest.approx(
+        30.0 / report.iterations[0].time_s
+    )
+
+
+def test_energy_table_lists_every_rank_and_the_job():
+    summaries = [
+        {
+            "rank": r,
+            "dp_rank": 0,
+            "pp_rank": r,
+            "tp_rank": 0,
+            "device": r,
+            "iterations": 4,
+            "energy_per_iteration_j": 10.0 + r,
+            "wall_time_per_iteration_s": 0.5,
+            "plan_time_s": 0.4,
+            "switches": 0,
+            "calibration": None,
+        }
+        for r in range(2)
+    ]
+    table = perseus.megatron.format_energy_table(summaries)
+    assert "measured energy per GPU" in table
+    assert "job: 21 J per iteration on 2 GPU(s)" in table
+
+
+# ---- internals reached directly ---------------------------------------------------------------
 
 
 def test_a_computation_out_of_the_plans_order_is_caught_before_its_clock():
-    from perseus.megatron._attach import _Iteration
+    from perseus.megatron._following import Iteration
 
     frontier = _frontier()
     attachment = attach(frontier, stragglers=False, record=True)
     order = perseus.pipeline_order("1f1b", 2, 4)[0]
-    it = _Iteration(0, "1f1b", 2, 0, 1, 4, order, [1980] * len(order))
+    it = Iteration(0, "1f1b", 2, 0, 1, 4, None)
+    it.expected, it.frequencies = order, [1980] * len(order)
     attachment._before(it, order[0])
     with pytest.raises(
         perseus.megatron.ScheduleMismatchError, match="computation 1 of pipeline rank 0"

@@ -5,10 +5,15 @@ megatron-core hard-codes CUDA in a few places: ``device="cuda"`` and
 ``torch.cuda.synchronize()``; and importing its schedules imports ``triton``
 through a MoE module. :func:`install` papers over exactly these:
 
-* a ``TorchFunctionMode`` that sends CUDA allocations and moves to the CPU;
+* a ``TorchFunctionMode`` that sends CUDA allocations and moves to the CPU,
+  also inside custom autograd backward functions (the engine does not carry
+  Python modes into them, and activation checkpointing recomputes there);
 * ``torch.cuda.current_device`` returns 0, ``torch.cuda.synchronize`` does
   nothing, ``torch.cuda.current_stream`` gives a stream whose waits do nothing
   (megatron's DDP waits on it before reducing gradients);
+* ``torch.cuda.get_rng_state`` returns a constant state, which megatron's
+  activation checkpointing saves and (through ``torch.cuda._lazy_call``,
+  which never runs without CUDA) restores; the test models have no dropout;
 * where triton is not installed, the megatron-core modules on the
   schedules' import path that import it unconditionally get a stub (its
   kernels refuse to run); nobody else does, and the stub never enters
@@ -138,6 +143,10 @@ def _install_triton_gate() -> None:
     builtins.__import__ = gated_import
 
 
+def _constant_rng_state(device: object = "cuda") -> torch.Tensor:
+    return torch.zeros(16, dtype=torch.uint8)
+
+
 def install() -> None:
     """Apply the shims to this process (idempotent)."""
     global _installed
@@ -146,6 +155,14 @@ def install() -> None:
     torch.cuda.current_device = lambda: 0
     torch.cuda.synchronize = lambda *args, **kwargs: None
     torch.cuda.current_stream = lambda *args, **kwargs: _NullStream()
+    torch.cuda.get_rng_state = torch.cuda.random.get_rng_state = _constant_rng_state
     _install_triton_gate()
     CudaToCpuMode().__enter__()  # stays on for the life of the process
+    backward = torch.autograd.function.BackwardCFunction.apply
+
+    def apply_on_cpu(self, *args):
+        with CudaToCpuMode():
+            return backward(self, *args)
+
+    torch.autograd.function.BackwardCFunction.apply = apply_on_cpu
     _installed = True

@@ -1,45 +1,61 @@
-"""Attach perseus to megatron-core's pipeline schedules (see :func:`attach`)."""
+"""Attach perseus to megatron-core's schedules: :func:`attach` and its :class:`Attachment`.
+
+The :class:`Attachment` is the hub the wrapped schedule functions call: it
+starts everything at the first forward-backward call (nothing that needs
+CUDA or torch.distributed happens when attaching, so ``attach`` may wrap
+Megatron-LM's ``pretrain(...)``), opens and closes each iteration, and
+hands each computation its clock. Each part lives in a module of its own:
+the wrapping in :mod:`._patching`, the plan an iteration runs in
+:mod:`._following`, clock requests in :mod:`._clocks`, what runs between
+iterations (times, stragglers, energy reports) in :mod:`._between` with
+:mod:`._timing`, :mod:`._stragglers` and :mod:`._metrics`, the arguments
+in :mod:`._settings`, and profile mode in :mod:`._profiling` and
+:mod:`._profile`.
+"""
 
 from __future__ import annotations
 
-import functools
-import inspect
+import atexit
 import logging
 import math
-import time
 import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any, Optional, Union
 
 from .._optional import optional_module
 from ..frontier import Frontier
 from ..plan import Plan
 from ..profile import Profile
-from ..schedule import pipeline_order
 from ..switcher import FrequencySwitcher
-from . import _profile
-from ._compat import SCHEDULE_FUNCTIONS, STEP_FUNCTIONS, check_megatron
+from . import _metrics
+from ._between import Between, calibration_phase
+from ._clocks import ClockDriver
+from ._compat import (
+    FULL_GRAPH_MESSAGE,
+    check_megatron,
+    full_iteration_graphs,
+    unsupported_schedule,
+)
+from ._device import resolve_device
 from ._errors import (
     MegatronIntegrationError,
     ProfilingFinished,
     ScheduleMismatchError,
     UnsupportedScheduleError,
 )
-from ._stragglers import PlanSwitch, StragglerPolicy, exchange_times
+from ._following import PLAN_SCHEDULE, Iteration, PlanBook, PlanWarning, WorkloadKey
+from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
+from ._patching import SchedulePatch
+from ._profiling import Layout, ProfileSession, unsupported_for_profiling
+from ._settings import FrontierArgument, Settings, from_old_keywords, settings_of
+from ._stragglers import PlanSwitch, StragglerDecision
+from ._timing import CpuGroups, Stopwatch
 
 __all__ = ["Attachment", "Computation", "attach"]
 
 logger = logging.getLogger("perseus.megatron")
-
-MODES = ("run", "profile")
-
-# The perseus schedule each megatron schedule function runs.
-_PLAN_SCHEDULE = {"no-pipelining": "1f1b", "1f1b": "1f1b", "interleaved": "interleaved-1f1b"}
-_MARK = "__perseus_attachment__"
 
 
 @dataclass(frozen=True)
@@ -50,64 +66,18 @@ class Computation:
     instruction: str  #: "forward" or "backward"
     chunk: int  #: virtual chunk on this GPU (0 without interleaving)
     microbatch: int
-    frequency_mhz: Optional[int]  #: planned SM clock requested for it; None in profile mode
+    frequency_mhz: Optional[
+        int
+    ]  #: planned SM clock requested for it; None: unlocked or profile mode
 
 
-class _Arguments:
-    """Reads named arguments of calls to one function without binding the whole signature."""
+def _megatron_lm_args() -> Any:
+    """Megatron-LM's parsed arguments if it has parsed them already (never imports it)."""
+    import sys
 
-    def __init__(self, function: Callable[..., Any]) -> None:
-        self.signature = inspect.signature(function)
-        names = list(self.signature.parameters)
-        self._index = {name: i for i, name in enumerate(names)}
-        self._default = {
-            name: p.default
-            for name, p in self.signature.parameters.items()
-            if p.default is not p.empty
-        }
-
-    def get(self, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
-        if name in kwargs:
-            return kwargs[name]
-        index = self._index[name]
-        if index < len(args):
-            return args[index]
-        return self._default.get(name)
-
-    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return dict(bound.arguments)
-
-
-class _Iteration:
-    """State of one forward-backward call."""
-
-    def __init__(
-        self,
-        number: int,
-        kind: str,
-        pp_size: int,
-        pp_rank: int,
-        chunks: int,
-        microbatches: int,
-        expected: Optional[list[tuple[str, int, int]]],
-        frequencies: Optional[list[int]],
-    ) -> None:
-        self.number = number
-        self.kind = kind
-        self.pp_size = pp_size
-        self.pp_rank = pp_rank
-        self.chunks = chunks
-        self.microbatches = microbatches
-        self.expected = expected
-        self.frequencies = frequencies
-        self.total = 2 * chunks * microbatches
-        self.index = 0
-        self.outputs: dict[int, tuple[Any, int, int]] = {}
-        self.start: Any = None
-        self.end: Any = None
-        self.following = True  # False once a mismatch made perseus let go (on_mismatch="warn")
+    module = sys.modules.get("megatron.training.global_vars")
+    args = getattr(module, "_GLOBAL_ARGS", None) if module is not None else None
+    return args
 
 
 class Attachment:
@@ -118,16 +88,24 @@ class Attachment:
     mode : str
         ``"run"`` or ``"profile"``.
     frontier : Frontier or None
-    base_plan : Plan or None
-        The plan run while no data-parallel replica straggles.
+        The frontier, when one was given (``frontiers`` holds them all).
+    frontiers : dict
+        Frontiers by workload key (microbatches, or (microbatches, seq_length)).
     iterations : int
         Training iterations (forward-backward calls, forward-only excluded) seen.
     switches : list of PlanSwitch
-        Every change of plan made to follow a straggler, oldest first.
+        Every change of this replica's plan made to follow a straggler.
+    decisions : list of StragglerDecision
+        Every straggler decision, with its numbers (the most recent 10000).
+    metrics : Metrics
+        Run mode: energy and time measured per iteration, reports, calibration.
     trace : list of Computation
         With ``record=True``: every computation seen, in order.
     iteration_times_s : collections.deque
-        This pipeline's recent iteration times (seconds, last 1000).
+        This rank's recent iteration times: entering the schedule to its last
+        backward (seconds, last 1000).
+    device : int or None
+        This rank's CUDA device, once resolved (at the first iteration).
     megatron_version : str
     profile : Profile or None
         Profile mode: the merged profile, once measured.
@@ -135,96 +113,98 @@ class Attachment:
 
     def __init__(
         self,
-        frontier: Optional[Frontier],
+        settings: Optional[Settings],
         *,
-        mode: str,
-        plan: Optional[Plan],
-        switcher: Optional[FrequencySwitcher],
-        device: Optional[int],
-        stragglers: bool,
-        tolerance: float,
-        recovery: Optional[float],
-        warmup_iterations: int,
-        data_parallel_group: Any,
-        model_parallel_group: Any,
-        on_mismatch: str,
-        record: bool,
-        allow_untested_version: bool,
-        profile: Optional[_profile.ProfileRun],
+        allow_untested_version: bool = False,
+        configure: Optional[Callable[[], Optional[Settings]]] = None,
+        exit_when_profiled: bool = False,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-        if on_mismatch not in ("raise", "warn"):
-            raise ValueError(f"on_mismatch must be 'raise' or 'warn', not {on_mismatch!r}")
-        if (
-            isinstance(warmup_iterations, bool)
-            or not isinstance(warmup_iterations, int)
-            or warmup_iterations < 0
-        ):
-            raise ValueError(
-                f"warmup_iterations must be an integer >= 0, not {warmup_iterations!r}"
-            )
-        if mode == "run":
-            if frontier is None and plan is None:
-                raise ValueError("run mode needs a frontier (perseus.optimize(...)) or a plan")
-            if plan is None:
-                assert frontier is not None
-                plan = frontier.fastest
-            if stragglers and frontier is None:
-                raise ValueError("following stragglers needs the frontier, not only a plan")
-        self.mode = mode
-        self.frontier = frontier
-        self.base_plan = plan
-        self._plan = plan
-        self._switcher = switcher
-        self._owns_switcher = switcher is None
-        self._device = device
-        self._stragglers = bool(stragglers) and mode == "run"
-        self._policy = (
-            StragglerPolicy(frontier, plan, tolerance=tolerance, recovery=recovery)
-            if self._stragglers and frontier is not None and plan is not None
-            else None
-        )
-        self._warmup = warmup_iterations
-        self._dp_group = data_parallel_group
-        self._mp_group = model_parallel_group
-        self._on_mismatch = on_mismatch
-        self._record = record
+        self._settings = settings
+        self._configure = configure
         self._allow_untested = allow_untested_version
-        self._profile = profile
+        self._exit_when_profiled = exit_when_profiled
         self.iterations = 0
         self.switches: list[PlanSwitch] = []
+        self.decisions: deque[StragglerDecision] = deque(maxlen=10_000)
         self.trace: list[Computation] = []
         self.iteration_times_s: deque[float] = deque(maxlen=1000)
+        self.metrics = _metrics.Metrics()
         self.megatron_version = ""
         self.profile: Optional[Profile] = None
+        self.device: Optional[int] = None
         self._torch: Any = None
         self._schedules: Any = None
-        self._originals: dict[str, Callable[..., Any]] = {}
-        self._current: Optional[_Iteration] = None
+        self._patch: Optional[SchedulePatch] = None
+        self._attached = False
+        self._in_with = False
+        self._off = False
+        self._started = False
+        self._book: Optional[PlanBook] = None
+        self._session: Optional[ProfileSession] = None
+        self._switcher: Optional[FrequencySwitcher] = None
+        self._owns_switcher = False
+        self._driver: Optional[ClockDriver] = None
+        self._stopwatch: Optional[Stopwatch] = None
+        self._recorder: Optional[_metrics.Recorder] = None
+        self._between: Optional[Between] = None
+        self._groups: Optional[CpuGroups] = None
+        self._layout: Optional[Layout] = None
+        self._current: Optional[Iteration] = None
+        self._previous: Optional[Iteration] = None
+        self._last_plan: Optional[Plan] = None
         self._passthrough = 0
         self._following = True
-        self._gpu = False
-        self._last_mhz: Optional[int] = None
-        self._orders: dict[tuple[Any, ...], tuple[list[tuple[str, int, int]], list[int]]] = {}
-        self._forward_args: Optional[_Arguments] = None
-        self._backward_args: Optional[_Arguments] = None
-        self._attached = False
+        self.mode = "run"
+        self.frontiers: dict[WorkloadKey, Frontier] = {}
+        if settings is not None:
+            self._apply(settings)
+
+    def _apply(self, settings: Settings) -> None:
+        self._settings = settings
+        self.mode = settings.mode
+        self.frontiers = dict(settings.frontiers)
+        self._book = PlanBook(
+            settings.frontiers, settings.by_length, settings.plan, settings.stragglers
+        )
+        if settings.profile is not None:
+            self._session = ProfileSession(settings.profile)
+        self.metrics = _metrics.Metrics(settings.metrics.keep_iterations)
 
     # -- the plan ---------------------------------------------------------------
 
     @property
+    def frontier(self) -> Optional[Frontier]:
+        frontiers = getattr(self, "frontiers", {})
+        return next(iter(frontiers.values())) if len(frontiers) == 1 else None
+
+    @property
+    def base_plan(self) -> Optional[Plan]:
+        """The plan run while no replica straggles (for the workload of the last iteration)."""
+        book = self._book
+        if book is None:
+            return None
+        key = book.last_key
+        if key is None:
+            known = sorted(book.known, key=str)
+            if not known:
+                return None
+            key = known[0]
+        return book.base_plan(key) if key in book.known else None
+
+    @property
     def plan(self) -> Optional[Plan]:
-        """The plan run now (the base plan, or the one following a straggler)."""
-        return self._plan
+        """The plan of the last iteration (the base plan, or one following a straggler)."""
+        return self._last_plan if self._last_plan is not None else self.base_plan
 
     # -- attaching --------------------------------------------------------------
 
     def __enter__(self) -> Attachment:
         self.attach()
+        self._in_with = True
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self._in_with = False
         finished = exc_type is not None and issubclass(exc_type, ProfilingFinished)
         try:
             self.detach()
@@ -235,7 +215,11 @@ class Attachment:
         return finished
 
     def attach(self) -> None:
-        """Wrap the schedule functions (``with attach(...)`` calls this)."""
+        """Wrap the schedule functions (``with attach(...)`` calls this).
+
+        Touches neither CUDA nor torch.distributed: those are read at the
+        first forward-backward call. Detached at interpreter exit at the latest.
+        """
         if self._attached:
             raise MegatronIntegrationError("this perseus attachment is already attached")
         torch = optional_module("torch", "megatron")
@@ -243,144 +227,229 @@ class Attachment:
         from megatron.core import package_info
 
         version = str(getattr(package_info, "__version__", "unknown"))
-        for name in (*STEP_FUNCTIONS, *SCHEDULE_FUNCTIONS):
-            if hasattr(getattr(schedules, name, None), _MARK):
-                raise MegatronIntegrationError(
-                    f"schedules.{name} is already wrapped by another perseus attachment; "
-                    "leave that one's `with` block first"
-                )
+        patch = SchedulePatch(schedules, self, self)
         check_megatron(schedules, version, allow_untested_version=self._allow_untested)
+        self._refuse_from_args(_megatron_lm_args())
         self._torch = torch
         self._schedules = schedules
         self.megatron_version = version
-        self._gpu = bool(torch.cuda.is_available())
-        self._forward_args = _Arguments(schedules.forward_step)
-        self._backward_args = _Arguments(schedules.backward_step)
-        if self._profile is not None and self._profile.group is None:
-            self._profile.group = self._long_group()
-        if self.mode == "run" and self._switcher is None:
-            self._switcher = FrequencySwitcher(self._resolve_device())
-        self._originals = {
-            name: getattr(schedules, name) for name in (*STEP_FUNCTIONS, *SCHEDULE_FUNCTIONS)
-        }
-        wrappers: dict[str, Callable[..., Any]] = {
-            "forward_step": self._wrap_forward(self._originals["forward_step"]),
-            "backward_step": self._wrap_backward(self._originals["backward_step"]),
-        }
-        for name, kind in SCHEDULE_FUNCTIONS.items():
-            wrappers[name] = self._wrap_schedule(self._originals[name], kind)
-        for name, wrapper in wrappers.items():
-            setattr(wrapper, _MARK, self)
-            setattr(schedules, name, wrapper)
+        patch.install()
+        self._patch = patch
         self._attached = True
-        logger.info(
-            "perseus attached to megatron-core %s in %s mode%s",
-            version,
-            self.mode,
-            f" (plan {self._plan.iteration_time_s:.6g} s)" if self._plan is not None else "",
-        )
+        atexit.register(self.detach)
+        logger.debug("perseus attached to megatron-core %s", version)
+
+    def _refuse_from_args(self, args: Any) -> None:
+        """What cannot work, refused at attach when Megatron-LM's arguments are parsed already."""
+        settings = self._settings
+        if args is None or settings is None:
+            return  # known at the first iteration, and refused there
+        if full_iteration_graphs(args):
+            setting = "--cuda-graph-impl full_iteration"
+            raise UnsupportedScheduleError(FULL_GRAPH_MESSAGE.format(setting=setting))
+        if settings.mode == "profile":
+            problem = unsupported_for_profiling(
+                int(getattr(args, "expert_model_parallel_size", 1) or 1),
+                int(getattr(args, "context_parallel_size", 1) or 1),
+                args,
+            )
+            if problem is not None:
+                raise UnsupportedScheduleError(f"perseus's profile mode cannot run with {problem}")
+            return
+        bypass = unsupported_schedule(args, "", run_mode=True, by_length=settings.by_length)
+        if bypass is not None:
+            raise UnsupportedScheduleError(
+                f"perseus cannot follow this Megatron schedule: {bypass}"
+            )
 
     def detach(self) -> None:
         """Restore megatron's functions and give back the clocks perseus set. Idempotent."""
         if not self._attached:
             return
         self._attached = False
-        for name, original in self._originals.items():
-            setattr(self._schedules, name, original)
+        atexit.unregister(self.detach)
+        if self._patch is not None:
+            self._patch.uninstall()
         self._current = None
-        switcher, self._last_mhz = self._switcher, None
-        if switcher is not None:
-            if self._owns_switcher:
-                self._switcher = None
-                switcher.close()
-            else:
-                switcher.reset()
+        prev, self._previous = self._previous, None
+        if prev is not None and self._between is not None:
+            self._between.close_locally(prev)
+        self._between = None
+        self._started = self._off = False  # attached again, it starts afresh
+        driver, self._driver = self._driver, None
+        switcher, self._switcher = self._switcher, None
+        if self._recorder is not None:
+            self._recorder.close_meter()
+        if self._groups is not None:
+            self._groups.close()
+            self._groups = None
+        if self._session is not None and self._torch is not None:
+            self._session.close(self._torch)
+        try:
+            if driver is not None:
+                driver.close()
+        finally:
+            if switcher is not None:
+                if self._owns_switcher:
+                    switcher.close()
+                else:
+                    switcher.reset()
 
-    def _resolve_device(self) -> int:
-        if self._device is not None:
-            return int(self._device)
-        return int(self._torch.cuda.current_device()) if self._gpu else 0
+    # -- the first forward-backward call ----------------------------------------------------
 
-    def _long_group(self) -> Any:
-        dist = self._torch.distributed
-        if not dist.is_initialized():
-            raise MegatronIntegrationError(
-                "profile mode needs torch.distributed initialised before attach (perseus "
-                "gathers the ranks' measurements over it)"
-            )
-        assert self._profile is not None
-        return dist.new_group(backend="gloo", timeout=timedelta(seconds=self._profile.timeout_s))
+    def _start(self, config: Any) -> None:
+        """Resolve the GPU, read Megatron's layout, make perseus's groups (every rank at once)."""
+        self._started = True
+        if self._settings is None and self._configure is not None:
+            settings = self._configure()
+            if settings is None:  # perseus is off for this job
+                self._off = True
+                if self._patch is not None:
+                    self._patch.uninstall()
+                return
+            self._apply(settings)
+        settings = self._settings
+        assert settings is not None
+        if full_iteration_graphs(config):
+            setting = f"cuda_graph_impl={getattr(config, 'cuda_graph_impl', None)!r}"
+            raise UnsupportedScheduleError(FULL_GRAPH_MESSAGE.format(setting=setting))
+        torch = self._torch
+        self._layout = layout = Layout.read(torch)
+        explicit = settings.clocks.device
+        if settings.clocks.switcher is not None:
+            explicit = int(settings.clocks.switcher.device)
+        self.device = resolve_device(torch, explicit)
+        gpu = bool(torch.cuda.is_available()) and torch.cuda.is_initialized()
+        self._stopwatch = Stopwatch(torch, gpu)
+        self.metrics.layout = {**layout.as_dict(), "device": self.device}
+        if self.mode == "profile":
+            assert self._session is not None
+            problem = unsupported_for_profiling(layout.expert_size, layout.context_size, config)
+            if problem is not None:
+                raise UnsupportedScheduleError(f"perseus's profile mode cannot run with {problem}")
+            self._session.setup(torch, layout)
+        else:
+            self._start_run(settings, layout, gpu)
 
-    # -- wrappers ---------------------------------------------------------------
+    def _start_run(self, settings: Settings, layout: Layout, gpu: bool) -> None:
+        torch = self._torch
+        assert self.device is not None and self._book is not None
+        assert self._stopwatch is not None
+        if settings.clocks.switcher is not None:
+            self._switcher, self._owns_switcher = settings.clocks.switcher, False
+        else:
+            self._switcher, self._owns_switcher = FrequencySwitcher(self.device), True
+        self._driver = ClockDriver(
+            torch,
+            self._switcher,
+            gpu=gpu,
+            idle_mhz=settings.clocks.idle_mhz,
+            evaluation_mhz=settings.clocks.evaluation_mhz,
+        )
+        groups = None
+        if layout.world_size > 1:
+            from megatron.core import parallel_state as ps
 
-    def _wrap_schedule(self, original: Callable[..., Any], kind: str) -> Callable[..., Any]:
-        @functools.wraps(original)
-        def schedule(*args: Any, **kwargs: Any) -> Any:
-            return self._run_schedule(original, kind, args, kwargs)
+            dp = settings.stragglers.data_parallel_group or ps.get_data_parallel_group()
+            mp = settings.stragglers.model_parallel_group or ps.get_model_parallel_group()
+            groups = self._groups = CpuGroups(torch, dp, mp)
+        self._book.replica = groups.data_parallel_rank if groups else 0
+        self.metrics.layout.update(
+            data_parallel_rank=groups.data_parallel_rank if groups else 0,
+            model_parallel_rank=groups.model_parallel_rank if groups else 0,
+            gpus_per_stage=(
+                max(1, groups.model_parallel_size // layout.pipeline_size) if groups else 1
+            ),
+        )
+        meter = (
+            _metrics.EnergyMeter(self.device)
+            if settings.metrics.enabled
+            else _metrics.EnergyMeter.disabled()
+        )
+        self._recorder = _metrics.Recorder(meter, self.metrics)
+        self._between = Between(
+            book=self._book,
+            stragglers=settings.stragglers,
+            metrics_options=settings.metrics,
+            stopwatch=self._stopwatch,
+            groups=groups,
+            recorder=self._recorder,
+            rank=layout.rank,
+            switches=self.switches,
+            decisions=self.decisions,
+            iteration_times_s=self.iteration_times_s,
+        )
 
-        return schedule
+    # -- hooks the wrappers call -----------------------------------------------------------
 
-    def _wrap_forward(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        read = self._forward_args
-        assert read is not None
-
-        @functools.wraps(original)
-        def forward_step(*args: Any, **kwargs: Any) -> Any:
-            it = self._current
-            if it is None:
-                return self._outside(original, "forward_step", args, kwargs)
-            if not it.following:
-                return original(*args, **kwargs)
-            microbatch = read.get(args, kwargs, "current_microbatch")
-            chunk = read.get(args, kwargs, "vp_stage") or 0
-            if microbatch is None:
-                self._mismatch(it, "megatron called forward_step without current_microbatch")
-                return original(*args, **kwargs)
-            capture = self._capture_forward(it, chunk, microbatch, args, kwargs)
-            if capture is not None:
-                args, kwargs = capture
-            self._before(it, ("forward", int(chunk), int(microbatch)))
-            output = original(*args, **kwargs)
-            tensor = output[0] if isinstance(output, tuple) else output
-            first = tensor[0] if isinstance(tensor, list) else tensor
-            it.outputs[id(first)] = (first, int(chunk), int(microbatch))
-            self._after(it)
-            return output
-
-        return forward_step
-
-    def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        read = self._backward_args
-        assert read is not None
-
-        @functools.wraps(original)
-        def backward_step(*args: Any, **kwargs: Any) -> Any:
-            it = self._current
-            if it is None:
-                return self._outside(original, "backward_step", args, kwargs)
-            if not it.following:
-                return original(*args, **kwargs)
-            output = read.get(args, kwargs, "output_tensor")
-            first = output[0] if isinstance(output, list) else output
-            found = it.outputs.pop(id(first), None)
-            if found is None:
-                self._mismatch(
-                    it, "backward_step received an output tensor no forward_step produced"
+    def on_schedule(
+        self, original: Callable[..., Any], kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if self._off:
+            return original(*args, **kwargs)
+        if kwargs.get("forward_only", False) or self._current is not None:
+            return self._evaluation(original, args, kwargs)
+        try:
+            return self._iteration(original, kind, args, kwargs)
+        except ProfilingFinished:
+            if self._exit_when_profiled and not self._in_with:
+                logger.info(
+                    "perseus: profile written; training stops (--perseus-profile-after stop)"
                 )
-                return original(*args, **kwargs)
-            _, chunk, microbatch = found
-            self._capture_backward(
-                it, chunk, microbatch, read.get(args, kwargs, "output_tensor_grad")
-            )
-            self._before(it, ("backward", chunk, microbatch))
-            result = original(*args, **kwargs)
-            self._after(it)
-            return result
+                raise SystemExit(0) from None
+            raise
 
-        return backward_step
+    def on_forward(
+        self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        it = self._current
+        if it is None:
+            return self._outside(original, "forward_step", args, kwargs)
+        if not it.following or self._off:
+            return original(*args, **kwargs)
+        assert self._patch is not None
+        read = self._patch.forward_args
+        microbatch = read.get(args, kwargs, "current_microbatch")
+        chunk = int(read.get(args, kwargs, "vp_stage") or 0)
+        if microbatch is None:
+            self._mismatch(it, "megatron called forward_step without current_microbatch")
+            return original(*args, **kwargs)
+        microbatch = int(microbatch)
+        session = self._session
+        if session is not None and session.capturing(it.number, microbatch):
+            arguments = session.capture_forward(self._torch, chunk, read.bind(args, kwargs))
+            args, kwargs = (), arguments
+        self._before(it, ("forward", chunk, microbatch))
+        output = original(*args, **kwargs)
+        it.outputs.add(output, chunk, microbatch)
+        self._after(it)
+        return output
+
+    def on_backward(
+        self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        it = self._current
+        if it is None:
+            return self._outside(original, "backward_step", args, kwargs)
+        if not it.following or self._off:
+            return original(*args, **kwargs)
+        assert self._patch is not None
+        read = self._patch.backward_args
+        found = it.outputs.pop(read.get(args, kwargs, "output_tensor"))
+        if found is None:
+            self._mismatch(it, "backward_step received an output tensor no forward_step produced")
+            return original(*args, **kwargs)
+        chunk, microbatch = found
+        session = self._session
+        if session is not None and session.capturing(it.number, microbatch):
+            session.capture_backward(self._torch, chunk, read.bind(args, kwargs))
+        self._before(it, ("backward", chunk, microbatch))
+        result = original(*args, **kwargs)
+        self._after(it)
+        return result
 
     def _outside(self, original: Callable[..., Any], name: str, args: Any, kwargs: Any) -> Any:
-        if self._passthrough:
+        if self._passthrough or self._off:
             return original(*args, **kwargs)
         raise MegatronIntegrationError(
             f"megatron called {name} outside a forward-backward function perseus wrapped: the "
@@ -389,57 +458,112 @@ class Attachment:
             "`with perseus.megatron.attach(...)` block"
         )
 
-    # -- one iteration ------------------------------------------------------------
+    # -- forward-only calls ---------------------------------------------------------------
 
-    def _run_schedule(
+    def _evaluation(
+        self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Evaluation (or a nested call): no plan, not an iteration; the evaluation clock."""
+        nested = self._current is not None
+        driver = self._driver if not nested and self._following else None
+        recorder = self._recorder if not nested else None
+        if recorder is not None:
+            recorder.exclude_begin()
+        if driver is not None:
+            driver.evaluation()
+        self._passthrough += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            self._passthrough -= 1
+            if driver is not None:
+                driver.idle()
+            if recorder is not None:
+                recorder.exclude_end()
+
+    # -- one training iteration ----------------------------------------------------------
+
+    def _iteration(
         self, original: Callable[..., Any], kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if kwargs.get("forward_only", False) or self._current is not None:
-            self._passthrough += 1  # evaluation: no plan, no switching, not an iteration
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self._passthrough -= 1
         from megatron.core.utils import get_model_config
 
         model = kwargs.get("model")
         chunks = len(model) if isinstance(model, list) else 1
         config = get_model_config(model[0] if isinstance(model, list) else model)
+        if not self._started:
+            self._start(config)
+            if self._off:
+                return original(*args, **kwargs)
+        settings = self._settings
+        assert settings is not None and self._stopwatch is not None
         microbatches = int(kwargs["num_microbatches"])
+        seq_length = kwargs.get("seq_length")
         pp_size, pp_rank = self._pipeline(kind, kwargs)
-        it = _Iteration(self.iterations, kind, pp_size, pp_rank, chunks, microbatches, None, None)
+        it = Iteration(
+            self.iterations,
+            kind,
+            pp_size,
+            pp_rank,
+            chunks,
+            microbatches,
+            None if seq_length is None else int(seq_length),
+        )
+        now = self._recorder.now() if self._recorder is not None else None
+        prev, self._previous = self._previous, None
+        if prev is not None and self._between is not None and now is not None:
+            self._between.finish(prev, now)
         if not self._check_supported(it, config):
             it.following = False
-        elif self.mode == "run" and self._following:
-            self._check_plan(it, config)
-        elif not self._following:
-            it.following = False
-        it.start = self._clock()
+        elif self.mode == "run":
+            self._choose_plan(it, config)
+        if self._recorder is not None and now is not None:
+            plan = it.plan
+            self._recorder.open(
+                now,
+                it.number,
+                plan_time_s=it.plan_time_s if plan is not None else math.nan,
+                plan_energy_j=it.plan_energy_j if plan is not None else math.nan,
+                phase=it.phase,
+            )
+        if self._driver is not None and it.frequencies is None and self._following:
+            self._driver.request(None)  # no plan this iteration: unlocked
+        it.start = self._stopwatch.mark()
         self._current = it
         try:
             result = original(*args, **kwargs)
         finally:
             self._current = None
-        if it.following and it.index != it.total:
+        if it.following and it.expected is not None and it.index != it.total:
             self._mismatch(
                 it,
                 f"this rank ran {it.index} computations in iteration {it.number}; the plan has "
                 f"{it.total}",
             )
-        if it.end is None:  # let go mid-iteration: time the whole call instead
-            it.end = self._clock()
+        if it.end is None:  # let go mid-iteration, or no computation: time the whole call
+            it.end = self._stopwatch.mark()
+            if self._driver is not None and self._following:
+                self._driver.idle()
         self.iterations += 1
-        seconds = self._elapsed(it)
-        if seconds is not None:
-            self.iteration_times_s.append(seconds)
-        if self._policy is not None and seconds is not None:
-            self._follow_stragglers(it, seconds)
-        if (
-            self._profile is not None
-            and it.number == self._profile.iteration
-            and not self._profile.done
-        ):
-            self._run_profile(it, config, kwargs)
+        self._previous = it
+        self._last_plan = it.plan
+        session = self._session
+        if session is not None and it.number == session.options.iteration and not session.done:
+            assert self.device is not None and self._patch is not None
+            try:
+                session.finish(
+                    self._torch,
+                    schedule=PLAN_SCHEDULE[it.kind],
+                    chunks=it.chunks,
+                    microbatches=it.microbatches,
+                    config=config,
+                    originals=self._patch.originals,
+                    deallocate=self._schedules.deallocate_output_tensor,
+                    device=self.device,
+                    megatron_version=self.megatron_version,
+                )
+            finally:  # also when finishing stops training (after="stop")
+                self.profile = session.profile
         return result
 
     def _pipeline(self, kind: str, kwargs: dict[str, Any]) -> tuple[int, int]:
@@ -454,90 +578,52 @@ class Attachment:
             group = parallel_state.get_pipeline_model_parallel_group()
         return dist.get_world_size(group), dist.get_rank(group)
 
-    def _check_supported(self, it: _Iteration, config: Any) -> bool:
-        bypass = None
-        if getattr(config, "overlap_moe_expert_parallel_comm", False):
-            bypass = (
-                "the fused MoE 1F1B overlap (config.overlap_moe_expert_parallel_comm=True) runs "
-                "merged forward-backward steps through combined_1f1b, bypassing forward_step and "
-                "backward_step"
-            )
-        elif it.kind == "no-pipelining" and getattr(config, "hybrid_context_parallel", False):
-            bypass = (
-                "hybrid context parallelism (config.hybrid_context_parallel=True) splits "
-                "microbatches into sub-samples the plan does not know"
-            )
+    def _check_supported(self, it: Iteration, config: Any) -> bool:
+        assert self._settings is not None and self._book is not None
+        run = self.mode == "run"
+        bypass = unsupported_schedule(
+            config, it.kind, run_mode=run, by_length=self._settings.by_length
+        )
         if bypass is None:
-            return True
+            problem = self._book.length_problem(it) if run else None
+            if problem is not None:
+                self._mismatch(it, problem)
+            return it.following
         message = (
             f"perseus cannot follow this Megatron schedule: {bypass}. Turn that option off to "
             "use perseus, or detach it"
         )
-        if self._on_mismatch == "raise":
+        if self._settings.on_mismatch == "raise":
             raise UnsupportedScheduleError(message)
         self._let_go(message + "; perseus lets go of the clocks (on_mismatch='warn')")
         return False
 
-    def _check_plan(self, it: _Iteration, config: Any) -> None:
-        assert self._plan is not None
-        spec = self._plan.spec
-        label = {
-            "no-pipelining": "no pipelining (forward_backward_no_pipelining)",
-            "1f1b": "1F1B (forward_backward_pipelining_without_interleaving)",
-            "interleaved": "interleaved 1F1B (forward_backward_pipelining_with_interleaving)",
-        }[it.kind]
-        problems = []
-        wanted = _PLAN_SCHEDULE[it.kind]
-        if spec.schedule != wanted:
-            problems.append(f"schedule: the plan's is {spec.schedule!r}, Megatron runs {label}")
-        if spec.num_gpus != it.pp_size:
-            problems.append(
-                f"pipeline size: the plan's is {spec.num_gpus}, Megatron's is {it.pp_size}"
-            )
-        if spec.virtual_stages != it.chunks:
-            problems.append(
-                f"virtual stages per GPU: the plan's is {spec.virtual_stages}, Megatron's model has "
-                f"{it.chunks} chunk(s)"
-            )
-        if spec.microbatches != it.microbatches:
-            problems.append(
-                f"microbatches: the plan's is {spec.microbatches}, this iteration runs {it.microbatches}"
-            )
-        if it.kind == "interleaved":
-            group = getattr(config, "microbatch_group_size_per_vp_stage", None)
-            if group is not None and group != it.pp_size:
-                problems.append(
-                    f"microbatch_group_size_per_vp_stage is {group}; perseus's interleaved order "
-                    f"groups as many microbatches as pipeline stages ({it.pp_size})"
-                )
+    def _choose_plan(self, it: Iteration, config: Any) -> None:
+        book = self._book
+        assert book is not None and self._settings is not None
+        # The workload is the same on every rank, whatever this rank's state: the
+        # collectives between iterations depend on it (see _between).
+        it.key = book.lookup(it.microbatches, it.seq_length)
+        if it.key is None:
+            return  # no frontier for this workload: unlocked for this iteration
+        book.switch_to(it.key)
+        if not self._following:
+            it.following = False
+            return
+        phase = calibration_phase(self._settings.metrics, it.number)
+        problems = book.choose(it, config, phase)
         if problems:
             self._mismatch(
                 it,
                 "the plan was not made for what Megatron runs: "
                 + "; ".join(problems)
-                + ". Make the "
-                "frontier with perseus.optimize(profile, microbatches=M, schedule=..., "
-                "virtual_stages=V) for this pipeline",
+                + ". Make the frontier with perseus.optimize(profile, microbatches=M, "
+                "schedule=..., virtual_stages=V) for this pipeline",
             )
-            return
-        key = (id(self._plan), it.pp_rank)
-        cached = self._orders.get(key)
-        if cached is None:
-            order = pipeline_order(
-                spec.schedule, spec.num_gpus, spec.microbatches, spec.virtual_stages
-            )[it.pp_rank]
-            plan = self._plan
-            frequencies = [
-                plan.frequency(gpu=it.pp_rank, instruction=i, microbatch=mb, chunk=chunk)
-                for i, chunk, mb in order
-            ]
-            cached = (order, frequencies)
-            if len(self._orders) >= 16:
-                self._orders.clear()
-            self._orders[key] = cached
-        it.expected, it.frequencies = cached
 
-    def _before(self, it: _Iteration, key: tuple[str, int, int]) -> None:
+    # -- each computation ---------------------------------------------------------
+
+    def _before(self, it: Iteration, key: tuple[str, int, int]) -> None:
         index = it.index
         if it.expected is not None and (index >= len(it.expected) or it.expected[index] != key):
             want = it.expected[index] if index < len(it.expected) else "nothing more"
@@ -550,267 +636,57 @@ class Attachment:
         mhz = None
         if it.following and it.frequencies is not None:
             mhz = it.frequencies[index]
-            self._request(mhz)
-        if self._record:
+            if self._driver is not None:
+                self._driver.request(mhz)
+        if self._settings is not None and self._settings.record:
             self.trace.append(Computation(it.number, key[0], key[1], key[2], mhz))
 
-    def _after(self, it: _Iteration) -> None:
+    def _after(self, it: Iteration) -> None:
         if it.index == it.total:
-            it.end = self._clock()
+            assert self._stopwatch is not None
+            it.end = self._stopwatch.mark()
+            if self._driver is not None and self._following:
+                self._driver.idle()
 
-    def _request(self, mhz: int) -> None:
-        if mhz == self._last_mhz or self._switcher is None:
-            return
-        self._last_mhz = mhz
-        if self._gpu:
-            stream = self._torch.cuda.current_stream().cuda_stream
-            self._switcher.set_on_stream(stream, mhz)
-        else:
-            self._switcher.set(mhz)
-
-    def _mismatch(self, it: _Iteration, message: str) -> None:
+    def _mismatch(self, it: Iteration, message: str) -> None:
+        assert self._settings is not None
         text = f"perseus: {message} (megatron-core {self.megatron_version})"
-        if self._on_mismatch == "raise":
+        if self._settings.on_mismatch == "raise":
             raise ScheduleMismatchError(text)
         self._let_go(text + "; perseus lets go of the clocks for good (on_mismatch='warn')")
         it.following = False
         it.expected = it.frequencies = None
+        it.plan = None
+        it.phase = "unlocked"
 
     def _let_go(self, message: str) -> None:
         if self._following:
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            warnings.warn(message, PlanWarning, stacklevel=4)
             logger.warning(message)
         self._following = False
-        if self._switcher is not None:
-            self._switcher.reset()
-            self._last_mhz = None
-
-    # -- timing and stragglers ------------------------------------------------------
-
-    def _clock(self) -> Any:
-        if self._gpu:
-            event = self._torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def _elapsed(self, it: _Iteration) -> Optional[float]:
-        if it.start is None or it.end is None:
-            return None
-        if self._gpu:
-            it.end.synchronize()
-            return float(it.start.elapsed_time(it.end)) / 1e3
-        return float(it.end - it.start)
-
-    def _follow_stragglers(self, it: _Iteration, seconds: float) -> None:
-        assert self._policy is not None
-        if it.number < self._warmup:
-            return
-        dp_group, mp_group = self._groups()
-        if dp_group is None:
-            return
-        device = (
-            self._torch.device("cuda", self._torch.cuda.current_device()) if self._gpu else "cpu"
-        )
-        pipeline_s, slowest, fastest = exchange_times(
-            self._torch,
-            seconds,
-            self._policy.on_base,
-            data_parallel_group=dp_group,
-            model_parallel_group=mp_group,
-            device=device,
-        )
-        switch = self._policy.observe(it.number, pipeline_s, slowest, fastest)
-        if switch is None:
-            return
-        self.switches.append(switch)
-        self._plan = self._policy.plan
-        logger.info("perseus: %s", switch)
-
-    def _groups(self) -> tuple[Any, Any]:
-        dist = self._torch.distributed
-        dp, mp = self._dp_group, self._mp_group
-        if dp is None or mp is None:
-            from megatron.core import parallel_state
-
-            if dp is None:
-                dp = parallel_state.get_data_parallel_group()
-            if mp is None:
-                mp = parallel_state.get_model_parallel_group()
-            self._dp_group, self._mp_group = dp, mp
-        if dist.get_world_size(dp) < 2:
-            return None, None  # one replica: no stragglers to follow
-        return dp, mp
-
-    # -- profile mode ----------------------------------------------------------------
-
-    def _capture_forward(
-        self,
-        it: _Iteration,
-        chunk: int,
-        microbatch: int,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Optional[tuple[tuple[Any, ...], dict[str, Any]]]:
-        run = self._profile
-        if run is None or microbatch != 0 or it.number != run.iteration or run.done:
-            return None
-        assert self._forward_args is not None
-        arguments = self._forward_args.bind(args, kwargs)
-        iterator = arguments.get("data_iterator")
-        recorder = _profile.RecordingIterator(iterator) if iterator is not None else None
-        if recorder is not None:
-            arguments["data_iterator"] = recorder
-        run.captures[chunk] = _profile.ChunkCapture(
-            chunk=chunk,
-            arguments=arguments,
-            recorder=recorder,
-            input_tensor=_profile._detached_copy(self._torch, arguments.get("input_tensor")),
-        )
-        return (), arguments
-
-    def _capture_backward(self, it: _Iteration, chunk: int, microbatch: int, grad: Any) -> None:
-        run = self._profile
-        if run is None or microbatch != 0 or it.number != run.iteration or run.done:
-            return
-        capture = run.captures.get(chunk)
-        if capture is not None:
-            capture.output_grad = _profile._detached_copy(self._torch, grad)
-            capture.have_backward = True
-
-    def _run_profile(self, it: _Iteration, config: Any, kwargs: dict[str, Any]) -> None:
-        run = self._profile
-        assert run is not None
-        torch = self._torch
-        dist = torch.distributed
-        from megatron.core import parallel_state
-
-        dp_rank = parallel_state.get_data_parallel_rank()
-        tp_size = parallel_state.get_tensor_model_parallel_world_size()
-        payload: Optional[dict[str, Any]] = None
-        if dp_rank == 0:
-            payload = {
-                "pp_rank": it.pp_rank,
-                "error": None,
-                "measurements": [],
-                "blocking_power_w": math.nan,
-            }
-            try:
-                if tp_size != 1:
-                    raise MegatronIntegrationError(
-                        f"profile mode needs tensor_model_parallel_size=1 (it is {tp_size}): the "
-                        "ranks of a tensor-parallel group would have to replay in lock step"
-                    )
-                missing = sorted(
-                    set(range(it.chunks)) - {c for c, k in run.captures.items() if k.have_backward}
-                )
-                if missing:
-                    raise MegatronIntegrationError(
-                        f"profile mode saw no forward and backward of microbatch 0 for chunk(s) {missing}"
-                    )
-                payload.update(self._sweep(it, config, run))
-            except Exception as error:  # noqa: BLE001 - reported on every rank below
-                payload["error"] = f"{type(error).__name__}: {error}"
-        payloads: list[Optional[dict[str, Any]]] = [None] * dist.get_world_size()
-        dist.all_gather_object(payloads, payload, group=run.group)
-        run.captures.clear()
-        errors = [
-            f"pipeline rank {p['pp_rank']}: {p['error']}" for p in payloads if p and p["error"]
-        ]
-        if errors:
-            raise MegatronIntegrationError("profile mode failed: " + "; ".join(errors))
-        rows, blocking_w = _profile.merged_profile(payloads)
-        self.profile = run.profile = _profile.profile_from_rows(rows, blocking_w)
-        if dist.get_rank() == 0:
-            _profile.write_merged(
-                run.path,
-                rows,
-                {
-                    "format": "perseus-megatron-profile",
-                    "version": 1,
-                    "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "megatron_core": self.megatron_version,
-                    "schedule": _PLAN_SCHEDULE[it.kind],
-                    "pipeline_size": it.pp_size,
-                    "virtual_stages": it.chunks,
-                    "microbatches": it.microbatches,
-                    "blocking_power_w": blocking_w,
-                    "blocking_power_per_pipeline_rank_w": {
-                        str(p["pp_rank"]): p["blocking_power_w"] for p in payloads if p
-                    },
-                    "per_rank_sweeps": [
-                        str(run.rank_path(p["pp_rank"]).name) for p in payloads if p
-                    ],
-                    "stage": "chunk * pipeline_size + pipeline_rank",
-                },
-            )
-        dist.barrier(group=run.group)
-        run.done = True
-        logger.info(
-            "perseus: profile of %d stage(s) written to %s", self.profile.num_stages, run.path
-        )
-        if run.after == "stop":
-            raise ProfilingFinished(str(run.path), self.profile)
-
-    def _sweep(self, it: _Iteration, config: Any, run: _profile.ProfileRun) -> dict[str, Any]:
-        from ..profiler import profile_stages
-
-        torch = self._torch
-        computations = {
-            _profile.stage_of(chunk, it.pp_rank, it.pp_size): _profile.make_computations(
-                torch,
-                self._originals["forward_step"],
-                capture,
-                getattr(config, "grad_scale_func", None),
-            )
-            for chunk, capture in sorted(run.captures.items())
-        }
-        state = _profile.rng_state(torch)
-        try:
-            options = dict(run.options)
-            options.setdefault("progress", False)
-            result = profile_stages(
-                computations,
-                run.rank_path(it.pp_rank),
-                mode=run.mode,
-                device=self._resolve_device(),
-                **options,
-            )
-        finally:
-            _profile.restore_rng_state(torch, state)
-        return {
-            "measurements": _profile.backward_rows([m.to_json() for m in result.measurements]),
-            "blocking_power_w": float(result.blocking_power_w),
-        }
+        if self._driver is not None:
+            self._driver.let_go()
 
 
 def attach(
-    frontier: Optional[Frontier] = None,
+    frontier: FrontierArgument = None,
     *,
-    mode: str = "run",
+    mode: Optional[str] = None,
     plan: Optional[Plan] = None,
-    switcher: Optional[FrequencySwitcher] = None,
-    device: Optional[int] = None,
-    stragglers: bool = True,
-    tolerance: float = 0.05,
-    recovery: Optional[float] = None,
-    warmup_iterations: int = 2,
-    data_parallel_group: Any = None,
-    model_parallel_group: Any = None,
+    clocks: Optional[ClockOptions] = None,
+    stragglers: Union[StragglerOptions, bool, None] = None,
+    metrics: Union[MetricsOptions, bool, None] = None,
+    profile: Optional[ProfileOptions] = None,
     on_mismatch: str = "raise",
     record: bool = False,
     allow_untested_version: bool = False,
-    profile_path: Union[str, Path, None] = None,
-    profile_iteration: int = 1,
-    after: str = "stop",
-    profiler_mode: Optional[str] = None,
-    profiler_options: Optional[dict[str, Any]] = None,
-    profile_timeout_s: float = 24 * 3600.0,
+    **old_keywords: Any,
 ) -> Attachment:
     """Attach perseus to megatron-core's pipeline schedules.
 
-    Use it as a context manager around the training loop, and get the
-    forward-backward function inside it::
+    Use it as a context manager around the training loop (or around
+    Megatron-LM's ``pretrain(...)``: nothing is read before the first
+    iteration), and get the forward-backward function inside it::
 
         with perseus.megatron.attach(frontier):
             for _ in range(iterations):
@@ -820,85 +696,53 @@ def attach(
 
     perseus wraps ``forward_step``, ``backward_step`` and the three
     forward-backward functions of ``megatron.core.pipeline_parallel.schedules``
-    (no pipelining, 1F1B, interleaved 1F1B) and restores them on exit. It
-    knows every computation's (chunk, microbatch, forward/backward): forwards
-    from ``current_microbatch`` and ``vp_stage``, backwards from the output
-    tensor they receive, mapped back to the forward that produced it.
+    (no pipelining, 1F1B, interleaved 1F1B) and restores them on exit.
 
     Parameters
     ----------
     frontier
         From :func:`perseus.optimize`, for this pipeline (schedule, pipeline
-        size, virtual stages and microbatches as Megatron runs them). Needed
-        in run mode.
+        size, virtual stages and microbatches as Megatron runs them); or
+        frontiers keyed by microbatch count (``{4: f4, 8: f8}``, a batch-size
+        ramp-up), or by ``(microbatches, seq_length)`` to opt in to variable
+        sequence lengths. An iteration whose workload has no frontier runs
+        with clocks unlocked, with one :class:`PlanWarning`. Needed in run mode.
     mode
-        ``"run"``: before each computation, request its planned SM frequency
-        (stream-ordered on the current CUDA stream when a GPU is present).
-        ``"profile"``: measure the model's forward and backward per stage and
-        chunk across frequencies with :func:`perseus.profile_stages`, and
-        write the profile to `profile_path`.
+        ``"run"`` (default without `profile`): before each computation,
+        request its planned SM clock (stream-ordered on a GPU).
+        ``"profile"`` (default with `profile`): measure every stage's
+        forward and backward across clocks, see :class:`ProfileOptions`.
     plan
         Run mode: the plan run while nobody straggles; default
-        ``frontier.fastest`` (no slowdown, least energy at that time).
-    switcher
-        A :class:`~perseus.FrequencySwitcher` to use; default: one made for
-        `device` and closed (clocks reset) on exit. One passed in is reset on
-        exit, not closed.
-    device
-        CUDA device index for the switcher and the profiler; default the
-        current CUDA device (0 without a GPU).
+        ``frontier.fastest`` (the all-fastest time at the least energy).
+    clocks
+        :class:`ClockOptions`: the device (default: resolved at the first
+        iteration), a switcher, the idle clock between iterations and the
+        evaluation clock (both default unlocked).
     stragglers
-        Follow data-parallel stragglers: after each iteration the replicas
-        all-reduce their iteration times on the data-parallel group, and when
-        the slowest replica running the base plan is slower than the fastest
-        time seen on it by more than `tolerance`, the others move to
-        ``frontier.plan_for(base_time * slowdown)``; they come back when it
-        recovers below `recovery`. Each switch is logged (logger
-        ``perseus.megatron``) and kept in ``Attachment.switches``. Costs one
-        small all-reduce per iteration (plus one on the model-parallel group
-        so a pipeline's ranks agree); off with one data-parallel replica.
-    tolerance, recovery
-        Relative slowdowns to start and to stop following (default
-        ``recovery = tolerance / 2``).
-    warmup_iterations
-        Iterations not used for straggler decisions (the first ones are slow).
-    data_parallel_group, model_parallel_group
-        Process groups; default megatron's ``parallel_state`` ones.
+        :class:`StragglerOptions` (or ``False`` to turn following off).
+    metrics
+        :class:`MetricsOptions`: energy measured live, reports every N
+        iterations, A/B calibration (or ``False``).
+    profile
+        :class:`ProfileOptions`: profile mode's output path and sweep.
     on_mismatch
-        ``"raise"`` (default): a :class:`ScheduleMismatchError` when what
-        Megatron runs differs from what the plan was made for (checked before
-        each iteration and at every computation, before its frequency is
-        applied), an :class:`UnsupportedScheduleError` for code paths that
-        bypass the wrapped functions (the fused MoE 1F1B overlap).
+        ``"raise"`` (default): :class:`ScheduleMismatchError` when what Megatron
+        runs differs from the plan (checked before each iteration and at every
+        computation, before its clock is requested), and
+        :class:`UnsupportedScheduleError` for code paths perseus cannot follow.
         ``"warn"``: warn once, give the clocks back and keep training.
     record
         Keep every computation seen in ``Attachment.trace``.
     allow_untested_version
         Try a megatron-core outside the supported range (with a warning);
         its schedule functions' signatures are still checked.
-    profile_path
-        Profile mode: the merged profile's CSV (Zeus's
-        ``stage,instruction,frequency,time,energy``) with a ``.json``
-        sidecar beside it; each pipeline rank also keeps its own sweep as
-        ``<name>.pp<rank>.csv`` (+ ``.json``), from which a re-run resumes.
-        Profile stage ``chunk * pipeline_size + pipeline_rank``.
-    profile_iteration
-        The training iteration whose microbatch 0 is captured and replayed
-        (default 1: after one warm-up iteration).
-    after
-        ``"stop"``: raise :class:`ProfilingFinished` once the profile is
-        written, which ends the ``with`` block quietly (training stops);
-        ``"continue"``: keep training (unchanged: the replays leave no
-        gradients behind and RNG states are restored).
-    profiler_mode
-        ``"gpu"`` or ``"cpu"`` (wall-clock timing, for tests with a fake
-        NVML); default ``"gpu"``.
-    profiler_options
-        More keyword arguments for :func:`perseus.profile_stages`
-        (``frequencies_mhz``, ``window_s``, ``blocking_power_w``, ...).
-    profile_timeout_s
-        How long ranks wait for each other's sweeps (a gloo group with this
-        timeout carries the results).
+    **old_keywords
+        perseus 0.1's keywords (``device``, ``switcher``, ``tolerance``,
+        ``recovery``, ``warmup_iterations``, ``data_parallel_group``,
+        ``model_parallel_group``, ``profile_path``, ``profile_iteration``,
+        ``after``, ``profiler_mode``, ``profiler_options``,
+        ``profile_timeout_s``) still work, with a DeprecationWarning each.
 
     Returns
     -------
@@ -906,61 +750,25 @@ def attach(
 
     Raises
     ------
+    ValueError, TypeError
+        Bad arguments, before anything is imported.
     MegatronVersionError
         On entering: megatron-core's version or schedule functions are not
         ones perseus knows (supported: megatron-core >=0.16.0,<0.20).
     ImportError
         torch or megatron-core is not installed.
     """
-    run = None
-    if mode == "profile":
-        if profile_path is None:
-            raise ValueError("profile mode needs profile_path (where the profile CSV goes)")
-        if after not in ("stop", "continue"):
-            raise ValueError(f"after must be 'stop' or 'continue', not {after!r}")
-        if (
-            isinstance(profile_iteration, bool)
-            or not isinstance(profile_iteration, int)
-            or profile_iteration < 0
-        ):
-            raise ValueError(
-                f"profile_iteration must be an integer >= 0, not {profile_iteration!r}"
-            )
-        if not (isinstance(profile_timeout_s, (int, float)) and profile_timeout_s > 0):
-            raise ValueError(f"profile_timeout_s must be > 0 seconds, not {profile_timeout_s!r}")
-        options = dict(profiler_options or {})
-        for reserved in ("computations", "output", "mode", "device"):
-            if reserved in options:
-                raise ValueError(
-                    f"profiler_options cannot set {reserved!r}; perseus.megatron sets it"
-                )
-        path = Path(profile_path)
-        if path.suffix == ".json":
-            raise ValueError(
-                f"profile_path {path} would collide with its .json sidecar; name it .csv"
-            )
-        run = _profile.ProfileRun(
-            path=path,
-            iteration=profile_iteration,
-            after=after,
-            mode=profiler_mode or "gpu",
-            options=options,
-            timeout_s=float(profile_timeout_s),
-        )
-    return Attachment(
+    if old_keywords:
+        clocks, stragglers, profile = from_old_keywords(old_keywords, clocks, stragglers, profile)
+    settings = settings_of(
         frontier,
         mode=mode,
         plan=plan,
-        switcher=switcher,
-        device=device,
+        clocks=clocks,
         stragglers=stragglers,
-        tolerance=tolerance,
-        recovery=recovery,
-        warmup_iterations=warmup_iterations,
-        data_parallel_group=data_parallel_group,
-        model_parallel_group=model_parallel_group,
+        metrics=metrics,
+        profile=profile,
         on_mismatch=on_mismatch,
         record=record,
-        allow_untested_version=allow_untested_version,
-        profile=run,
     )
+    return Attachment(settings, allow_untested_version=allow_untested_version)

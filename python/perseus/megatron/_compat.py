@@ -1,4 +1,13 @@
-"""Which megatron-core perseus attaches to, and checks that fail clearly otherwise."""
+"""What perseus can follow: which megatron-core, and which of its configurations.
+
+perseus attaches to the megatron-core versions in :data:`SUPPORTED_VERSIONS`
+and checks the signatures of the schedule functions it wraps, so another
+version fails at attach with the function it does not know rather than
+mid-training. Configurations whose code paths bypass the wrapped functions
+(full-iteration CUDA graphs, the fused MoE 1F1B overlap, hybrid context
+parallelism, variable sequence lengths without a per-length frontier) are
+named here, once, for attach, the first iteration and the command line.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +15,19 @@ import inspect
 import re
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from ._errors import MegatronVersionError
 
 __all__ = [
+    "FULL_GRAPH_MESSAGE",
     "SCHEDULE_FUNCTIONS",
     "STEP_FUNCTIONS",
     "SUPPORTED_VERSIONS",
     "check_megatron",
+    "full_iteration_graphs",
     "parse_version",
+    "unsupported_schedule",
 ]
 
 SUPPORTED_VERSIONS = ((0, 16, 0), (0, 20, 0))
@@ -127,3 +139,57 @@ def check_megatron(schedules: Any, version: str, *, allow_untested_version: bool
                 f"function {name}; perseus supports megatron-core {SUPPORTED_TEXT}"
             )
         _check_signature(name, function, version)
+
+
+# -- configurations perseus cannot follow -------------------------------------------
+
+
+def full_iteration_graphs(config: Any) -> bool:
+    """Whether megatron captures whole iterations in one CUDA graph (0.16-0.19 spellings)."""
+    if getattr(config, "cuda_graph_impl", None) == "full_iteration":
+        return True
+    for name in ("cuda_graph_scope", "cuda_graph_modules"):
+        scope = getattr(config, name, None)
+        values = scope if isinstance(scope, (list, tuple)) else [scope]
+        for value in values:
+            text = str(getattr(value, "name", None) or getattr(value, "value", None) or value)
+            if getattr(config, "cuda_graph_impl", "none") != "none" and "full_iteration" in text:
+                return True
+    return False
+
+
+FULL_GRAPH_MESSAGE = (
+    "full-iteration CUDA graphs ({setting}) replay a whole forward-backward call as one "
+    "graph: perseus's per-computation clock requests and timing are Python that a graph "
+    "replay never runs. Use per-layer graphs (--cuda-graph-impl local or transformer_engine "
+    "with a per-layer scope), which perseus works with, or no CUDA graphs"
+)
+
+
+def unsupported_schedule(
+    config: Any, kind: str, *, run_mode: bool, by_length: bool
+) -> Optional[str]:
+    """What in megatron's `config` makes its schedule impossible to follow; None if nothing.
+
+    `kind` is the schedule (:data:`SCHEDULE_FUNCTIONS` values); `by_length`
+    whether the frontiers are keyed by sequence length (the opt-in to
+    variable lengths).
+    """
+    if getattr(config, "overlap_moe_expert_parallel_comm", False):
+        return (
+            "the fused MoE 1F1B overlap (config.overlap_moe_expert_parallel_comm=True) runs "
+            "merged forward-backward steps through combined_1f1b, bypassing forward_step and "
+            "backward_step"
+        )
+    if kind == "no-pipelining" and getattr(config, "hybrid_context_parallel", False):
+        return (
+            "hybrid context parallelism (config.hybrid_context_parallel=True) splits "
+            "microbatches into sub-samples the plan does not know"
+        )
+    if run_mode and not by_length and getattr(config, "variable_seq_lengths", False):
+        return (
+            "variable sequence lengths (config.variable_seq_lengths=True) give microbatches of "
+            "different lengths than the plan was made for; to opt in, pass attach() frontiers "
+            "keyed by (microbatches, seq_length), made for each length"
+        )
+    return None

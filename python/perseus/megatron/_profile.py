@@ -3,42 +3,47 @@
 During one training iteration (the *capture* iteration) perseus keeps, for
 every model chunk on this rank, the arguments of microbatch 0's
 ``forward_step`` (with the batch the user's ``forward_step_func`` drew from
-the data iterator) and the gradient its ``backward_step`` received. After the
-iteration it hands :func:`perseus.profile_stages` two callables per chunk:
+the data iterator) and of its ``backward_step`` (with the gradient it
+received). After the iteration it hands :func:`perseus.profile_stages` two
+callables per chunk:
 
 * forward: megatron-core's own ``forward_step`` again, on the same batch and
-  a copy of the same input activation, writing into a scratch store;
-* forward and backward: such a forward, then the backward pass with
-  ``torch.autograd.grad`` on the captured output gradient, for the chunk's
-  parameters and input (so nothing accumulates into the training's
-  gradients and megatron's gradient hooks do not fire). A graph cannot be
-  reused: megatron's cross-entropy backward works in place. The backward's
-  time and energy are this pair's minus the forward's, at each frequency
-  (:func:`backward_rows`); the per-rank sweep files keep the pair under
-  ``backward``.
+  a fresh leaf copy of the same input activation, writing into a scratch
+  store;
+* forward and backward: such a forward, then megatron-core's own
+  ``backward_step`` on the captured output gradient: ``backward()`` through
+  a graph of its own, as training runs it, so activation recomputation (full
+  or selective) replays as in training. Its parameter gradients land where
+  training's do (megatron's ``main_grad`` buffers, ``.grad``): those are
+  saved before the sweep and put back, bit for bit, afterwards
+  (:class:`GradientGuard`), and the sweep runs under the chunks'
+  ``no_sync()`` with their forward pre-hooks (parameter all-gather) off, so
+  no gradient reduction or parameter gathering starts. A graph cannot be
+  reused (megatron's cross-entropy backward works in place), hence a forward
+  per backward: the backward's time and energy are the pair's minus the
+  forward's, at each frequency (:func:`backward_rows`); the per-rank sweep
+  files keep the pair under ``backward``.
 
-Each pipeline rank of data-parallel replica 0 sweeps its own chunks on its own
-GPU, in parallel; the ranks then gather their measurements over a gloo group
-with a long timeout (a sweep takes minutes to hours) and the first rank writes
-the merged profile. RNG states are restored afterwards, so training continues
-exactly as it would have.
+RNG states are restored afterwards, so training continues exactly as it
+would have. The orchestration (who sweeps, tensor-parallel lock step, the
+gather and the merged files) is in :mod:`._profiling`.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..profile import INSTRUCTIONS, Profile
+from .._files import write_text_atomically
+from .._sidecar import sidecar_path
+from .._zeus_format import format_csv
+from ..profile import Profile
 
-__all__ = ["ChunkCapture", "ProfileRun", "RecordingIterator"]
+__all__ = ["ChunkCapture", "GradientGuard", "RecordingIterator", "make_computations"]
 
 
 class RecordingIterator:
@@ -86,6 +91,7 @@ class ChunkCapture:
     arguments: dict[str, Any]  # forward_step's bound arguments, data_iterator replaced
     recorder: Optional[RecordingIterator]
     input_tensor: Any  # a detached copy of the input activation(s)
+    backward_arguments: Optional[dict[str, Any]] = None  # backward_step's bound arguments
     output_grad: Any = None  # a detached copy of the gradient backward_step received
     have_backward: bool = False
 
@@ -110,22 +116,30 @@ def _fresh_input(torch: Any, value: Any) -> Any:
     return value
 
 
-def _tensors(value: Any, torch: Any) -> list[Any]:
-    if isinstance(value, torch.Tensor):
-        return [value]
+def _has_gradient(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v, torch)]
-    return []
+        return any(_has_gradient(v) for v in value)
+    return value is not None
 
 
 def make_computations(
     torch: Any,
     forward_step: Callable[..., Any],
+    backward_step: Callable[..., Any],
     capture: ChunkCapture,
-    grad_scale_func: Optional[Callable[[Any], Any]],
+    deallocate: Callable[[Any, bool], None],
 ) -> dict[str, Callable[[], None]]:
-    """The forward and backward callables of one captured chunk."""
+    """The forward and forward+backward callables of one captured chunk.
+
+    `forward_step`, `backward_step` and `deallocate` are megatron-core's own
+    (``schedules.forward_step``, ``schedules.backward_step``,
+    ``schedules.deallocate_output_tensor``), unwrapped.
+    """
     items = list(capture.recorder.items) if capture.recorder is not None else []
+    backward_arguments = dict(capture.backward_arguments or {})
+    config = backward_arguments.get("config")
+    free_outputs = bool(getattr(config, "deallocate_pipeline_outputs", False))
+    sends_output = _has_gradient(capture.output_grad)  # not the last stage
 
     def run_forward() -> tuple[Any, Any]:
         arguments = dict(capture.arguments)
@@ -144,37 +158,82 @@ def make_computations(
 
     def forward_backward() -> None:
         output, inputs = run_forward()
-        first = output[0] if isinstance(output, list) else output
-        model = capture.arguments["model"]
-        targets = [p for p in model.parameters() if p.requires_grad]
-        targets += [t for t in _tensors(inputs, torch) if t.requires_grad]
-        grad = capture.output_grad
-        grad = grad[0] if isinstance(grad, list) else grad
-        if grad is None and grad_scale_func is not None:
-            first = grad_scale_func(first)
-        torch.autograd.grad(first, targets, grad_outputs=grad, allow_unused=True)
+        if sends_output:
+            # As the schedule does once an activation is sent on; backward_step then
+            # runs megatron's custom_backward, which expects the pseudo-freed output.
+            deallocate(output[0] if isinstance(output, list) else output, free_outputs)
+        arguments = dict(backward_arguments)
+        arguments.update(
+            input_tensor=inputs,
+            output_tensor=output,
+            output_tensor_grad=_detached_copy(torch, capture.output_grad),
+        )
+        backward_step(**arguments)
 
     return {"forward": forward, "backward": forward_backward}
 
 
-@dataclass
-class ProfileRun:
-    """Settings of profile mode, and where its files go."""
+class GradientGuard:
+    """Keeps a sweep's backward passes out of training: gradients saved and restored, no syncs.
 
-    path: Path
-    iteration: int
-    after: str
-    mode: str
-    options: dict[str, Any]
-    timeout_s: float
-    group: Any = None  # the long-timeout gloo group, made at attach
-    captures: dict[int, ChunkCapture] = field(default_factory=dict)
-    done: bool = False
-    profile: Optional[Profile] = None
+    Entered around the sweep: every parameter's ``main_grad`` (megatron's DDP
+    buffers) and ``.grad`` are copied to the CPU, each chunk's ``no_sync()``
+    is entered (no gradient reduction starts) and its forward pre-hooks
+    (overlapped parameter all-gather) are removed; on exit all is put back.
+    """
 
-    def rank_path(self, pp_rank: int) -> Path:
-        """Where pipeline rank ``pp_rank`` keeps its own sweep (and can resume it)."""
-        return self.path.with_name(f"{self.path.stem}.pp{pp_rank}{self.path.suffix or '.csv'}")
+    def __init__(self, torch: Any, chunks: list[Any]) -> None:
+        self._torch = torch
+        self._chunks = chunks
+        self._saved: list[tuple[Any, Any, Any]] = []
+        self._stack: Any = None
+        self._hooks_off: list[Any] = []
+
+    def __enter__(self) -> GradientGuard:
+        import contextlib
+
+        seen: set[int] = set()
+        for chunk in self._chunks:
+            for p in chunk.parameters():
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                main = getattr(p, "main_grad", None)
+                self._saved.append(
+                    (
+                        p,
+                        None if main is None else main.detach().to("cpu", copy=True),
+                        None if p.grad is None else p.grad.detach().to("cpu", copy=True),
+                    )
+                )
+        self._stack = contextlib.ExitStack()
+        for chunk in self._chunks:
+            no_sync = getattr(chunk, "no_sync", None)
+            if callable(no_sync):
+                self._stack.enter_context(no_sync())
+            if getattr(chunk, "use_forward_hook", False):
+                chunk.disable_forward_pre_hook(param_sync=False)
+                self._hooks_off.append(chunk)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._torch.no_grad():
+            for p, main, grad in self._saved:
+                if main is not None:
+                    p.main_grad.copy_(main)
+                p.grad = None if grad is None else grad.to(p.device)
+        self._saved.clear()
+        for chunk in self._hooks_off:
+            chunk.enable_forward_pre_hook()
+        self._hooks_off.clear()
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+
+def rank_path(path: Path, pp_rank: int) -> Path:
+    """Where pipeline rank ``pp_rank`` keeps its own sweep (and can resume it)."""
+    return path.with_name(f"{path.stem}.pp{pp_rank}{path.suffix or '.csv'}")
 
 
 def rng_state(torch: Any) -> tuple[Any, Any, Any]:
@@ -203,35 +262,16 @@ def restore_rng_state(torch: Any, state: tuple[Any, Any, Any]) -> None:
 
 def merged_csv(rows: list[dict[str, Any]]) -> str:
     """Zeus's ``stage,instruction,frequency,time,energy`` CSV of every measurement."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(("stage", "instruction", "frequency", "time", "energy"))
-    order = sorted(
-        rows, key=lambda r: (r["stage"], INSTRUCTIONS.index(r["instruction"]), -r["frequency_mhz"])
+    return format_csv(
+        (r["stage"], r["instruction"], r["frequency_mhz"], r["time_s"], r["energy_j"]) for r in rows
     )
-    for r in order:
-        writer.writerow(
-            (
-                r["stage"],
-                r["instruction"],
-                r["frequency_mhz"],
-                repr(r["time_s"]),
-                repr(r["energy_j"]),
-            )
-        )
-    return out.getvalue()
 
 
 def write_merged(path: Path, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
-    """Write the merged CSV and its ``.json`` sidecar, each atomically."""
+    """Write the merged CSV and its ``.json`` sidecar, each atomically (fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    for target, text in (
-        (path, merged_csv(rows)),
-        (path.with_suffix(".json"), json.dumps(metadata, indent=1) + "\n"),
-    ):
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        temporary.write_text(text)
-        os.replace(temporary, target)
+    write_text_atomically(path, merged_csv(rows))
+    write_text_atomically(sidecar_path(path), json.dumps(metadata, indent=1) + "\n")
 
 
 def merged_profile(payloads: list[Optional[dict[str, Any]]]) -> tuple[list[dict[str, Any]], float]:

@@ -2,75 +2,164 @@
 
 Data-parallel replicas wait for each other at every gradient all-reduce, so
 when one pipeline is slow for reasons of its own (a hot or throttled GPU, a
-slow link, a noisy neighbour) the others may slow down to its pace for free.
-After every iteration each replica contributes its iteration time to one
-small all-reduce on the data-parallel group, and :class:`StragglerPolicy`
-decides which plan to run next.
+slow link, a noisy neighbour) the others may slow down to its pace for free:
+they run ``frontier.plan_for(deadline)`` for the straggler's time while the
+straggler keeps the base plan (slowing it would slow everyone).
 
-Measured times include work the plan does not model (Python, communication,
-the data loader), so they are never compared with plan times directly. The
-*reference* is the fastest time any replica measured while running the base
-plan; a replica's slowdown is its time over the reference, and the plan
-deadline for a slowdown ``r`` is ``base.iteration_time_s * r``. Only replicas
-running the base plan report times: a replica running a slower plan on
-purpose would otherwise look like a straggler and drag everyone slower.
-A straggler itself keeps the base plan (slowing it would slow everyone).
+:class:`StragglerPolicy` decides from the replicas' iteration times *in the
+same iterations*, so that whatever slows every replica alike (the file
+system, the network, a thermal swing of the whole room) cancels out:
+
+- **Start.** Over a window of ``window`` iterations, each replica's median
+  time. The slowest replica is the straggler when its median exceeds the
+  reference, the other replica's median (the median of the others' medians
+  with 3 or more replicas), by more than ``tolerance``. Medians ignore a fast
+  outlier or a one-off hiccup; nothing is decided before ``min_samples``
+  iterations, nor for ``min_samples`` iterations after any switch: that
+  dwell, and the medians, are the hysteresis (a straggler hovering at the
+  threshold switches at most once per ``min_samples`` iterations; a
+  ``recovery`` below ``tolerance`` adds a band).
+- **Deadline.** Measured times include work no plan models (Python, the
+  data loader, communication), so they are never compared with plan times:
+  the deadline is ``base.iteration_time_s * slowdown``, the measured
+  slowdown mapped onto the plan's time.
+- **While following** the followers run slower plans on purpose, so their
+  times say nothing about the base plan. The reference is the others'
+  median from the iterations that started following, moved by what moves
+  every replica alike: the followers' times on their current plan relative
+  to their first ``min_samples`` iterations on it (a common-mode drift,
+  measured on the followers themselves, never through the plan's model).
+  The straggler's own median, on the base plan throughout, is compared with
+  that reference. A change of slowdown by more than ``tolerance`` moves the
+  deadline ("straggler changed"); within ``recovery`` of the reference
+  following ends ("recovered"). Should a follower become clearly slower
+  than the straggler (its own trouble, or a plan slower than the model
+  said), everyone returns to the base plan ("follower slowest") and the
+  window starts afresh, so a straggler that changes replica is followed
+  anew.
+
+Every call to :meth:`StragglerPolicy.observe` leaves a
+:class:`StragglerDecision` with the numbers behind it; a change of this
+replica's plan is also returned as a :class:`PlanSwitch`. The policy is pure
+(no torch): every replica runs it on the same gathered times and reaches the
+same decisions.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
+from .._deprecation import warn_renamed
 from ..frontier import Frontier
 from ..plan import Plan
 
-__all__ = ["PlanSwitch", "StragglerPolicy"]
+__all__ = ["PlanSwitch", "StragglerDecision", "StragglerPolicy"]
+
+# Float slack on thresholds: a slowdown of exactly 1 + recovery counts as recovered.
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class StragglerDecision:
+    """What :class:`StragglerPolicy` made of one iteration, with its numbers.
+
+    Times named ``*_time_s`` are plan iteration times; ``straggler_s`` and
+    ``reference_s`` are measured medians of whole iterations, seconds.
+    """
+
+    iteration: int  #: the iteration measured (0-based)
+    #: "collecting" (too few samples), "skipped" (a replica had no time),
+    #: "none" (nobody straggles), "follow", "hold", "retarget", "recover"
+    action: str
+    straggler: Optional[int]  #: data-parallel rank of the straggler, if any
+    straggler_s: float  #: its median time over the window (NaN if none)
+    reference_s: float  #: the others' median (NaN if none)
+    slowdown: float  #: straggler_s / reference_s (NaN if none)
+    deadline_s: float  #: plan deadline followed after this decision (NaN: base plan)
+    plan_time_s: float  #: iteration time of this replica's plan after this decision
+    samples: int  #: iterations in the window
+    reason: str = ""  #: why a switch happened ("straggler", "recovered", ...)
+
+    def __str__(self) -> str:
+        if self.straggler is None:
+            return f"iteration {self.iteration}: {self.action} ({self.samples} sample(s))"
+        return (
+            f"iteration {self.iteration}: {self.action}; straggler replica {self.straggler} "
+            f"{self.straggler_s:.4g} s vs reference {self.reference_s:.4g} s "
+            f"({self.slowdown:.3f}x, median of {self.samples}), plan {self.plan_time_s:.6g} s"
+        )
 
 
 @dataclass(frozen=True)
 class PlanSwitch:
-    """One change of plan made to follow (or stop following) a straggler.
+    """One change of this replica's plan, made to follow (or stop following) a straggler.
 
-    Times named ``*_time_s`` are plan iteration times; the others are
-    measured wall times of whole iterations, in seconds.
+    Times named ``*_time_s`` are plan iteration times; ``straggler_s`` and
+    ``reference_s`` are measured medians of whole iterations, in seconds.
     """
 
-    iteration: int  #: the iteration after which the plan changed (0-based)
+    iteration: int  #: the last iteration measured before the change (0-based)
     from_time_s: float  #: iteration time of the plan left
     to_time_s: float  #: iteration time of the plan taken
-    slowest_s: float  #: slowest replica running the base plan, this iteration
-    reference_s: float  #: fastest time seen on the base plan (all replicas, all iterations)
+    straggler: int  #: data-parallel rank of the straggler
+    straggler_s: float  #: its median iteration time over the window
+    reference_s: float  #: the others' median time (with the drift seen while following)
+    slowdown: float  #: straggler_s / reference_s
     deadline_s: float  #: plan deadline asked of the frontier (base time x slowdown)
-    reason: str  #: "straggler", "straggler changed" or "recovered"
+    reason: str  #: "straggler", "straggler changed", "recovered" or "follower slowest"
+    samples: int  #: iterations in the window
+
+    @property
+    def slowest_s(self) -> float:
+        """Deprecated: use `straggler_s`."""
+        warn_renamed("PlanSwitch.slowest_s", "PlanSwitch.straggler_s")
+        return self.straggler_s
 
     def __str__(self) -> str:
+        what = {
+            "straggler": f"follows straggler replica {self.straggler}",
+            "straggler changed": f"retargets to straggler replica {self.straggler}",
+            "recovered": f"recovered: straggler replica {self.straggler} is back",
+            "follower slowest": (
+                f"returns to the base plan: a follower is slower than straggler replica "
+                f"{self.straggler}"
+            ),
+        }.get(self.reason, self.reason)
         return (
-            f"iteration {self.iteration}: plan {self.from_time_s:.6g} s -> {self.to_time_s:.6g} s "
-            f"({self.reason}; slowest replica {self.slowest_s:.4g} s, reference "
-            f"{self.reference_s:.4g} s, deadline {self.deadline_s:.6g} s)"
+            f"{what} ({self.slowdown:.3f}x: {self.straggler_s:.4g} s vs {self.reference_s:.4g} s, "
+            f"median of {self.samples}); plan {self.from_time_s:.6g} s -> {self.to_time_s:.6g} s "
+            f"(deadline {self.deadline_s:.6g} s) after iteration {self.iteration}"
         )
 
 
 class StragglerPolicy:
-    """Chooses this replica's plan from the replicas' iteration times.
+    """Chooses this replica's plan from all replicas' iteration times.
 
     Parameters
     ----------
     frontier
         Where the slower plans come from.
     base
-        The plan run when nobody straggles (usually ``frontier.fastest``).
+        The plan run while nobody straggles (usually ``frontier.fastest``).
+    replica
+        This replica's data-parallel rank (the index of its time in
+        :meth:`observe`'s list).
     tolerance
-        Relative slowdown above which a replica counts as a straggler and the
-        others follow it (0.05: 5 % slower than the reference).
+        Relative slowdown above which the slowest replica is the straggler
+        (0.10: 10 %).
     recovery
-        Relative slowdown below which followers return to the base plan;
-        less than `tolerance`, so that a slowdown hovering near the
-        threshold does not flap between plans. Also, while following, a new
-        deadline replaces the current one only when it differs by more than
-        `tolerance`.
+        Relative slowdown at or below which the straggler counts as
+        recovered; default `tolerance`.
+    window
+        Iterations whose median decides.
+    min_samples
+        Iterations measured before the first decision and after each
+        switch; default `window`.
     """
 
     def __init__(
@@ -78,112 +167,205 @@ class StragglerPolicy:
         frontier: Frontier,
         base: Plan,
         *,
-        tolerance: float = 0.05,
+        replica: int = 0,
+        tolerance: float = 0.10,
         recovery: Optional[float] = None,
+        window: int = 5,
+        min_samples: Optional[int] = None,
     ) -> None:
-        if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
-            raise ValueError(f"tolerance must be a number > 0, not {tolerance!r}")
-        if recovery is None:
-            recovery = tolerance / 2
-        if not (isinstance(recovery, (int, float)) and 0 <= recovery < tolerance):
-            raise ValueError(
-                f"recovery must be a number in [0, tolerance={tolerance}), not {recovery!r}"
-            )
+        from ._options import StragglerOptions
+
+        # One place checks the numbers: the options record.
+        options = StragglerOptions(
+            tolerance=tolerance, recovery=recovery, window=window, min_samples=min_samples
+        )
+        if isinstance(replica, bool) or not isinstance(replica, int) or replica < 0:
+            raise ValueError(f"replica must be a data-parallel rank >= 0, not {replica!r}")
         self.frontier = frontier
         self.base = base
-        self.tolerance = float(tolerance)
-        self.recovery = float(recovery)
-        self.plan = base
-        self.deadline_s: Optional[float] = None  # set while following
-        self.reference_s = math.inf
+        self.replica = replica
+        self.tolerance = float(options.tolerance)
+        self.recovery = options.recovery_fraction
+        self.window = int(options.window)
+        self.min_samples = options.samples
+        self.decisions: deque[StragglerDecision] = deque(maxlen=1000)
+        self._replicas = 0
+        self.reset()
+
+    # -- state --------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget every sample and return to the base plan (the workload changed)."""
+        self.plan = self.base
+        self.straggler: Optional[int] = None  #: replica followed now, if any
+        self.reference_s = math.nan  #: the others' median time when following began
+        self.deadline_s: Optional[float] = None  #: the deadline followed now
+        self._history: deque[tuple[float, ...]] = deque(maxlen=self.window)
+        self._since = 0  # samples since the last switch or reset
+        # While following: each follower's median on its current plan, first measured.
+        self._plan_reference: Optional[dict[int, float]] = None
+
+    @property
+    def following(self) -> bool:
+        """Whether a straggler is being followed (by the other replicas)."""
+        return self.straggler is not None
 
     @property
     def on_base(self) -> bool:
         return self.plan is self.base
 
-    def observe(
-        self, iteration: int, own_s: float, slowest_base_s: float, fastest_base_s: float
-    ) -> Optional[PlanSwitch]:
-        """Take one iteration's times; return the switch made, if any.
+    # -- one iteration ----------------------------------------------------------
+
+    def observe(self, iteration: int, times_s: Sequence[float]) -> Optional[PlanSwitch]:
+        """Take one iteration's time of every replica; return this replica's switch, if any.
 
         Parameters
         ----------
         iteration
-            Index of the iteration measured.
-        own_s
-            This replica's iteration time (seconds).
-        slowest_base_s, fastest_base_s
-            Slowest and fastest iteration time among replicas that ran the
-            base plan (seconds); 0 and ``inf`` when none did.
+            The iteration measured.
+        times_s
+            Each replica's iteration time this iteration (seconds), indexed by
+            data-parallel rank. A missing time (NaN, 0) skips the iteration.
         """
-        if math.isfinite(fastest_base_s) and fastest_base_s > 0:
-            self.reference_s = min(self.reference_s, fastest_base_s)
-        if not (slowest_base_s > 0 and math.isfinite(self.reference_s)):
-            return None  # nobody ran the base plan: nothing to compare
-        slowdown = slowest_base_s / self.reference_s
-        base_time = self.base.iteration_time_s
-        if self.on_base and own_s > self.reference_s * (1 + self.tolerance):
-            return None  # this replica is the straggler: it keeps the fastest plan it has
-        if slowdown > 1 + self.tolerance:
-            deadline = base_time * slowdown
-            if (
-                self.deadline_s is not None
-                and abs(deadline - self.deadline_s) <= self.tolerance * self.deadline_s
-            ):
-                return None  # still following about the same straggler
-            reason = "straggler" if self.deadline_s is None else "straggler changed"
-            self.deadline_s = deadline
-            return self._switch(
-                iteration, self.frontier.plan_for(deadline), slowest_base_s, deadline, reason
-            )
-        if self.deadline_s is not None and slowdown > 1 + self.recovery:
-            return None  # inside the hysteresis band: keep following
-        if self.deadline_s is None:
-            return None
-        self.deadline_s = None
-        return self._switch(iteration, self.base, slowest_base_s, base_time, "recovered")
+        times = tuple(float(t) for t in times_s)
+        if len(times) != self._replicas:
+            self._replicas = len(times)
+            self.reset()
+        if len(times) < 2 or self.replica >= len(times):
+            return self._decide(iteration, "skipped")
+        if not all(math.isfinite(t) and t > 0 for t in times):
+            return self._decide(iteration, "skipped")
+        self._history.append(times)
+        self._since += 1
+        if self._since < self.min_samples:
+            return self._decide(iteration, "collecting")
+        if self.straggler is None:
+            return self._start(iteration)
+        return self._follow(iteration)
 
-    def _switch(
-        self, iteration: int, plan: Plan, slowest_s: float, deadline_s: float, reason: str
+    def _column(self, replica: int, last: Optional[int] = None) -> list[float]:
+        rows = list(self._history)
+        if last is not None:
+            rows = rows[-last:]
+        return [row[replica] for row in rows]
+
+    def _start(self, iteration: int) -> Optional[PlanSwitch]:
+        medians = [statistics.median(self._column(r)) for r in range(self._replicas)]
+        straggler = max(range(self._replicas), key=lambda r: (medians[r], -r))
+        others = [m for r, m in enumerate(medians) if r != straggler]
+        # "The others": the other replica, or the others' median (robust to one fast outlier).
+        reference = others[0] if len(others) == 1 else statistics.median(others)
+        slowdown = medians[straggler] / reference
+        numbers = (straggler, medians[straggler], reference, slowdown)
+        if slowdown <= 1 + self.tolerance + _EPS:
+            return self._decide(iteration, "none", numbers)
+        self.straggler = straggler
+        self.reference_s = reference
+        return self._retarget(iteration, slowdown, numbers, "follow", "straggler")
+
+    def _follow(self, iteration: int) -> Optional[PlanSwitch]:
+        straggler = self.straggler
+        assert straggler is not None and self.deadline_s is not None
+        recent = min(self._since, self.window)
+        followers = {
+            r: statistics.median(self._column(r, recent))
+            for r in range(self._replicas)
+            if r != straggler
+        }
+        if self._plan_reference is None:
+            # The first decision on this plan: what the followers take on it. Their times
+            # relative to these from now on are what slows (or speeds) every replica alike.
+            self._plan_reference = dict(followers)
+        drift = statistics.median(followers[r] / self._plan_reference[r] for r in followers)
+        reference = self.reference_s * drift
+        median_s = statistics.median(self._column(straggler))
+        slowdown = median_s / reference
+        numbers = (straggler, median_s, reference, slowdown)
+        if slowdown <= 1 + self.recovery + _EPS:
+            return self._back_to_base(iteration, numbers, "recovered")
+        straggler_now = statistics.median(self._column(straggler, recent))
+        if max(followers.values()) > straggler_now * (1 + self.tolerance) + _EPS:
+            return self._back_to_base(iteration, numbers, "follower slowest")
+        deadline = self.base.iteration_time_s * slowdown
+        if abs(deadline - self.deadline_s) <= self.tolerance * self.deadline_s + _EPS:
+            return self._decide(iteration, "hold", numbers)
+        self.reference_s = reference  # the drift so far belongs to the reference
+        return self._retarget(iteration, slowdown, numbers, "retarget", "straggler changed")
+
+    def _retarget(
+        self,
+        iteration: int,
+        slowdown: float,
+        numbers: tuple[int, float, float, float],
+        action: str,
+        reason: str,
     ) -> Optional[PlanSwitch]:
-        if plan is self.plan:
-            return None
-        switch = PlanSwitch(
-            iteration=iteration,
-            from_time_s=self.plan.iteration_time_s,
-            to_time_s=plan.iteration_time_s,
-            slowest_s=slowest_s,
-            reference_s=self.reference_s,
-            deadline_s=deadline_s,
-            reason=reason,
+        deadline = self.base.iteration_time_s * slowdown
+        self.deadline_s = deadline
+        self._since = 0  # dwell: the next decision waits for fresh samples
+        self._plan_reference = None
+        plan = self.base if self.replica == numbers[0] else self.frontier.plan_for(deadline)
+        return self._decide(iteration, action, numbers, plan=plan, reason=reason)
+
+    def _back_to_base(
+        self, iteration: int, numbers: tuple[int, float, float, float], reason: str
+    ) -> Optional[PlanSwitch]:
+        deadline = self.base.iteration_time_s
+        switch = self._decide(
+            iteration, "recover", numbers, plan=self.base, reason=reason, deadline_s=deadline
         )
-        self.plan = plan
+        # The followers' samples are not base-plan times: start the window afresh.
+        self.straggler = None
+        self.deadline_s = None
+        self.reference_s = math.nan
+        self._plan_reference = None
+        self._history.clear()
+        self._since = 0
         return switch
 
-
-def exchange_times(
-    torch: Any,
-    own_s: float,
-    on_base: bool,
-    *,
-    data_parallel_group: Any,
-    model_parallel_group: Any,
-    device: Any,
-) -> tuple[float, float, float]:
-    """All-reduce iteration times; returns (pipeline time, slowest base, fastest base), seconds.
-
-    The ranks of one pipeline (its model-parallel group) first agree on the
-    pipeline's time, the longest of theirs, so that they all take the same
-    decisions; then one all-reduce (MAX of ``[t, -t]``) on the data-parallel
-    group gives the slowest and fastest replica running the base plan.
-    """
-    dist = torch.distributed
-    values = torch.tensor([own_s], dtype=torch.float64, device=device)
-    if model_parallel_group is not None and dist.get_world_size(model_parallel_group) > 1:
-        dist.all_reduce(values, op=dist.ReduceOp.MAX, group=model_parallel_group)
-    pipeline_s = float(values.item())
-    pair = [pipeline_s, -pipeline_s] if on_base else [0.0, -math.inf]
-    both = torch.tensor(pair, dtype=torch.float64, device=device)
-    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=data_parallel_group)
-    slowest, negative_fastest = both.tolist()
-    return pipeline_s, float(slowest), float(-negative_fastest)
+    def _decide(
+        self,
+        iteration: int,
+        action: str,
+        numbers: Optional[tuple[int, float, float, float]] = None,
+        *,
+        plan: Optional[Plan] = None,
+        reason: str = "",
+        deadline_s: Optional[float] = None,
+    ) -> Optional[PlanSwitch]:
+        before = self.plan
+        if plan is not None:
+            self.plan = plan
+        straggler, straggler_s, reference_s, slowdown = (
+            numbers if numbers is not None else (None, math.nan, math.nan, math.nan)
+        )
+        deadline = deadline_s if deadline_s is not None else self.deadline_s
+        samples = len(self._history)
+        self.decisions.append(
+            StragglerDecision(
+                iteration=iteration,
+                action=action,
+                straggler=straggler,
+                straggler_s=straggler_s,
+                reference_s=reference_s,
+                slowdown=slowdown,
+                deadline_s=math.nan if deadline is None or action == "recover" else deadline,
+                plan_time_s=self.plan.iteration_time_s,
+                samples=samples,
+                reason=reason,
+            )
+        )
+        if self.plan is before or straggler is None:
+            return None
+        return PlanSwitch(
+            iteration=iteration,
+            from_time_s=before.iteration_time_s,
+            to_time_s=self.plan.iteration_time_s,
+            straggler=straggler,
+            straggler_s=straggler_s,
+            reference_s=reference_s,
+            slowdown=slowdown,
+            deadline_s=self.base.iteration_time_s if deadline is None else deadline,
+            reason=reason,
+            samples=samples,
+        )

@@ -1,0 +1,152 @@
+"""Run mode between iterations: the last iteration's time, its straggler decision, its energy.
+
+When an iteration starts, :class:`Between` finishes the one before: it reads
+its time from the CUDA events (late, so nothing waited for the GPU), hands
+every replica's time to the straggler policy (one small all-gather), closes
+its energy record and, every ``report_every`` iterations (and when an A/B
+calibration ends), gathers every rank's records into a report. These are
+run mode's only collectives, and every rank takes the same branches: they
+depend on iteration numbers, workloads and settings, which all ranks share,
+never on one rank's state (a rank that let go sends no time, which skips the
+decision for everyone).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from typing import Any, Optional
+
+from . import _metrics
+from ._following import Iteration, PlanBook
+from ._options import MetricsOptions, StragglerOptions
+from ._stragglers import PlanSwitch, StragglerDecision
+from ._timing import CpuGroups, Stopwatch
+
+__all__ = ["Between", "calibration_phase"]
+
+logger = logging.getLogger("perseus.megatron")
+
+
+def calibration_phase(metrics: MetricsOptions, iteration: int) -> Optional[str]:
+    """``"fastest"`` or ``"plan"`` inside an A/B calibration, else None."""
+    k = metrics.calibrate
+    if not k or not metrics.enabled:
+        return None
+    first = metrics.warmup_iterations
+    if first <= iteration < first + k:
+        return "fastest"
+    if first + k <= iteration < first + 2 * k:
+        return "plan"
+    return None
+
+
+class Between:
+    """What runs between iterations on one rank (see the module docs).
+
+    The lists it appends to (``switches``, ``decisions``, ``iteration_times_s``)
+    and ``metrics`` belong to the :class:`~perseus.megatron.Attachment`.
+    """
+
+    def __init__(
+        self,
+        *,
+        book: PlanBook,
+        stragglers: StragglerOptions,
+        metrics_options: MetricsOptions,
+        stopwatch: Stopwatch,
+        groups: Optional[CpuGroups],
+        recorder: _metrics.Recorder,
+        rank: int,
+        switches: list[PlanSwitch],
+        decisions: deque[StragglerDecision],
+        iteration_times_s: deque[float],
+    ) -> None:
+        self._book = book
+        self._stragglers = stragglers
+        self._metrics_options = metrics_options
+        self._stopwatch = stopwatch
+        self._groups = groups
+        self._recorder = recorder
+        self._rank = rank
+        self._switches = switches
+        self._decisions = decisions
+        self._times = iteration_times_s
+
+    def finish(self, prev: Iteration, now: tuple[float, float]) -> None:
+        """The previous iteration: time, straggler decision, energy record, report."""
+        seconds = self._stopwatch.seconds(prev.start, prev.end)
+        if math.isfinite(seconds):
+            self._times.append(seconds)
+        switched = self._follow_stragglers(prev, seconds if prev.following else math.nan)
+        self._recorder.close(now, pipeline_time_s=seconds, switches=switched)
+        options = self._metrics_options
+        end = options.warmup_iterations + 2 * options.calibrate - 1
+        calibration_end = bool(options.calibrate) and prev.number == end
+        if options.enabled and ((prev.number + 1) % options.report_every == 0 or calibration_end):
+            self._report(calibration_end)
+
+    def close_locally(self, prev: Iteration) -> None:
+        """At detach: the last iteration's record, without any collective."""
+        seconds = self._stopwatch.seconds(prev.start, prev.end)
+        if math.isfinite(seconds):
+            self._times.append(seconds)
+        self._recorder.close(self._recorder.now(), pipeline_time_s=seconds, switches=0)
+
+    def _follow_stragglers(self, prev: Iteration, seconds: float) -> int:
+        groups = self._groups
+        if (
+            groups is None
+            or prev.key is None
+            or groups.data_parallel_size < 2
+            or prev.number < self._stragglers.warmup_iterations
+            or calibration_phase(self._metrics_options, prev.number) is not None
+        ):
+            return 0
+        policy = self._book.policy(prev.key)
+        if policy is None:
+            return 0
+        times = groups.replica_times(seconds)
+        options = self._metrics_options
+        if options.calibrate and prev.number == options.warmup_iterations + 2 * options.calibrate:
+            policy.reset()  # the first samples after calibration
+        switch = policy.observe(prev.number, times)
+        if policy.decisions:
+            decision = policy.decisions[-1]
+            self._decisions.append(decision)
+            if groups.first_of_replica:
+                logger.debug("perseus: replica %d: %s", groups.data_parallel_rank, decision)
+        if switch is None:
+            return 0
+        self._switches.append(switch)
+        if groups.first_of_replica:  # once per replica
+            logger.info("perseus: replica %d %s", groups.data_parallel_rank, switch)
+        return 1
+
+    def _report(self, calibration_end: bool) -> None:
+        metrics, options = self._recorder.metrics, self._metrics_options
+        payload = self._recorder.payload(dict(metrics.layout))
+        payloads: list[Any] = (
+            self._groups.gather(payload) if self._groups is not None else [payload]
+        )
+        rows = _metrics.job_rows(payloads)
+        if not rows:
+            return
+        metrics.job_iterations.extend(rows)
+        replicas = self._groups.data_parallel_size if self._groups is not None else 1
+        report = _metrics.report_of(rows, gpus=len(payloads), replicas=replicas)
+        metrics.reports.append(report)
+        if self._rank == 0:  # one line for the job
+            logger.info("perseus: %s", report)
+        if calibration_end:
+            metrics.calibration = _metrics.calibration(
+                list(metrics.job_iterations), options.warmup_iterations, options.calibrate
+            )
+            if self._rank == 0:
+                logger.info("perseus: %s", metrics.calibration)
+        writers = list(options.writers)
+        if options.megatron_writers:
+            writers += _metrics.megatron_writers()
+        if writers:
+            _metrics.write(writers, report)

@@ -1,0 +1,454 @@
+"""Measuring what perseus saves, live: NVML energy per GPU, summed over the job.
+
+Each rank reads its GPU's total-energy counter (NVML, through perseus's own
+loader: ``perseus._core.NvmlDevice(index).total_energy_mj()``) when an
+iteration starts, a CPU call that waits for nothing; an iteration's energy
+is the counter's advance from its start to the next one's, forward-only
+calls in between left out. These are CPU-timeline boundaries: the GPU may
+lag the CPU by part of an iteration, which shifts energy between
+neighbouring iterations but cancels over a report. NVML's counter itself
+updates every few tens of milliseconds.
+
+Every ``report_every`` iterations one all-gather of Python objects on a gloo
+group gives every rank the records of every rank; nothing is exchanged in
+between. Rank 0 logs one line on the ``perseus.megatron`` logger; any rank
+holding writers (Megatron-LM's TensorBoard and W&B writers live on its last
+rank) writes per-iteration scalars. Everything is kept in
+``Attachment.metrics``.
+
+Predicted numbers come from the plan: ``plan.iteration_time_s`` and
+``plan.energy_j`` times the GPUs per pipeline stage (tensor parallelism),
+for the forward-backward work the plan models; measured energy covers the
+whole iteration (optimizer step and idle time too), so the honest saving is
+the A/B calibration's: the all-fastest plan, then the plan, both measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import sys
+import warnings
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+__all__ = [
+    "CalibrationResult",
+    "EnergyReport",
+    "IterationMetrics",
+    "JobIteration",
+    "Metrics",
+    "format_energy_table",
+]
+
+logger = logging.getLogger("perseus.megatron")
+
+
+@dataclass(frozen=True)
+class IterationMetrics:
+    """One training iteration on this rank."""
+
+    iteration: int  #: 0-based, forward-only calls not counted
+    energy_j: float  #: this GPU's energy from this iteration's start to the next's (NaN: unread)
+    wall_time_s: float  #: wall time from this iteration's start to the next's
+    pipeline_time_s: float  #: this rank: entering the schedule to its last backward
+    plan_time_s: float  #: the plan's iteration time (NaN: no plan, clocks unlocked)
+    plan_energy_j: float  #: the plan's energy per pipeline, one GPU per stage (NaN: no plan)
+    phase: str  #: "plan", "following", "fastest" (calibration), "unlocked"
+    switches: int  #: plan switches decided after this iteration
+
+
+@dataclass(frozen=True)
+class JobIteration:
+    """One training iteration of the whole job: every GPU of every pipeline."""
+
+    iteration: int
+    energy_j: float  #: measured, all GPUs
+    time_s: float  #: measured wall time (the longest rank's)
+    pipeline_time_s: float  #: the slowest pipeline, schedule entry to last backward
+    predicted_energy_j: float  #: the plans' energy, every replica, every GPU of a stage
+    predicted_time_s: float  #: the slowest replica's plan time
+    switches: int  #: plan switches of all replicas
+    phase: str  #: replica 0's phase
+
+
+@dataclass(frozen=True)
+class EnergyReport:
+    """Measured and predicted energy over a run of iterations (one report)."""
+
+    first_iteration: int
+    last_iteration: int
+    gpus: int  #: GPUs measured (ranks)
+    replicas: int  #: data-parallel replicas
+    energy_j: float  #: measured energy per iteration, all GPUs (mean)
+    time_s: float  #: measured wall time per iteration (mean)
+    predicted_energy_j: float  #: the plans' energy per iteration (mean)
+    predicted_time_s: float  #: the plans' iteration time (mean)
+    switches: int  #: plan switches in these iterations, all replicas
+    iterations: tuple[JobIteration, ...]
+
+    @property
+    def power_w(self) -> float:
+        """Mean power of all GPUs, W."""
+        return self.energy_j / self.time_s if self.time_s > 0 else math.nan
+
+    def __str__(self) -> str:
+        return (
+            f"iterations {self.first_iteration}-{self.last_iteration}: measured "
+            f"{self.energy_j:.4g} J/iteration on {self.gpus} GPU(s) ({self.power_w:.4g} W), "
+            f"{self.time_s:.4g} s/iteration; plan predicts {self.predicted_energy_j:.4g} J, "
+            f"{self.predicted_time_s:.4g} s; {self.switches} plan switch(es)"
+        )
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """A/B calibration: the all-fastest plan, then the plan, both measured on every GPU."""
+
+    iterations: int  #: per side
+    first_iteration: int  #: of the all-fastest side
+    fastest_energy_j: float  #: mean energy per iteration at the all-fastest plan
+    fastest_energy_std_j: float  #: its standard deviation across iterations
+    plan_energy_j: float
+    plan_energy_std_j: float
+    fastest_time_s: float  #: mean wall time per iteration
+    plan_time_s: float
+    saving: float  #: 1 - plan / fastest (a fraction; 0.1: 10 % saved)
+    saving_std: float  #: standard error of the saving
+    time_change: float  #: plan / fastest - 1 in wall time (a fraction)
+
+    def __str__(self) -> str:
+        return (
+            f"calibration over {self.iterations}+{self.iterations} iterations: all-fastest "
+            f"{self.fastest_energy_j:.4g} ± {self.fastest_energy_std_j:.2g} J/iteration, plan "
+            f"{self.plan_energy_j:.4g} ± {self.plan_energy_std_j:.2g} J/iteration: saving "
+            f"{100 * self.saving:.2f} % ± {100 * self.saving_std:.2f} %, iteration time "
+            f"{100 * self.time_change:+.2f} %"
+        )
+
+
+def _mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+def _std(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.stdev(finite) if len(finite) > 1 else math.nan
+
+
+def calibration(rows: Sequence[JobIteration], first: int, iterations: int) -> CalibrationResult:
+    """The A/B result from job rows: ``[first, first+K)`` all-fastest, then K at the plan."""
+    by_iteration = {r.iteration: r for r in rows}
+    a = [by_iteration[i] for i in range(first, first + iterations) if i in by_iteration]
+    b = [
+        by_iteration[i]
+        for i in range(first + iterations, first + 2 * iterations)
+        if i in by_iteration
+    ]
+    ea, eb = [r.energy_j for r in a], [r.energy_j for r in b]
+    mean_a, mean_b = _mean(ea), _mean(eb)
+    std_a, std_b = _std(ea), _std(eb)
+    saving = 1 - mean_b / mean_a if mean_a > 0 else math.nan
+    # Delta method on mean_b / mean_a with independent sides.
+    spread = (
+        math.sqrt((std_b / mean_a) ** 2 / len(eb) + (mean_b * std_a / mean_a**2) ** 2 / len(ea))
+        if mean_a > 0 and eb and ea
+        else math.nan
+    )
+    ta, tb = _mean([r.time_s for r in a]), _mean([r.time_s for r in b])
+    return CalibrationResult(
+        iterations=iterations,
+        first_iteration=first,
+        fastest_energy_j=mean_a,
+        fastest_energy_std_j=std_a,
+        plan_energy_j=mean_b,
+        plan_energy_std_j=std_b,
+        fastest_time_s=ta,
+        plan_time_s=tb,
+        saving=saving,
+        saving_std=spread,
+        time_change=tb / ta - 1 if ta > 0 else math.nan,
+    )
+
+
+class Metrics:
+    """Everything perseus measured in run mode (``Attachment.metrics``).
+
+    Attributes
+    ----------
+    iterations : collections.deque of IterationMetrics
+        This rank's iterations (the most recent ``keep_iterations``).
+    reports : list of EnergyReport
+        Every report, on every rank (each holds the whole job's numbers).
+    job_iterations : collections.deque of JobIteration
+        The whole job's iterations from the reports.
+    calibration : CalibrationResult or None
+        The A/B calibration, once both sides are measured.
+    """
+
+    def __init__(self, keep_iterations: int = 10_000) -> None:
+        self.iterations: deque[IterationMetrics] = deque(maxlen=keep_iterations)
+        self.reports: list[EnergyReport] = []
+        self.job_iterations: deque[JobIteration] = deque(maxlen=keep_iterations)
+        self.calibration: Optional[CalibrationResult] = None
+        self.layout: dict[str, Any] = {}
+
+    def summary(self) -> dict[str, Any]:
+        """This rank's totals, as plain numbers (to gather and print, see
+        :func:`format_energy_table`)."""
+        rows = list(self.iterations)
+        energies = [r.energy_j for r in rows if math.isfinite(r.energy_j)]
+        return {
+            **self.layout,
+            "iterations": len(rows),
+            "energy_j": sum(energies) if energies else math.nan,
+            "energy_per_iteration_j": _mean([r.energy_j for r in rows]),
+            "wall_time_per_iteration_s": _mean([r.wall_time_s for r in rows]),
+            "pipeline_time_s": _mean([r.pipeline_time_s for r in rows]),
+            "plan_time_s": _mean([r.plan_time_s for r in rows]),
+            "plan_energy_j": _mean([r.plan_energy_j for r in rows]),
+            "switches": sum(r.switches for r in rows),
+            "calibration": asdict(self.calibration) if self.calibration is not None else None,
+        }
+
+
+def format_energy_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """A text table of :meth:`Metrics.summary` from every rank, with the job's totals."""
+    header = (
+        f"{'rank':>4} {'dp':>3} {'pp':>3} {'tp':>3} {'gpu':>3} {'iters':>5} {'J/iter':>10} "
+        f"{'s/iter':>8} {'W':>8} {'plan s':>8} {'switches':>8}"
+    )
+    lines = ["perseus: measured energy per GPU", header, "-" * len(header)]
+    total_energy = 0.0
+    for s in sorted(summaries, key=lambda s: s.get("rank", 0)):
+        e, t = s["energy_per_iteration_j"], s["wall_time_per_iteration_s"]
+        power = e / t if t and math.isfinite(t) and t > 0 else math.nan
+        if math.isfinite(e):
+            total_energy += e
+        lines.append(
+            f"{s.get('rank', '?'):>4} {s.get('dp_rank', '?'):>3} {s.get('pp_rank', '?'):>3} "
+            f"{s.get('tp_rank', '?'):>3} {s.get('device', '?'):>3} {s['iterations']:>5} "
+            f"{e:>10.4g} {t:>8.4g} {power:>8.4g} {s['plan_time_s']:>8.4g} {s['switches']:>8}"
+        )
+    lines.append("-" * len(header))
+    lines.append(f"job: {total_energy:.5g} J per iteration on {len(summaries)} GPU(s)")
+    calibrations = [s["calibration"] for s in summaries if s.get("calibration")]
+    if calibrations:
+        c = calibrations[0]
+        lines.append(str(CalibrationResult(**c)))
+    return "\n".join(lines)
+
+
+class EnergyMeter:
+    """Reads one GPU's NVML total-energy counter (mJ); NaN where it cannot."""
+
+    def __init__(self, device: int) -> None:
+        from ..switcher import NvmlDevice
+
+        self._nvml: Any = None
+        try:
+            self._nvml = NvmlDevice(device)
+            self._nvml.total_energy_mj()
+        except Exception as error:  # noqa: BLE001 - no counter: metrics without energy
+            self._nvml = None
+            warnings.warn(
+                f"perseus: GPU {device} has no readable energy counter ({error}); run-mode "
+                "metrics will have no measured energy",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+    @classmethod
+    def disabled(cls) -> EnergyMeter:
+        """A meter that reads nothing (``MetricsOptions(enabled=False)``)."""
+        meter = cls.__new__(cls)
+        meter._nvml = None
+        return meter
+
+    def read_j(self) -> float:
+        if self._nvml is None:
+            return math.nan
+        try:
+            return float(self._nvml.total_energy_mj()) / 1e3
+        except Exception:  # noqa: BLE001 - a failed read loses one sample, not the run
+            return math.nan
+
+    def close(self) -> None:
+        self._nvml = None
+
+
+def megatron_writers() -> list[Any]:
+    """Megatron-LM's TensorBoard and W&B writers, if it has made them (not imported here)."""
+    module = sys.modules.get("megatron.training.global_vars")
+    if module is None:
+        return []
+    writers = []
+    for name in ("get_tensorboard_writer", "get_wandb_writer"):
+        getter = getattr(module, name, None)
+        try:
+            writer = getter() if callable(getter) else None
+        except Exception:  # noqa: BLE001 - an unset global: nothing to write to
+            writer = None
+        if writer is not None:
+            writers.append(writer)
+    return writers
+
+
+def write(writers: Sequence[Any], report: EnergyReport) -> None:
+    """Per-iteration scalars to TensorBoard-style (``add_scalar``) or W&B-style (``log``) writers."""
+    for row in report.iterations:
+        scalars = {
+            "perseus/energy_j": row.energy_j,
+            "perseus/predicted_energy_j": row.predicted_energy_j,
+            "perseus/iteration_time_s": row.time_s,
+            "perseus/predicted_time_s": row.predicted_time_s,
+            "perseus/power_w": row.energy_j / row.time_s if row.time_s > 0 else math.nan,
+            "perseus/plan_switches": float(row.switches),
+        }
+        for writer in writers:
+            if hasattr(writer, "add_scalar"):
+                for tag, value in scalars.items():
+                    writer.add_scalar(tag, value, row.iteration)
+            else:
+                writer.log(scalars, step=row.iteration)
+
+
+def job_rows(payloads: Sequence[dict[str, Any]]) -> list[JobIteration]:
+    """Sum the ranks' records (from :meth:`Recorder.payload`) into job iterations."""
+    by_iteration: dict[int, list[tuple[dict[str, Any], IterationMetrics]]] = {}
+    for payload in payloads:
+        for record in payload["records"]:
+            by_iteration.setdefault(record.iteration, []).append((payload, record))
+    rows = []
+    for iteration in sorted(by_iteration):
+        entries = by_iteration[iteration]
+        energies = [r.energy_j for _, r in entries]
+        # A replica's prediction once (its pipeline's first rank), scaled to its GPUs per stage.
+        firsts = [(p, r) for p, r in entries if p["model_parallel_rank"] == 0]
+        predicted = [
+            r.plan_energy_j * p["gpus_per_stage"]
+            for p, r in firsts
+            if math.isfinite(r.plan_energy_j)
+        ]
+        plan_times = [r.plan_time_s for _, r in firsts if math.isfinite(r.plan_time_s)]
+        phases = [r.phase for p, r in firsts if p["data_parallel_rank"] == 0]
+        rows.append(
+            JobIteration(
+                iteration=iteration,
+                energy_j=sum(energies) if all(math.isfinite(e) for e in energies) else math.nan,
+                time_s=max(r.wall_time_s for _, r in entries),
+                pipeline_time_s=max(
+                    (r.pipeline_time_s for _, r in entries if math.isfinite(r.pipeline_time_s)),
+                    default=math.nan,
+                ),
+                predicted_energy_j=sum(predicted) if predicted else math.nan,
+                predicted_time_s=max(plan_times) if plan_times else math.nan,
+                switches=sum(r.switches for _, r in firsts),
+                phase=phases[0] if phases else "",
+            )
+        )
+    return rows
+
+
+def report_of(rows: Sequence[JobIteration], gpus: int, replicas: int) -> EnergyReport:
+    return EnergyReport(
+        first_iteration=rows[0].iteration,
+        last_iteration=rows[-1].iteration,
+        gpus=gpus,
+        replicas=replicas,
+        energy_j=_mean([r.energy_j for r in rows]),
+        time_s=_mean([r.time_s for r in rows]),
+        predicted_energy_j=_mean([r.predicted_energy_j for r in rows]),
+        predicted_time_s=_mean([r.predicted_time_s for r in rows]),
+        switches=sum(r.switches for r in rows),
+        iterations=tuple(rows),
+    )
+
+
+class Recorder:
+    """This rank's iteration accounting: counter reads at boundaries, forward-only spans left out."""
+
+    def __init__(self, meter: EnergyMeter, metrics: Metrics) -> None:
+        self._meter = meter
+        self.metrics = metrics
+        self._open: Optional[dict[str, Any]] = None
+        self._excluded_j = 0.0
+        self._excluded_s = 0.0
+        self._excluding: Optional[tuple[float, float]] = None
+        self._window: list[IterationMetrics] = []
+
+    def now(self) -> tuple[float, float]:
+        """(counter in J, wall clock in s) at this point of the CPU's timeline."""
+        import time
+
+        return self._meter.read_j(), time.perf_counter()
+
+    @property
+    def is_open(self) -> bool:
+        return self._open is not None
+
+    def open(
+        self,
+        now: tuple[float, float],
+        iteration: int,
+        *,
+        plan_time_s: float,
+        plan_energy_j: float,
+        phase: str,
+    ) -> None:
+        self._open = {
+            "iteration": iteration,
+            "energy_j": now[0],
+            "wall_s": now[1],
+            "plan_time_s": plan_time_s,
+            "plan_energy_j": plan_energy_j,
+            "phase": phase,
+        }
+        self._excluded_j = self._excluded_s = 0.0
+
+    def close(
+        self, now: tuple[float, float], *, pipeline_time_s: float, switches: int
+    ) -> Optional[IterationMetrics]:
+        start = self._open
+        if start is None:
+            return None
+        self._open = None
+        record = IterationMetrics(
+            iteration=start["iteration"],
+            energy_j=now[0] - start["energy_j"] - self._excluded_j,
+            wall_time_s=now[1] - start["wall_s"] - self._excluded_s,
+            pipeline_time_s=pipeline_time_s,
+            plan_time_s=start["plan_time_s"],
+            plan_energy_j=start["plan_energy_j"],
+            phase=start["phase"],
+            switches=switches,
+        )
+        self.metrics.iterations.append(record)
+        self._window.append(record)
+        return record
+
+    def exclude_begin(self) -> None:
+        if self._open is not None and self._excluding is None:
+            self._excluding = self.now()
+
+    def exclude_end(self) -> None:
+        if self._excluding is None:
+            return
+        e0, w0 = self._excluding
+        self._excluding = None
+        e1, w1 = self.now()
+        if math.isfinite(e1 - e0):
+            self._excluded_j += e1 - e0
+        self._excluded_s += w1 - w0
+
+    def payload(self, layout: dict[str, Any]) -> dict[str, Any]:
+        """This rank's records since the last report (then forgotten), for the all-gather."""
+        records, self._window = self._window, []
+        return {**layout, "records": records}
+
+    def close_meter(self) -> None:
+        self._meter.close()

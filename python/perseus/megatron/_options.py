@@ -1,0 +1,292 @@
+"""The option records of :func:`perseus.megatron.attach`, checked when made.
+
+Each record groups the settings of one concern (clocks, stragglers, the live
+energy metrics, profile mode); every field has its unit in its name and a
+default that is safe for a production job. Records are frozen: an
+attachment's settings cannot drift while it runs.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Optional, Union
+
+__all__ = ["ClockOptions", "MetricsOptions", "ProfileOptions", "StragglerOptions"]
+
+_MAX_MHZ = 100_000  # the switcher's own bound on a clock
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_mhz(name: str, value: Optional[int]) -> None:
+    if value is None:
+        return
+    if not _is_int(value) or not 1 <= int(value) <= _MAX_MHZ:
+        raise ValueError(
+            f"{name} must be a clock in MHz (an integer from 1 to {_MAX_MHZ}) or None for the "
+            f"driver's default clocks, not {value!r}"
+        )
+
+
+def _check_count(name: str, value: object, minimum: int) -> None:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or int(value) < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, not {value!r}")
+
+
+def _check_fraction(name: str, value: object, *, allow_zero: bool) -> None:
+    ok = False
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
+        ok = math.isfinite(number) and (number >= 0 if allow_zero else number > 0)
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound} (a fraction), not {value!r}")
+
+
+@dataclass(frozen=True)
+class ClockOptions:
+    """Which GPU perseus drives, and its clocks outside the plan.
+
+    Attributes
+    ----------
+    device : int or None
+        CUDA device index of this rank's GPU. ``None`` (default): resolved at
+        the first iteration, from ``torch.cuda.current_device()`` when CUDA is
+        initialised, else from ``LOCAL_RANK``; the two must agree.
+    switcher : FrequencySwitcher or None
+        Use this switcher (reset, not closed, on detach) instead of making one.
+    idle_mhz : int or None
+        The SM clock between iterations, from the end of an iteration's last
+        computation to the next iteration's first (optimizer step,
+        checkpointing, data loading). ``None`` (default): the driver's
+        default clocks (unlocked).
+    evaluation_mhz : int or None
+        The SM clock of forward-only (evaluation) calls; ``None`` (default):
+        unlocked.
+    """
+
+    device: Optional[int] = None
+    switcher: Any = None
+    idle_mhz: Optional[int] = None
+    evaluation_mhz: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.device is not None and (not _is_int(self.device) or int(self.device) < 0):
+            raise ValueError(
+                f"ClockOptions.device must be a CUDA device index >= 0 or None, not {self.device!r}"
+            )
+        _check_mhz("ClockOptions.idle_mhz", self.idle_mhz)
+        _check_mhz("ClockOptions.evaluation_mhz", self.evaluation_mhz)
+
+
+@dataclass(frozen=True)
+class StragglerOptions:
+    """Following data-parallel stragglers (see :class:`perseus.megatron.StragglerPolicy`).
+
+    Attributes
+    ----------
+    enabled : bool
+        Follow stragglers (costs one small CPU all-gather per iteration on
+        the data-parallel group; nothing with one replica).
+    tolerance : float
+        A replica is the straggler when its median iteration time over
+        `window` iterations is slower than the other replicas' (the other
+        one, or their median with 3 or more replicas) by more than this
+        fraction (0.10: 10 %).
+    recovery : float or None
+        Followers go back to the base plan once the straggler is within this
+        fraction of the reference; default `tolerance` (the straggler is
+        followed while it is one). A smaller value adds a band in which a
+        mild straggler is still followed; either way the hysteresis of
+        `window` medians and `min_samples` after each switch applies.
+    window : int
+        Iterations whose median decides.
+    min_samples : int or None
+        Iterations measured before the first decision, and after every
+        switch; default `window`.
+    warmup_iterations : int
+        First iterations never measured (compilation, allocator warm-up).
+    data_parallel_group, model_parallel_group
+        Process groups whose members define a replica and its pipeline;
+        default megatron's ``parallel_state`` ones.
+    """
+
+    enabled: bool = True
+    tolerance: float = 0.10
+    recovery: Optional[float] = None
+    window: int = 5
+    min_samples: Optional[int] = None
+    warmup_iterations: int = 2
+    data_parallel_group: Any = None
+    model_parallel_group: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(
+                f"StragglerOptions.enabled must be True or False, not {self.enabled!r}"
+            )
+        _check_fraction("StragglerOptions.tolerance", self.tolerance, allow_zero=False)
+        if self.recovery is not None:
+            _check_fraction("StragglerOptions.recovery", self.recovery, allow_zero=True)
+            if float(self.recovery) > float(self.tolerance):
+                raise ValueError(
+                    f"StragglerOptions.recovery ({self.recovery}) must not exceed tolerance "
+                    f"({self.tolerance}): followers would return before the straggler is gone"
+                )
+        _check_count("StragglerOptions.window", self.window, 1)
+        if self.min_samples is not None:
+            _check_count("StragglerOptions.min_samples", self.min_samples, 1)
+            if int(self.min_samples) > int(self.window):
+                raise ValueError(
+                    f"StragglerOptions.min_samples ({self.min_samples}) cannot exceed window "
+                    f"({self.window})"
+                )
+        _check_count("StragglerOptions.warmup_iterations", self.warmup_iterations, 0)
+
+    @property
+    def recovery_fraction(self) -> float:
+        return float(self.tolerance) if self.recovery is None else float(self.recovery)
+
+    @property
+    def samples(self) -> int:
+        return int(self.window if self.min_samples is None else self.min_samples)
+
+
+@dataclass(frozen=True)
+class MetricsOptions:
+    """The energy perseus measures in run mode.
+
+    Attributes
+    ----------
+    enabled : bool
+        Read NVML's total-energy counter of this rank's GPU at every
+        iteration boundary (a CPU call; nothing waits for the GPU).
+    report_every : int
+        Iterations per report: every `report_every` iterations one CPU
+        all-gather over all ranks sums the energy of every GPU of every
+        pipeline, logs one line on rank 0 and hands the numbers to the
+        writers. Nothing is exchanged in between.
+    calibrate : int
+        A/B calibration: after `warmup_iterations`, this many iterations at
+        the all-fastest plan, then as many at the plan; the measured saving
+        is reported with its spread. 0 (default): no calibration.
+    warmup_iterations : int
+        First iterations left out of the calibration.
+    writers : sequence
+        Extra writers: objects with ``add_scalar(tag, value, step)``
+        (TensorBoard's ``SummaryWriter``) or ``log(dict, step=...)`` (W&B).
+    megatron_writers : bool
+        Also write to Megatron-LM's TensorBoard and W&B writers when it has
+        made them (``megatron.training.get_tensorboard_writer()``).
+    keep_iterations : int
+        Per-iteration records kept in ``Attachment.metrics.iterations``.
+    """
+
+    enabled: bool = True
+    report_every: int = 10
+    calibrate: int = 0
+    warmup_iterations: int = 2
+    writers: Sequence[Any] = ()
+    megatron_writers: bool = True
+    keep_iterations: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"MetricsOptions.enabled must be True or False, not {self.enabled!r}")
+        _check_count("MetricsOptions.report_every", self.report_every, 1)
+        _check_count("MetricsOptions.calibrate", self.calibrate, 0)
+        if int(self.calibrate) == 1:
+            raise ValueError(
+                "MetricsOptions.calibrate must be 0 (off) or at least 2 iterations per side, "
+                "so that the saving has a spread"
+            )
+        _check_count("MetricsOptions.warmup_iterations", self.warmup_iterations, 0)
+        _check_count("MetricsOptions.keep_iterations", self.keep_iterations, 1)
+        writers = tuple(self.writers)
+        for writer in writers:
+            if not (hasattr(writer, "add_scalar") or hasattr(writer, "log")):
+                raise ValueError(
+                    f"MetricsOptions.writers: {writer!r} has neither add_scalar(tag, value, step) "
+                    "nor log(dict, step=...)"
+                )
+        object.__setattr__(self, "writers", writers)
+
+
+_RESERVED_PROFILER_OPTIONS = ("computations", "output", "mode", "device")
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """Profile mode: where the profile goes and how it is measured.
+
+    Attributes
+    ----------
+    path : str or Path
+        The merged profile's CSV (Zeus's ``stage,instruction,frequency,time,energy``),
+        with a ``.json`` sidecar beside it; each pipeline rank keeps its own
+        resumable sweep as ``<name>.pp<rank>.csv`` (+ ``.json``).
+    iteration : int
+        The training iteration whose microbatch 0 is captured and replayed
+        (default 1: after one warm-up iteration).
+    after : str
+        ``"stop"``: end training once the profile is written
+        (:class:`ProfilingFinished`, which the ``with`` block swallows);
+        ``"continue"``: keep training, unchanged.
+    profiler_mode : str
+        ``"gpu"`` or ``"cpu"`` (wall-clock timing against a fake NVML, for
+        tests).
+    profiler_options : mapping
+        More keyword arguments for :func:`perseus.profile_stages`
+        (``frequencies_mhz``, ``window_s``, ``blocking_power_w``, ...).
+    timeout_s : float
+        How long ranks wait for each other's sweeps, seconds.
+    """
+
+    path: Union[str, Path]  # kept as a Path
+    iteration: int = 1
+    after: str = "stop"
+    profiler_mode: str = "gpu"
+    profiler_options: Mapping[str, Any] = field(default_factory=dict)
+    timeout_s: float = 24 * 3600.0
+
+    def __post_init__(self) -> None:
+        if self.path is None or str(self.path) == "":
+            raise ValueError("ProfileOptions.path is needed: where the profile CSV goes")
+        path = Path(self.path)
+        if path.suffix == ".json":
+            raise ValueError(
+                f"ProfileOptions.path {path} would collide with its .json sidecar; name it .csv"
+            )
+        object.__setattr__(self, "path", path)
+        _check_count("ProfileOptions.iteration", self.iteration, 0)
+        if self.after not in ("stop", "continue"):
+            raise ValueError(
+                f"ProfileOptions.after must be 'stop' or 'continue', not {self.after!r}"
+            )
+        if self.profiler_mode not in ("gpu", "cpu"):
+            raise ValueError(
+                f"ProfileOptions.profiler_mode must be 'gpu' or 'cpu', not {self.profiler_mode!r}"
+            )
+        options = dict(self.profiler_options or {})
+        for reserved in _RESERVED_PROFILER_OPTIONS:
+            if reserved in options:
+                raise ValueError(
+                    f"ProfileOptions.profiler_options cannot set {reserved!r}; perseus.megatron "
+                    "sets it"
+                )
+        object.__setattr__(self, "profiler_options", MappingProxyType(options))
+        timeout = self.timeout_s
+        if not (
+            isinstance(timeout, numbers.Real)
+            and not isinstance(timeout, bool)
+            and math.isfinite(float(timeout))
+            and float(timeout) > 0
+        ):
+            raise ValueError(f"ProfileOptions.timeout_s must be > 0 seconds, not {timeout!r}")

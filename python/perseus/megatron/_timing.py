@@ -1,0 +1,144 @@
+"""Timing iterations and exchanging the times, without touching the training stream.
+
+- :class:`Stopwatch` marks points of an iteration with torch CUDA events on
+  the current stream (a wall clock without a GPU) and reads them *late*: an
+  iteration's time is read when the next iteration starts, by which point
+  the GPU has normally passed it (Megatron's optimizer step synchronises);
+  only a GPU more than an iteration behind makes the read wait, for that
+  event alone, never for the stream.
+- :class:`CpuGroups` are gloo process groups perseus makes for its own small
+  exchanges (the straggler times each iteration, the energy report every N
+  iterations): CPU tensors, so no collective of perseus is ever queued
+  behind the training's kernels. They are made collectively at the first
+  iteration, when every rank is in the same schedule call.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import timedelta
+from typing import Any, Optional
+
+__all__ = ["CpuGroups", "Stopwatch"]
+
+
+class Stopwatch:
+    """Points of an iteration: CUDA events on a GPU, ``time.perf_counter`` otherwise."""
+
+    def __init__(self, torch: Any, gpu: bool) -> None:
+        self._torch = torch
+        self._gpu = gpu
+
+    def mark(self) -> Any:
+        if self._gpu:
+            event = self._torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds(self, start: Any, end: Any) -> float:
+        """Seconds from `start` to `end` (NaN if either is missing)."""
+        if start is None or end is None:
+            return math.nan
+        if self._gpu:
+            if not end.query():
+                end.synchronize()  # the GPU is an iteration behind: wait for this event only
+            return float(start.elapsed_time(end)) / 1e3
+        return float(end - start)
+
+
+def _subgroup(dist: Any, lists: list[list[int]], timeout_s: Optional[float]) -> Any:
+    """This rank's gloo group among `lists` (disjoint, covering every rank); collective."""
+    timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
+    mine, _ = dist.new_subgroups_by_enumeration(lists, timeout=timeout, backend="gloo")
+    return mine
+
+
+class CpuGroups:
+    """gloo groups mirroring the data-parallel and model-parallel groups, and the world.
+
+    Attributes
+    ----------
+    world
+        Every rank.
+    data_parallel
+        This rank and its peers in the other replicas (index = data-parallel rank).
+    model_parallel
+        The ranks of this rank's pipeline (one replica).
+    data_parallel_rank, data_parallel_size, model_parallel_rank, model_parallel_size : int
+    """
+
+    def __init__(
+        self,
+        torch: Any,
+        data_parallel_group: Any,
+        model_parallel_group: Any,
+        *,
+        timeout_s: Optional[float] = None,
+    ) -> None:
+        dist = torch.distributed
+        self._torch = torch
+        timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
+        self.world = dist.new_group(backend="gloo", timeout=timeout)
+        mine = (
+            sorted(dist.get_process_group_ranks(data_parallel_group)),
+            sorted(dist.get_process_group_ranks(model_parallel_group)),
+        )
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine, group=self.world)
+        dp_lists = sorted({tuple(dp) for dp, _ in everyone})
+        mp_lists = sorted({tuple(mp) for _, mp in everyone})
+        self.data_parallel = _subgroup(dist, [list(x) for x in dp_lists], timeout_s)
+        self.model_parallel = _subgroup(dist, [list(x) for x in mp_lists], timeout_s)
+        rank = dist.get_rank()
+        self.rank = rank
+        self.data_parallel_size = len(mine[0])
+        self.data_parallel_rank = mine[0].index(rank)
+        self.model_parallel_size = len(mine[1])
+        self.model_parallel_rank = mine[1].index(rank)
+        self.world_size = dist.get_world_size()
+
+    @property
+    def first_of_replica(self) -> bool:
+        """Whether this rank is its pipeline's first (it logs for the replica)."""
+        return self.model_parallel_rank == 0
+
+    def replica_times(self, own_s: float) -> list[float]:
+        """Each replica's pipeline time (the longest of its ranks'), by data-parallel rank.
+
+        One MAX all-reduce on the pipeline and one all-gather across
+        replicas, both on CPU tensors; a rank without a time (NaN) makes its
+        replica's time infinite, which the policy skips.
+        """
+        torch, dist = self._torch, self._torch.distributed
+        value = own_s if math.isfinite(own_s) and own_s > 0 else math.inf
+        pipeline = torch.tensor([value], dtype=torch.float64)
+        if self.model_parallel_size > 1:
+            dist.all_reduce(pipeline, op=dist.ReduceOp.MAX, group=self.model_parallel)
+        if self.data_parallel_size < 2:
+            return [float(pipeline.item())]
+        gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(self.data_parallel_size)]
+        dist.all_gather(gathered, pipeline, group=self.data_parallel)
+        return [float(t.item()) for t in gathered]
+
+    def close(self) -> None:
+        """Destroy the groups (local: each rank its own), so attachments leave none behind."""
+        dist = self._torch.distributed
+        if not dist.is_initialized():
+            return
+        for group in {
+            id(g): g for g in (self.world, self.data_parallel, self.model_parallel)
+        }.values():
+            if group is not None and group is not dist.GroupMember.NON_GROUP_MEMBER:
+                try:
+                    dist.destroy_process_group(group)
+                except Exception:  # noqa: BLE001 - already gone with the default group
+                    pass
+
+    def gather(self, payload: Any) -> list[Any]:
+        """Every rank's `payload`, by global rank (one all-gather of Python objects)."""
+        dist = self._torch.distributed
+        everyone: list[Any] = [None] * self.world_size
+        dist.all_gather_object(everyone, payload, group=self.world)
+        return everyone
