@@ -6,9 +6,11 @@ turns a measured profile into a time-energy frontier with the PyPI package
 ``lowtime``. This module repeats that procedure step by step, so that the
 benchmark compares perseus with the reference exactly as users run it:
 
-1. Per (stage, instruction), one ``ExecutionOption`` per measured frequency
-   (``knob`` = MHz, ``real_time`` = seconds, ``cost`` = joules) with the chosen
-   ``unit_time``.
+1. Per (stage, instruction), one ``ExecutionOption`` per **measured row of the
+   CSV** (``knob`` = MHz, ``real_time`` = seconds, ``cost`` = joules) with the
+   chosen ``unit_time``: every row, in file order, Pareto-dominated ones
+   included, exactly as Zeus's script reads the CSV with pandas (here with the
+   standard ``csv`` module, ``bench/replay.py``'s ``RawProfile``).
 2. The cost becomes *effective* energy: ``cost -= P_block * quant_time * unit_time``
    (Zeus subtracts the blocking power over the *quantised* time, not the real
    time; we keep that).
@@ -31,6 +33,10 @@ instruction) cost-model plots and the pipeline drawings every
 ``plot_interval`` iterations. They are output, not part of the solve.
 
 Only this module imports lowtime; the rest of bench/ sees plain Python data.
+
+``solve`` also accepts a ``perseus.Profile`` (``bench/quality.py``'s generated
+suite, whose rows are all Pareto-optimal): then lowtime gets the options
+perseus kept, which for a profile read from a CSV is *not* what Zeus does.
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ import itertools
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
+
+import numpy as np
 
 __all__ = [
     "INSTRUCTIONS",
@@ -75,16 +83,24 @@ class LowtimePlan:
         lowtime's estimate of the total energy, joules:
         ``cost + num_stages * iteration_time * P_block`` (what Zeus prints as
         "total cost with P2P").
-    frequencies:
-        The assigned knob of every computation, ``{(stage, instruction,
-        microbatch): MHz}``; the key is the one ``perseus.evaluate`` takes.
+    knobs:
+        The assigned knob (MHz) of every computation, in the order of ``keys``.
+    keys:
+        ``(stage, instruction, microbatch)`` of each entry of ``knobs`` (shared
+        by every plan of one solve).
     """
 
     quant_time: int
     iteration_time: float
     cost: float
     energy: float
-    frequencies: dict[tuple[int, str, int], int]
+    knobs: np.ndarray
+    keys: tuple[tuple[int, str, int], ...]
+
+    @property
+    def frequencies(self) -> dict[tuple[int, str, int], int]:
+        """``{(stage, instruction, microbatch): MHz}``, the key ``perseus.evaluate`` takes."""
+        return {k: int(f) for k, f in zip(self.keys, self.knobs)}
 
 
 @dataclass(frozen=True)
@@ -140,25 +156,31 @@ def _instruction_classes() -> dict[str, Any]:
     return {"forward": Forward, "backward": Backward}
 
 
-def _operation_specs(profile: Any, unit_time: float, noise_factor: float) -> list[dict[Any, Any]]:
+def _measured_rows(source: Any, stage: int, name: str) -> list[tuple[int, float, float]]:
+    """(MHz, s, J) rows lowtime gets for one (stage, instruction)."""
+    if hasattr(source, "rows"):  # RawProfile: every row of the CSV, in file order
+        return [(int(f), float(t), float(e)) for f, t, e in source.rows(stage, name)]
+    measured = source.options(stage, name)  # perseus.Profile: the options it kept
+    return [
+        (int(f), float(t), float(e))
+        for f, t, e in zip(measured.frequency_mhz, measured.time_s, measured.energy_j)
+    ]
+
+
+def _operation_specs(
+    source: Any, blocking_power: float, unit_time: float, noise_factor: float
+) -> list[dict[Any, Any]]:
     """Per stage, ``{instruction class: OperationSpec}``, built as Zeus builds them."""
     from lowtime.cost_model import ExponentialModel
     from lowtime.operation import CandidateExecutionOptions, ExecutionOption, OperationSpec
 
     classes = _instruction_classes()
-    blocking_power = float(profile.blocking_power)
-    specs: list[dict[Any, Any]] = [{} for _ in range(profile.num_stages)]
+    specs: list[dict[Any, Any]] = [{} for _ in range(source.num_stages)]
     for name in INSTRUCTIONS:
-        for stage in range(profile.num_stages):
-            measured = profile.options(stage, name)
+        for stage in range(source.num_stages):
             options = [
-                ExecutionOption[int](
-                    real_time=float(t),
-                    unit_time=unit_time,
-                    cost=float(e),
-                    knob=int(f),
-                )
-                for f, t, e in zip(measured.frequency_mhz, measured.time_s, measured.energy_j)
+                ExecutionOption[int](real_time=t, unit_time=unit_time, cost=e, knob=f)
+                for f, t, e in _measured_rows(source, stage, name)
             ]
             # Effective energy over the quantised time, as Zeus computes it.
             for option in options:
@@ -216,13 +238,12 @@ def _build_dag(specs: list[dict[Any, Any]], microbatches: int) -> tuple[Any, lis
     return dag, per_stage
 
 
-def _read_plan(per_stage: list[list[Any]], forward_cls: Any) -> dict[tuple[int, str, int], int]:
-    plan: dict[tuple[int, str, int], int] = {}
-    for stage, insts in enumerate(per_stage):
-        for inst in insts:
-            name = "forward" if isinstance(inst, forward_cls) else "backward"
-            plan[(stage, name, inst.micro_batch_id)] = int(inst.assigned_knob)
-    return plan
+def _plan_keys(per_stage: list[list[Any]], forward_cls: Any) -> tuple[tuple[int, str, int], ...]:
+    return tuple(
+        (stage, "forward" if isinstance(inst, forward_cls) else "backward", inst.micro_batch_id)
+        for stage, insts in enumerate(per_stage)
+        for inst in insts
+    )
 
 
 def stage_orders(num_stages: int, microbatches: int) -> list[list[tuple[str, int]]]:
@@ -266,24 +287,27 @@ def _dummy_spec() -> Any:
 
 
 def solve(
-    profile: Any,
+    source: Any,
     *,
     microbatches: int,
+    blocking_power_w: Optional[float] = None,
     unit_time: float = 1e-3,
     noise_factor: float = ZEUS_NOISE_FACTOR,
     quiet: bool = True,
 ) -> LowtimeResult:
-    """Run lowtime on ``profile`` with the 1F1B schedule, as Zeus does.
+    """Run lowtime with the 1F1B schedule, as Zeus does.
 
     Parameters
     ----------
-    profile:
-        A ``perseus.Profile`` (or anything with ``num_stages``,
-        ``blocking_power`` in W and ``options(stage, instruction)`` returning
-        ``frequency_mhz`` / ``time_s`` / ``energy_j`` arrays). Every stage of the
-        profile is one pipeline stage.
+    source:
+        A ``replay.RawProfile`` (every measured row of a CSV, what Zeus gives
+        lowtime) with ``blocking_power_w``; or a ``perseus.Profile`` (its kept
+        options; the blocking power defaults to the profile's). Every stage is
+        one pipeline stage.
     microbatches:
         Microbatches per iteration.
+    blocking_power_w:
+        P2P blocking power, W (Zeus's ``--p2p-power``).
     unit_time:
         Time quantum, seconds (Zeus's default is 1 ms).
     noise_factor:
@@ -301,25 +325,37 @@ def solve(
     from lowtime.perseus.instruction import Forward
     from lowtime.solver import PhillipsDessouky
 
+    if blocking_power_w is None:
+        if not hasattr(source, "blocking_power"):
+            raise TypeError("solve() needs blocking_power_w for raw rows")
+        blocking_power_w = float(source.blocking_power)
+    blocking_power_w = float(blocking_power_w)
+
     with warnings.catch_warnings():
         if quiet:
             warnings.simplefilter("ignore")
         start = time.perf_counter()
-        specs = _operation_specs(profile, unit_time, noise_factor)
+        specs = _operation_specs(source, blocking_power_w, unit_time, noise_factor)
         dag, per_stage = _build_dag(specs, microbatches)
         solver = PhillipsDessouky(dag)
+        keys = _plan_keys(per_stage, Forward)
+        flat = [inst for insts in per_stage for inst in insts]
         built = time.perf_counter()
 
-        scale = profile.num_stages * float(profile.blocking_power)
+        scale = source.num_stages * blocking_power_w
         plans: list[LowtimePlan] = []
         for result in solver.run():
+            knobs = np.fromiter(
+                (inst.assigned_knob for inst in flat), dtype=np.int32, count=len(flat)
+            )
             plans.append(
                 LowtimePlan(
                     quant_time=int(result.quant_time),
                     iteration_time=float(result.real_time),
                     cost=float(result.cost),
                     energy=float(result.cost) + scale * float(result.real_time),
-                    frequencies=_read_plan(per_stage, Forward),
+                    knobs=knobs,
+                    keys=keys,
                 )
             )
         end = time.perf_counter()

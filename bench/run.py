@@ -1,21 +1,39 @@
-"""Benchmark perseus against the reference solver (lowtime 0.3.0, driven as Zeus does).
+"""Run the benchmark corpus: perseus against lowtime 0.3.0 (driven as Zeus drives it).
 
-For every case (profile, stages x microbatches, 1F1B, unit time 1 ms) the same
-run solves the frontier with lowtime and with ``perseus.optimize``, replays
-every lowtime plan with ``perseus.evaluate`` and compares energies plan by
-plan. A second table shows perseus's peak memory over a ladder of sizes,
-each measured in a fresh subprocess.
+For every case of ``bench/corpus.py`` the same process
 
-    python bench/run.py --quick
-    python bench/run.py --json out.json
-    python bench/run.py --profile my.csv --blocking-power 70 --sizes 4x8,4x32
+1. reads the profile's raw rows (every row of the CSV) and builds the case's
+   DAG (``bench/replay.py``: data dependencies written out here, each GPU's
+   order from ``perseus.pipeline_order``);
+2. solves with ``perseus.optimize`` (median wall time of ``--repeat`` runs)
+   on ``perseus.Profile.from_csv(path, blocking_power=W)``;
+3. solves with lowtime where the case says so (1F1B only), on the raw rows,
+   exactly as Zeus's ``run_optimization.py`` reads the CSV;
+4. replays every plan of both with the benchmark's own judge, checks the
+   replay against the numbers perseus reports for its own plans (a mismatch
+   fails the run), and compares energies plan by plan on lowtime's replayed
+   frontier.
 
-See bench/README.md for what each column means.
+It then fits perseus's wall-time scaling over the ladders, measures peak
+memory per computation in fresh subprocesses, and prints a MISS line for each
+issue-9 target missed.
+
+    python bench/run.py --quick                  # CI: well under 2 minutes on 2 cores
+    python bench/run.py                          # the whole corpus (long: lowtime)
+    python bench/run.py --list                   # the corpus
+    python bench/run.py --case 'sosp24-gpt3-*' --json out.json
+    python bench/run.py --profile my.csv --blocking-power 70 --sizes 4x8,8x32
+
+Exit status: 0 when every case ran and every replay matched (missed targets
+included: this is a report), 1 on a crash or a replay mismatch. See
+bench/README.md for the columns.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import inspect
 import json
 import math
 import os
@@ -24,184 +42,75 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 BENCH_DIR = Path(__file__).resolve().parent
-REPO_DIR = BENCH_DIR.parent
-EXAMPLES_DIR = REPO_DIR / "examples"
 sys.path.insert(0, str(BENCH_DIR))
 
-GPT3_PROFILE = EXAMPLES_DIR / "gpt3-a100-8stage.csv"
-SMALL_PROFILE = EXAMPLES_DIR / "small-4stage.csv"
-#: Blocking (P2P) power of the shipped example profiles, W.
-EXAMPLE_BLOCKING_POWER = {GPT3_PROFILE.name: 70.0, SMALL_PROFILE.name: 70.0}
+import corpus  # noqa: E402
+from replay import RawProfile, Replayer  # noqa: E402
 
-UNIT_TIME = 1e-3  # s, the unit Zeus uses
-MATCH_TOLERANCE_PCT = 0.1  # a lowtime plan is "matched" if perseus is within this
+UNIT_TIME = 1e-3  # s, Zeus's default (bench/quality.py uses it)
 TIME_RTOL = 1e-9  # "at least as fast" allows this relative float slack
-
+#: A lowtime frontier plan is "unmatched" when perseus is worse by more than this (%).
+MATCH_TOLERANCE_PCT = corpus.ENERGY_TARGET_PCT
+#: The judge's replay and perseus's reported numbers must agree to this relative error.
+REPLAY_RTOL = 1e-9
 #: A lowtime run shorter than this (s) is repeated up to --lowtime-repeat times; longer runs once.
 LOWTIME_REPEAT_BELOW_S = 2.0
+#: A perseus run this long (s) or longer is not repeated (the median is of the runs made).
+PERSEUS_REPEAT_BELOW_S = 10.0
+#: lowtime's fastest plan this much slower than the all-fastest plan is reported (NOTE).
+LOWTIME_SHORT_RTOL = 0.01
+#: Ad-hoc cases (--profile) run lowtime up to this many computations unless --lowtime-big.
+ADHOC_LOWTIME_MAX_COMPUTATIONS = 600
 
 
-# --------------------------------------------------------------------------- cases
-
-
-@dataclass(frozen=True)
-class ProfileSpec:
-    path: Path
-    blocking_power: float
-
-    @property
-    def name(self) -> str:
-        return self.path.stem
-
-
-@dataclass(frozen=True)
-class Case:
-    profile: ProfileSpec
-    stages: int
-    microbatches: int
-
-    @property
-    def computations(self) -> int:
-        return 2 * self.stages * self.microbatches
-
-    @property
-    def label(self) -> str:
-        return f"{self.profile.name} {self.stages}x{self.microbatches}"
-
-
-def parse_sizes(text: str) -> list[tuple[int, int]]:
-    sizes = []
-    for item in text.split(","):
-        item = item.strip().lower()
-        if not item:
-            continue
-        try:
-            s, m = item.split("x")
-            sizes.append((int(s), int(m)))
-        except ValueError:
-            raise SystemExit(
-                f"bad size {item!r}: expected STAGESxMICROBATCHES, e.g. 8x32"
-            ) from None
-    return sizes
-
-
-def example(path: Path) -> ProfileSpec:
-    return ProfileSpec(path, EXAMPLE_BLOCKING_POWER[path.name])
-
-
-def select_cases(args: argparse.Namespace) -> tuple[list[Case], list[Case]]:
-    """(comparison cases, memory ladder cases)."""
-    if args.profile is not None:
-        if args.blocking_power is None:
-            raise SystemExit("--profile needs --blocking-power W")
-        spec = ProfileSpec(Path(args.profile), args.blocking_power)
-        stages = load_profile(spec).num_stages
-        sizes = parse_sizes(args.sizes) if args.sizes else [(stages, stages), (stages, 4 * stages)]
-        cases = [Case(spec, s, m) for s, m in sizes]
-        ladder_sizes = (
-            parse_sizes(args.ladder) if args.ladder else [(stages, m) for m in (8, 32, 64, 96)]
-        )
-        ladder = [Case(spec, s, m) for s, m in ladder_sizes]
-        return cases, ladder
-
-    gpt3 = example(GPT3_PROFILE)
-    if args.sizes:
-        cases = [Case(gpt3, s, m) for s, m in parse_sizes(args.sizes)]
-    elif args.quick:
-        small = example(SMALL_PROFILE)
-        cases = [Case(small, 4, 8), Case(small, 4, 16), Case(gpt3, 8, 8)]
-    else:
-        cases = [Case(gpt3, 8, 32), Case(gpt3, 8, 96)]
-
-    if args.ladder:
-        ladder_sizes = parse_sizes(args.ladder)
-    elif args.quick:
-        ladder_sizes = [(4, 8), (8, 8), (8, 16), (8, 32)]
-    else:
-        ladder_sizes = [(4, 8), (8, 32), (8, 64), (8, 96), (8, 192)]
-    return cases, [Case(gpt3, s, m) for s, m in ladder_sizes]
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- profiles
 
-_PROFILES: dict[tuple[ProfileSpec, int | None], Any] = {}
+_RAW: dict[tuple[str, Optional[tuple[int, ...]]], RawProfile] = {}
 
 
-def load_profile(spec: ProfileSpec, stages: int | None = None) -> Any:
-    """The profile, cut to its first ``stages`` stages when asked (a smaller pipeline)."""
+def raw_profile(case: corpus.Case) -> RawProfile:
+    """Every measured row of the case's CSV (its stage subset), read once per run."""
+    key = (str(case.path), case.stages)
+    if key not in _RAW:
+        if not case.path.exists():
+            raise FileNotFoundError(f"{case.name}: profile {case.path} not found")
+        _RAW[key] = RawProfile.from_csv(case.path, case.stages)
+    return _RAW[key]
+
+
+def load_perseus_profile(path: Path, blocking_power_w: float) -> Any:
+    """``perseus.Profile.from_csv`` under either keyword (``blocking_power_w`` or the older one)."""
     import perseus
 
-    key = (spec, stages)
-    if key in _PROFILES:
-        return _PROFILES[key]
-    if not spec.path.exists():
-        raise SystemExit(f"profile {spec.path} not found")
-    full = perseus.Profile.from_csv(spec.path, blocking_power=spec.blocking_power)
-    if stages is None or stages == full.num_stages:
-        profile = full
-    elif 0 < stages < full.num_stages:
-        records = []
-        for stage in range(stages):
-            for name in ("forward", "backward"):
-                opts = full.options(stage, name)
-                records.extend(
-                    (stage, name, int(f), float(t), float(e))
-                    for f, t, e in zip(opts.frequency_mhz, opts.time_s, opts.energy_j)
-                )
-        profile = perseus.Profile.from_records(records, blocking_power=spec.blocking_power)
-    else:
-        raise SystemExit(
-            f"{spec.path.name} has {full.num_stages} stages; cannot run {stages} stages"
-        )
-    _PROFILES[key] = profile
-    return profile
+    params = inspect.signature(perseus.Profile.from_csv).parameters
+    if "blocking_power_w" in params:
+        return perseus.Profile.from_csv(path, blocking_power_w=blocking_power_w)
+    return perseus.Profile.from_csv(path, blocking_power=blocking_power_w)
+
+
+def perseus_profile(case: corpus.Case, raw: RawProfile, tmp: Path) -> Any:
+    """What perseus gets: ``Profile.from_csv`` of the case's CSV (a subset written out first)."""
+    path = case.path
+    if case.stages is not None:
+        path = raw.write_csv(tmp / f"{case.name}.csv")
+    return load_perseus_profile(path, case.blocking_power_w)
 
 
 # --------------------------------------------------------------------------- comparison
-
-
-@dataclass
-class CaseResult:
-    case: str
-    profile: str
-    stages: int
-    microbatches: int
-    computations: int
-    unit_time_s: float
-    perseus_time_s: float
-    perseus_runs: int
-    perseus_solve_time_s: float  # Frontier.solve_time of the last run
-    perseus_plans: int
-    perseus_fastest_s: float
-    perseus_slowest_s: float
-    lowtime: str  # "ran" or "skipped"
-    same_dag: bool | None = None
-    lowtime_time_s: float | None = None
-    lowtime_runs: int = 0
-    lowtime_build_time_s: float | None = None
-    lowtime_solve_time_s: float | None = None
-    lowtime_plans: int | None = None
-    lowtime_frontier_plans: int | None = None  # after Pareto filtering the replayed points
-    lowtime_fastest_s: float | None = None  # replayed
-    lowtime_fastest_quantised_s: float | None = None  # lowtime's own quant_time * unit
-    speedup: float | None = None  # lowtime time / perseus time
-    energy_diff_worst_pct: float | None = None
-    energy_diff_mean_pct: float | None = None
-    energy_diff_best_pct: float | None = None
-    unmatched: int | None = None
-    too_fast_for_perseus: int | None = None
-    perseus_fastest_ok: bool | None = None
-    notes: list[str] = field(default_factory=list)
-    # Per plan on lowtime's replayed frontier: lowtime (s, J), perseus's match (s, J), dE%.
-    points: list[dict[str, Any]] = field(default_factory=list)
 
 
 def pareto_points(times: np.ndarray, energies: np.ndarray, blocking_w: float = 0.0) -> np.ndarray:
@@ -229,13 +138,17 @@ def compare(
     p_times: np.ndarray,
     p_energies: np.ndarray,
     blocking_w: float = 0.0,
+    tolerance_pct: float = MATCH_TOLERANCE_PCT,
 ) -> dict[str, Any]:
     """For each lowtime point, perseus's cheapest plan at least as fast.
 
     Both are measured over an iteration as long as the lowtime plan: the
-    perseus plan's energy plus ``blocking_w`` for the time it waits.
+    perseus plan's energy plus ``blocking_w`` for the time it waits,
+    ``energy_at(T_lt) = E_p + blocking_w * (T_lt - T_p)``. ``p_times`` must be
+    sorted (fastest first).
     """
-    p_effective = p_energies - blocking_w * p_times
+    p_times = np.asarray(p_times, dtype=float)
+    p_effective = np.asarray(p_energies, dtype=float) - blocking_w * p_times
     cheapest_so_far = np.minimum.accumulate(p_effective)
     diffs: list[float] = []
     points: list[dict[str, Any]] = []
@@ -269,18 +182,26 @@ def compare(
             }
         )
     d = np.asarray(diffs)
+    # Split at perseus's slowest plan: beyond it perseus can only wait at blocking power.
+    slowest = float(p_times[-1]) if p_times.size else -math.inf
+    compared = [p for p in points if p["diff_pct"] is not None]
+    beyond = np.asarray([p["lowtime_s"] > slowest * (1 + TIME_RTOL) for p in compared], dtype=bool)
+    within = d[~beyond] if d.size else d
     return {
         "points": points,
         "energy_diff_worst_pct": float(d.max()) if d.size else None,
         "energy_diff_mean_pct": float(d.mean()) if d.size else None,
         "energy_diff_best_pct": float(d.min()) if d.size else None,
-        "unmatched": int((d > MATCH_TOLERANCE_PCT).sum()) + too_fast,
+        "energy_diff_worst_within_pct": float(within.max()) if within.size else None,
+        "unmatched": int((d > tolerance_pct).sum()) + too_fast,
+        "unmatched_beyond_perseus_slowest": int((d[beyond] > tolerance_pct).sum()) if d.size else 0,
         "too_fast_for_perseus": too_fast,
     }
 
 
 def perseus_order(stages: int, microbatches: int) -> list[list[tuple[str, int]]]:
-    from perseus.schedule import pipeline_order
+    """perseus's 1F1B order per stage as (instruction, microbatch), lowtime's format."""
+    from perseus import pipeline_order
 
     return [
         [(ins, mb) for ins, _chunk, mb in gpu]
@@ -288,116 +209,376 @@ def perseus_order(stages: int, microbatches: int) -> list[list[tuple[str, int]]]
     ]
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+def perseus_plan_matrix(frontier: Any, judge: Replayer) -> np.ndarray:
+    """MHz of every perseus plan per judge computation id, shape (plans, computations).
+
+    Fast path: ``plan.frequencies_mhz`` reordered through ``spec.computation_id``,
+    checked against ``plan.frequencies()`` on the first plan; otherwise the dicts.
+    """
+    plans = list(frontier)
+    keys = judge.keys()
+    spec = getattr(frontier, "spec", None)
+    if (
+        spec is not None
+        and hasattr(spec, "computation_id")
+        and hasattr(plans[0], "frequencies_mhz")
+    ):
+        try:
+            perm = np.asarray([spec.computation_id(s, k, m) for s, k, m in keys], dtype=np.int64)
+            mat = np.stack([np.asarray(p.frequencies_mhz, dtype=np.int64)[perm] for p in plans])
+            if np.array_equal(mat[0], judge.plan_matrix([plans[0].frequencies()])[0]):
+                return mat
+        except (ValueError, IndexError, TypeError):
+            pass
+    return judge.plan_matrix(p.frequencies() for p in plans)
 
 
-def run_case(case: Case, args: argparse.Namespace, lowtime_limit: float) -> CaseResult:
+# --------------------------------------------------------------------------- lowtime
+
+
+def _lowtime_cache_key(case: corpus.Case, raw: RawProfile, source_kind: str) -> str:
+    import lowtime_reference as ref
+
+    h = hashlib.sha256()
+    h.update(Path(ref.__file__).read_bytes())
+    h.update(
+        json.dumps(
+            [
+                raw.digest(),
+                source_kind,
+                case.blocking_power_w,
+                case.num_gpus,
+                case.microbatches,
+                case.unit_time_s,
+                ref.ZEUS_NOISE_FACTOR,
+                ref.lowtime_version(),
+            ]
+        ).encode()
+    )
+    return h.hexdigest()[:20]
+
+
+def _cache_load(path: Path) -> Optional[dict[str, Any]]:
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        meta["knobs"] = data["knobs"].astype(np.int64)
+        meta["keys"] = [tuple(k) for k in meta["keys"]]
+        meta["stage_orders"] = [[tuple(x) for x in stage] for stage in meta["stage_orders"]]
+    return meta
+
+
+def _cache_save(path: Path, run: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {k: v for k, v in run.items() if k != "knobs"}
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, knobs=run["knobs"].astype(np.int16), meta=np.asarray(json.dumps(meta)))
+    os.replace(tmp, path)
+
+
+def run_lowtime(case: corpus.Case, source: Any, repeat: int) -> dict[str, Any]:
+    """lowtime on ``source`` (raw rows or perseus's options); median wall of up to ``repeat`` runs."""
+    import lowtime_reference as ref
+
+    walls = []
+    while True:
+        lt = ref.solve(
+            source,
+            microbatches=case.microbatches,
+            blocking_power_w=case.blocking_power_w,
+            unit_time=case.unit_time_s,
+        )
+        walls.append(lt.wall_time)
+        if len(walls) >= repeat or lt.wall_time >= LOWTIME_REPEAT_BELOW_S:
+            break
+    knobs = (
+        np.stack([p.knobs for p in lt.plans]).astype(np.int64)
+        if lt.plans
+        else np.zeros((0, case.computations), dtype=np.int64)
+    )
+    return {
+        "wall_s": statistics.median(walls),
+        "walls_s": walls,
+        "build_s": lt.build_time,
+        "solve_s": lt.solve_time,
+        "quant_times_s": [p.iteration_time for p in lt.plans],
+        "keys": [list(k) for k in (lt.plans[0].keys if lt.plans else [])],
+        "stage_orders": [[list(x) for x in stage] for stage in lt.stage_orders],
+        "knobs": knobs,
+    }
+
+
+def _from_lowtime(error: BaseException) -> bool:
+    """Whether ``error`` was raised inside lowtime (or scipy under it): lowtime failed, not us."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return any("lowtime" in Path(f.filename).parts[:-1] for f in frames)
+
+
+# --------------------------------------------------------------------------- one case
+
+
+@dataclass
+class CaseResult:
+    case: str
+    profile: str
+    stages_used: Optional[list[int]]
+    num_gpus: int
+    virtual_stages: int
+    schedule: str
+    microbatches: int
+    computations: int
+    unit_time_s: float
+    blocking_power_w: float
+    raw_rows: int = 0
+    perseus_kept_rows: Optional[int] = None
+    perseus_wall_s: Optional[float] = None
+    perseus_walls_s: list[float] = field(default_factory=list)
+    perseus_phase_times_s: Optional[dict[str, float]] = None
+    perseus_plans: Optional[int] = None
+    perseus_fastest_s: Optional[float] = None
+    perseus_fastest_j: Optional[float] = None
+    perseus_slowest_s: Optional[float] = None
+    perseus_baseline_s: Optional[float] = None  # frontier.baseline, perseus's own number
+    all_fastest_s: Optional[float] = None  # judge: fastest measured row everywhere
+    all_fastest_j: Optional[float] = None
+    perseus_fastest_ok: Optional[bool] = None
+    replay_max_time_rel_err: Optional[float] = None
+    replay_max_energy_rel_err: Optional[float] = None
+    lowtime: str = "skipped"  # ran, cached, skipped, n/a (schedule), failed
+    lowtime_input: Optional[str] = None  # "raw rows" or "perseus options"
+    lowtime_wall_s: Optional[float] = None  # this run's measurement only
+    lowtime_walls_s: list[float] = field(default_factory=list)
+    lowtime_cached_wall_s: Optional[float] = None  # from --lowtime-cache: never a ratio
+    lowtime_build_s: Optional[float] = None
+    lowtime_solve_s: Optional[float] = None
+    lowtime_plans: Optional[int] = None
+    lowtime_frontier_plans: Optional[int] = None
+    lowtime_fastest_s: Optional[float] = None  # replayed
+    lowtime_fastest_quantised_s: Optional[float] = None  # lowtime's own quant_time * unit
+    speed_ratio: Optional[float] = None  # lowtime wall / perseus wall, same run
+    energy_diff_worst_pct: Optional[float] = None
+    energy_diff_mean_pct: Optional[float] = None
+    energy_diff_best_pct: Optional[float] = None
+    # Worst dE% over lowtime plans no slower than perseus's slowest plan.
+    energy_diff_worst_within_pct: Optional[float] = None
+    unmatched: Optional[int] = None
+    # Of the unmatched: lowtime plans slower than perseus's slowest plan.
+    unmatched_beyond_perseus_slowest: Optional[int] = None
+    too_fast_for_perseus: Optional[int] = None
+    points: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+    error: Optional[str] = None
+
+
+def _new_result(case: corpus.Case) -> CaseResult:
+    return CaseResult(
+        case=case.name,
+        profile=str(case.path),
+        stages_used=list(case.stages) if case.stages is not None else None,
+        num_gpus=case.num_gpus,
+        virtual_stages=case.virtual_stages,
+        schedule=case.schedule,
+        microbatches=case.microbatches,
+        computations=case.computations,
+        unit_time_s=case.unit_time_s,
+        blocking_power_w=case.blocking_power_w,
+    )
+
+
+def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResult:
     import perseus
 
-    profile = load_profile(case.profile, case.stages)
-    m = case.microbatches
+    res = _new_result(case)
+    raw = raw_profile(case)
+    res.raw_rows = raw.num_rows()
+    judge = Replayer(
+        raw,
+        blocking_power_w=case.blocking_power_w,
+        schedule=case.schedule,
+        num_gpus=case.num_gpus,
+        microbatches=case.microbatches,
+        virtual_stages=case.virtual_stages,
+    )
+    profile = perseus_profile(case, raw, tmp)
+    res.perseus_kept_rows = sum(
+        len(profile.options(s, k))
+        for s in range(profile.num_stages)
+        for k in ("forward", "backward")
+    )
+    blocking_w = case.num_gpus * case.blocking_power_w
 
-    # perseus: median wall time of --repeat runs, profile to frontier.
-    p_walls = []
+    # perseus: median wall time of --repeat runs (a long run is not repeated).
     frontier = None
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        frontier = perseus.optimize(profile, microbatches=m, schedule="1f1b", unit_time=UNIT_TIME)
-        p_walls.append(time.perf_counter() - t0)
+        frontier = perseus.optimize(
+            profile,
+            microbatches=case.microbatches,
+            schedule=case.schedule,
+            virtual_stages=case.virtual_stages,
+            unit_time=case.unit_time_s,
+        )
+        res.perseus_walls_s.append(time.perf_counter() - t0)
+        if res.perseus_walls_s[-1] >= PERSEUS_REPEAT_BELOW_S:
+            break
     assert frontier is not None
-    p_times = np.asarray(frontier.iteration_times, dtype=float)
-    p_energies = np.asarray(frontier.energies, dtype=float)
-    log(f"  perseus: {statistics.median(p_walls):.4f} s, {len(frontier)} plans")
-
-    res = CaseResult(
-        case=case.label,
-        profile=str(case.profile.path),
-        stages=case.stages,
-        microbatches=m,
-        computations=case.computations,
-        unit_time_s=UNIT_TIME,
-        perseus_time_s=statistics.median(p_walls),
-        perseus_runs=len(p_walls),
-        perseus_solve_time_s=float(frontier.solve_time),
-        perseus_plans=len(frontier),
-        perseus_fastest_s=float(p_times[0]),
-        perseus_slowest_s=float(p_times[-1]),
-        lowtime="skipped",
+    res.perseus_wall_s = statistics.median(res.perseus_walls_s)
+    phases = getattr(frontier, "phase_times_s", None)
+    res.perseus_phase_times_s = (
+        {str(k): float(v) for k, v in dict(phases).items()} if phases is not None else None
+    )
+    res.perseus_plans = len(frontier)
+    p_rep_t = np.asarray(frontier.iteration_times, dtype=float)
+    p_rep_e = np.asarray(frontier.energies, dtype=float)
+    res.perseus_baseline_s = float(frontier.baseline.iteration_time)
+    log(
+        f"  perseus: {res.perseus_wall_s:.3f} s (median of {len(res.perseus_walls_s)}), {len(frontier)} plans"
     )
 
-    # Spot-check that perseus's frontier values are what its evaluator says.
-    for i in {0, len(frontier) // 2, len(frontier) - 1}:
-        ev = perseus.evaluate(profile, frontier[i].frequencies(), microbatches=m, schedule="1f1b")
-        if not (
-            math.isclose(ev.iteration_time, p_times[i], rel_tol=1e-9, abs_tol=1e-12)
-            and math.isclose(ev.energy, p_energies[i], rel_tol=1e-9, abs_tol=1e-9)
-        ):
-            res.notes.append(
-                f"perseus plan {i}: frontier ({p_times[i]:.6f} s, {p_energies[i]:.3f} J) != "
-                f"evaluate ({ev.iteration_time:.6f} s, {ev.energy:.3f} J)"
-            )
+    # The judge replays every perseus plan; it must agree with what perseus reports.
+    p_t, p_e = judge.evaluate(perseus_plan_matrix(frontier, judge))
+    t_err = np.abs(p_t - p_rep_t) / np.maximum(np.abs(p_rep_t), 1e-300)
+    e_err = np.abs(p_e - p_rep_e) / np.maximum(np.abs(p_rep_e), 1e-300)
+    res.replay_max_time_rel_err = float(t_err.max())
+    res.replay_max_energy_rel_err = float(e_err.max())
+    bad = np.flatnonzero((t_err > REPLAY_RTOL) | (e_err > REPLAY_RTOL))
+    for i in bad[:5]:
+        res.mismatches.append(
+            f"perseus plan {int(i)}: reports ({p_rep_t[i]:.9f} s, {p_rep_e[i]:.6f} J), "
+            f"the judge replays ({p_t[i]:.9f} s, {p_e[i]:.6f} J)"
+        )
+    if bad.size > 5:
+        res.mismatches.append(f"... {bad.size} perseus plans disagree with the judge in all")
+    if np.any(np.diff(p_t) <= 0):
+        res.notes.append("perseus's replayed plan times are not strictly increasing")
+    order = np.argsort(p_t, kind="stable")
+    p_t, p_e = p_t[order], p_e[order]
+    res.perseus_fastest_s, res.perseus_fastest_j = float(p_t[0]), float(p_e[0])
+    res.perseus_slowest_s = float(p_t[-1])
 
-    import lowtime_reference as ref
+    af_t, af_e = judge.evaluate(judge.all_fastest())
+    res.all_fastest_s, res.all_fastest_j = float(af_t[0]), float(af_e[0])
+    res.perseus_fastest_ok = bool(p_t[0] <= res.all_fastest_s * (1 + TIME_RTOL))
+    if p_t[0] < res.all_fastest_s * (1 - TIME_RTOL):
+        res.mismatches.append(
+            f"perseus plan at {p_t[0]:.9f} s is faster than every computation at its fastest "
+            f"row ({res.all_fastest_s:.9f} s): impossible"
+        )
+    if not math.isclose(res.perseus_baseline_s, res.all_fastest_s, rel_tol=1e-9):
+        res.notes.append(
+            f"perseus's baseline ({res.perseus_baseline_s:.6f} s) is not the all-fastest-row "
+            f"plan ({res.all_fastest_s:.6f} s)"
+        )
 
-    if case.computations > lowtime_limit:
-        log("  lowtime: skipped")
-        res.same_dag = ref.stage_orders(case.stages, m) == perseus_order(case.stages, m)
-        if not res.same_dag:
-            res.notes.append("lowtime's and perseus's 1F1B execution orders differ")
+    # lowtime.
+    want = case.lowtime or args.lowtime_big
+    if args.no_lowtime or not want:
+        res.lowtime = "skipped"
         return res
-
-    lt_walls = []
-    lt = None
-    while True:
-        lt = ref.solve(profile, microbatches=m, unit_time=UNIT_TIME)
-        lt_walls.append(lt.wall_time)
-        if len(lt_walls) >= args.lowtime_repeat or lt.wall_time >= LOWTIME_REPEAT_BELOW_S:
-            break
-    log(f"  lowtime: {statistics.median(lt_walls):.3f} s, {len(lt.plans)} plans; replaying")
-
-    res.lowtime = "ran"
-    res.same_dag = lt.stage_orders == perseus_order(case.stages, m)
-    if not res.same_dag:
-        res.notes.append("lowtime's and perseus's 1F1B execution orders differ")
-    res.lowtime_time_s = statistics.median(lt_walls)
-    res.lowtime_runs = len(lt_walls)
-    res.lowtime_build_time_s = lt.build_time
-    res.lowtime_solve_time_s = lt.solve_time
-    res.lowtime_plans = len(lt.plans)
-    res.speedup = res.lowtime_time_s / res.perseus_time_s if res.perseus_time_s > 0 else math.inf
-    if not lt.plans:
-        res.notes.append("lowtime produced no plans")
+    if not case.lowtime_possible:
+        res.lowtime = "n/a (schedule)"
         return res
+    source_kind = args.lowtime_input
+    source = raw if source_kind == "raw" else profile
+    res.lowtime_input = "raw rows" if source_kind == "raw" else "perseus options"
+    cache_path = (
+        Path(args.lowtime_cache) / f"{case.name}-{_lowtime_cache_key(case, raw, source_kind)}.npz"
+        if args.lowtime_cache
+        else None
+    )
+    lt = _cache_load(cache_path) if cache_path is not None else None
+    if lt is not None:
+        res.lowtime = "cached"
+        res.lowtime_cached_wall_s = float(lt["wall_s"])
+        log(f"  lowtime: cached ({lt['wall_s']:.1f} s when it ran; no ratio from a cache)")
+    else:
+        try:
+            lt = run_lowtime(case, source, args.lowtime_repeat)
+        except Exception as error:
+            if not _from_lowtime(error):
+                raise
+            res.lowtime = f"failed: {type(error).__name__}"
+            res.notes.append(f"lowtime failed: {type(error).__name__}: {error}")
+            log(f"  lowtime failed: {type(error).__name__}: {error}")
+            return res
+        res.lowtime = "ran"
+        res.lowtime_wall_s = lt["wall_s"]
+        res.lowtime_walls_s = lt["walls_s"]
+        res.speed_ratio = (
+            res.lowtime_wall_s / res.perseus_wall_s if res.perseus_wall_s else math.inf
+        )
+        if cache_path is not None:
+            _cache_save(cache_path, lt)
+        log(f"  lowtime: {lt['wall_s']:.2f} s, {len(lt['knobs'])} plans; replaying")
+    res.lowtime_build_s, res.lowtime_solve_s = lt["build_s"], lt["solve_s"]
+    res.lowtime_plans = len(lt["knobs"])
+    lt_orders = [[tuple(x) for x in stage] for stage in lt["stage_orders"]]
+    if lt_orders != perseus_order(case.num_gpus, case.microbatches):
+        res.mismatches.append("lowtime's and perseus's 1F1B execution orders differ")
+    if not res.lowtime_plans:
+        res.notes.append(
+            "lowtime produced no plans (lowtime 0.3.0 stops at the first step that costs less "
+            "than 1e-6 J, before yielding it)"
+        )
+        return res
+    res.lowtime_fastest_quantised_s = float(min(lt["quant_times_s"]))
 
-    # Replay every lowtime plan with perseus's evaluator: these are the values compared.
-    replay = [
-        perseus.evaluate(profile, plan.frequencies, microbatches=m, schedule="1f1b")
-        for plan in lt.plans
-    ]
-    lt_times = np.array([ev.iteration_time for ev in replay])
-    lt_energies = np.array([ev.energy for ev in replay])
-    blocking_w = profile.blocking_power * profile.num_stages  # one GPU per stage (1F1B)
-    front = pareto_points(lt_times, lt_energies, blocking_w)
+    perm = np.asarray([judge.cid(int(s), str(k), int(m)) for s, k, m in lt["keys"]])
+    knobs = np.empty_like(lt["knobs"])
+    knobs[:, perm] = lt["knobs"]
+    lt_t, lt_e = judge.evaluate(knobs)
+    front = pareto_points(lt_t, lt_e, blocking_w)
     res.lowtime_frontier_plans = int(front.size)
-    res.lowtime_fastest_s = float(lt_times.min())
-    res.lowtime_fastest_quantised_s = float(min(p.iteration_time for p in lt.plans))
-    for key, value in compare(
-        lt_times[front], lt_energies[front], p_times, p_energies, blocking_w
-    ).items():
+    res.lowtime_fastest_s = float(lt_t.min())
+    if res.lowtime_fastest_s > res.all_fastest_s * (1 + LOWTIME_SHORT_RTOL):
+        res.notes.append(
+            f"lowtime's frontier ends early: its fastest replayed plan takes "
+            f"{res.lowtime_fastest_s:.4f} s, the all-fastest plan {res.all_fastest_s:.4f} s "
+            f"({len(lt['knobs'])} iterations; lowtime 0.3.0 stops at the first step that costs "
+            "less than 1e-6 J or whose cut is infinite)"
+        )
+    out = compare(lt_t[front], lt_e[front], p_t, p_e, blocking_w)
+    res.points = out.pop("points")
+    for key, value in out.items():
         setattr(res, key, value)
-    res.perseus_fastest_ok = bool(p_times[0] <= res.lowtime_fastest_s * (1 + TIME_RTOL))
     return res
 
 
-# --------------------------------------------------------------------------- memory
+# --------------------------------------------------------------------------- scaling, memory
 
 
-def _status_kib(field_name: str) -> int | None:
+def scaling_fits(results: list[CaseResult], cases: dict[str, corpus.Case]) -> list[dict[str, Any]]:
+    """Least-squares exponent of perseus wall time against computations, per ladder."""
+    ladders: dict[str, list[CaseResult]] = {}
+    for r in results:
+        ladder = cases[r.case].ladder
+        if ladder and r.error is None and r.perseus_wall_s:
+            ladders.setdefault(ladder, []).append(r)
+    fits = []
+    for name, rungs in ladders.items():
+        rungs.sort(key=lambda r: r.computations)
+        n = np.array([r.computations for r in rungs], dtype=float)
+        w = np.array([r.perseus_wall_s for r in rungs], dtype=float)
+        exponent = float(np.polyfit(np.log(n), np.log(w), 1)[0]) if len(rungs) >= 2 else None
+        fits.append(
+            {
+                "ladder": name,
+                "cases": [r.case for r in rungs],
+                "computations": n.astype(int).tolist(),
+                "perseus_wall_s": w.tolist(),
+                "exponent": exponent,
+            }
+        )
+    return fits
+
+
+def _status_kib(name: str) -> Optional[int]:
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith(field_name + ":"):
+                if line.startswith(name + ":"):
                     return int(line.split()[1])
     except OSError:
         pass
@@ -405,101 +586,143 @@ def _status_kib(field_name: str) -> int | None:
 
 
 def memory_worker(spec_json: str) -> None:
-    """Entry point of the per-size subprocess: print peak extra memory of one solve."""
-    spec = json.loads(spec_json)
-    case = Case(
-        ProfileSpec(Path(spec["path"]), spec["blocking_power"]),
-        spec["stages"],
-        spec["microbatches"],
-    )
+    """Subprocess entry: peak extra resident memory of one perseus solve of one case."""
     import perseus
 
-    profile = load_profile(case.profile, case.stages)
-    if spec["solver"] == "lowtime":
-        import lowtime_reference as ref
-
-        ref.preload()
-
-        def solve() -> int:
-            return len(
-                ref.solve(profile, microbatches=case.microbatches, unit_time=UNIT_TIME).plans
-            )
-    else:
-
-        def solve() -> int:
-            return len(
-                perseus.optimize(profile, microbatches=case.microbatches, unit_time=UNIT_TIME)
-            )
-
-    # Reset the peak-RSS mark after imports and profile loading (Linux clear_refs "5");
-    # if that is not possible, fall back to the ru_maxrss delta.
-    method = "VmHWM"
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        base = _status_kib("VmRSS")
-    except OSError:
-        base = None
-    if base is None:
-        method = "ru_maxrss"
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    plans = solve()
-    peak = (
-        _status_kib("VmHWM")
-        if method == "VmHWM"
-        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    )
+    data = json.loads(spec_json)
+    if data.get("stages") is not None:
+        data["stages"] = tuple(data["stages"])
+    data.pop("computations", None)
+    case = corpus.Case(**data)
+    raw = raw_profile(case)
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = perseus_profile(case, raw, Path(tmp))
+        method = "VmHWM"
+        try:  # reset the peak-RSS mark after imports and loading (Linux clear_refs "5")
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            base = _status_kib("VmRSS")
+        except OSError:
+            base = None
+        if base is None:
+            method = "ru_maxrss"
+            base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        frontier = perseus.optimize(
+            profile,
+            microbatches=case.microbatches,
+            schedule=case.schedule,
+            virtual_stages=case.virtual_stages,
+            unit_time=case.unit_time_s,
+        )
+        peak = (
+            _status_kib("VmHWM")
+            if method == "VmHWM"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        )
     assert peak is not None
     print(
         json.dumps(
-            {
-                "peak_extra_kib": max(0, peak - base),
-                "base_kib": base,
-                "plans": plans,
-                "method": method,
-            }
+            {"peak_extra_kib": max(0, peak - base), "plans": len(frontier), "method": method}
         )
     )
 
 
-def measure_memory(case: Case, solver: str) -> dict[str, Any]:
-    spec = {
-        "path": str(case.profile.path),
-        "blocking_power": case.profile.blocking_power,
-        "stages": case.stages,
-        "microbatches": case.microbatches,
-        "solver": solver,
-    }
+def measure_memory(case: corpus.Case) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--memory-worker", json.dumps(spec)],
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--memory-worker",
+            json.dumps(case.to_json()),
+        ],
         capture_output=True,
         text=True,
         check=False,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"memory worker failed for {case.label}:\n{out.stderr}")
+        raise RuntimeError(f"memory worker failed for {case.name}:\n{out.stderr}")
     data = json.loads(out.stdout.strip().splitlines()[-1])
-    mib = data["peak_extra_kib"] / 1024
+    kib = data["peak_extra_kib"]
     return {
-        "case": case.label,
-        "solver": solver,
-        "stages": case.stages,
-        "microbatches": case.microbatches,
+        "case": case.name,
         "computations": case.computations,
         "plans": data["plans"],
-        "peak_extra_mib": mib,
-        "kib_per_computation": data["peak_extra_kib"] / case.computations,
-        "bytes_per_plan_computation": data["peak_extra_kib"]
-        * 1024
-        / max(1, data["plans"] * case.computations),
+        "peak_extra_mib": kib / 1024,
+        "kib_per_computation": kib / case.computations,
+        "bytes_per_plan_computation": kib * 1024 / max(1, data["plans"] * case.computations),
         "method": data["method"],
     }
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def check_targets(
+    results: list[CaseResult], cases: dict[str, corpus.Case], fits: list[dict[str, Any]]
+) -> list[dict[str, str]]:
+    """Issue 9's targets: status "ok", "MISS" or "not measured" each, with the numbers."""
+    out = []
+
+    def add(target: str, status: str, detail: str) -> None:
+        out.append({"target": target, "status": status, "detail": detail})
+
+    for r in results:
+        case = cases[r.case]
+        if r.error is not None:
+            for what in ("speed ratio", "wall time", "energy"):
+                if (
+                    (what == "speed ratio" and case.target_speedup)
+                    or (what == "wall time" and case.target_wall_s)
+                    or (what == "energy" and case.lowtime)
+                ):
+                    add(f"{r.case} {what}", "not measured", "the case crashed")
+            continue
+        if case.target_speedup is not None:
+            name = f"{r.case} speed ratio >= {case.target_speedup:g}x"
+            if r.speed_ratio is None:
+                add(name, "not measured", f"lowtime {r.lowtime}: no same-run ratio")
+            else:
+                add(
+                    name,
+                    "ok" if r.speed_ratio >= case.target_speedup else "MISS",
+                    f"{r.speed_ratio:.1f}x (lowtime {r.lowtime_wall_s:.2f} s, perseus {r.perseus_wall_s:.3f} s)",
+                )
+        if case.target_wall_s is not None and r.perseus_wall_s is not None:
+            add(
+                f"{r.case} perseus <= {case.target_wall_s:g} s",
+                "ok" if r.perseus_wall_s <= case.target_wall_s else "MISS",
+                f"{r.perseus_wall_s:.3f} s",
+            )
+        if r.lowtime_frontier_plans:
+            name = f"{r.case} never worse than lowtime (<= +{MATCH_TOLERANCE_PCT:g} %)"
+            add(
+                name,
+                "ok" if r.unmatched == 0 else "MISS",
+                f"{r.unmatched}/{r.lowtime_frontier_plans} lowtime frontier plans unmatched "
+                f"({r.too_fast_for_perseus} faster than perseus's fastest, "
+                f"{r.unmatched_beyond_perseus_slowest} slower than its slowest), worst "
+                f"{_fmt(r.energy_diff_worst_pct, '+.4f')} % ("
+                f"{_fmt(r.energy_diff_worst_within_pct, '+.4f')} % within perseus's time range)",
+            )
+    for fit in fits:
+        if fit["ladder"] != corpus.SCALING_LADDER:
+            continue
+        name = f"scaling exponent over the {fit['ladder']} ladder <= {corpus.SCALING_TARGET:g}"
+        if fit["exponent"] is None or len(fit["cases"]) < 3:
+            add(name, "not measured", f"{len(fit['cases'])} rung(s) ran")
+        else:
+            add(
+                name,
+                "ok" if fit["exponent"] <= corpus.SCALING_TARGET else "MISS",
+                f"{fit['exponent']:.2f} over {fit['computations'][0]}..{fit['computations'][-1]} computations",
+            )
+    return out
 
 
 # --------------------------------------------------------------------------- output
 
 
-def fmt(value: Any, spec: str = "") -> str:
+def _fmt(value: Any, spec: str = "") -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -507,6 +730,9 @@ def fmt(value: Any, spec: str = "") -> str:
     if isinstance(value, float) and spec:
         return format(value, spec)
     return str(value)
+
+
+fmt = _fmt  # bench/quality.py
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
@@ -524,65 +750,106 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-def print_results(results: list[CaseResult], memory: list[dict[str, Any]]) -> None:
+def _phases(phases: Optional[dict[str, float]]) -> str:
+    if not phases:
+        return "-"
+    return " ".join(f"{k}={v:.3g}" for k, v in phases.items())
+
+
+def _seconds(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if value < 100 else f"{value:.0f}"
+
+
+def print_results(
+    results: list[CaseResult],
+    fits: list[dict[str, Any]],
+    memory: list[dict[str, Any]],
+    targets: list[dict[str, str]],
+) -> None:
     header = [
         "case",
-        "lowtime s",
+        "comps",
         "perseus s",
-        "speedup",
-        "plans lt",
+        "lowtime s",
+        "ratio",
+        "perseus phases s",
         "plans p",
+        "plans lt",
         "worst dE%",
         "mean dE%",
         "unmatched",
-        "fastest ok",
+        "slower",
+        "fastest",
     ]
     rows = []
     for r in results:
-        skipped = r.lowtime == "skipped"
+        if r.error is not None:
+            rows.append([r.case, str(r.computations), "CRASH", *["-"] * 10])
+            continue
+        if r.lowtime == "ran":
+            lt_s = _seconds(r.lowtime_wall_s)
+        elif r.lowtime == "cached":
+            lt_s = f"cached {_seconds(r.lowtime_cached_wall_s)}"
+        else:
+            lt_s = r.lowtime
+        ratio = r.speed_ratio
         rows.append(
             [
                 r.case,
-                "skipped" if skipped else f"{r.lowtime_time_s:.3f}",
-                f"{r.perseus_time_s:.4f}",
+                str(r.computations),
+                _seconds(r.perseus_wall_s),
+                lt_s,
+                "-" if ratio is None else (f"{ratio:.0f}x" if ratio >= 100 else f"{ratio:.1f}x"),
+                _phases(r.perseus_phase_times_s),
+                _fmt(r.perseus_plans),
                 "-"
-                if skipped
-                else (f"{r.speedup:.0f}x" if r.speedup >= 100 else f"{r.speedup:.1f}x"),
-                "-" if skipped else f"{r.lowtime_plans}/{r.lowtime_frontier_plans}",
-                str(r.perseus_plans),
-                fmt(r.energy_diff_worst_pct, "+.3f"),
-                fmt(r.energy_diff_mean_pct, "+.3f"),
-                "-" if skipped else f"{r.unmatched}/{r.lowtime_frontier_plans}",
-                fmt(r.perseus_fastest_ok),
+                if r.lowtime_plans is None
+                else f"{r.lowtime_plans}/{_fmt(r.lowtime_frontier_plans)}",
+                _fmt(r.energy_diff_worst_pct, "+.3f"),
+                _fmt(r.energy_diff_mean_pct, "+.3f"),
+                "-" if r.unmatched is None else f"{r.unmatched}/{r.lowtime_frontier_plans}",
+                _fmt(r.unmatched_beyond_perseus_slowest),
+                _fmt(r.perseus_fastest_ok),
             ]
         )
     print(table(rows, header))
     print(
-        "dE% = (perseus - lowtime) / lowtime energy for each plan on lowtime's replayed frontier, "
-        "against perseus's cheapest plan at least as fast, both over an iteration as long as the "
-        "lowtime plan (negative: perseus uses less energy)."
+        "dE% = (perseus - lowtime) / lowtime for each plan on lowtime's replayed frontier, against "
+        "perseus's cheapest plan at least as fast, both over an iteration as long as the lowtime "
+        f"plan (negative: perseus uses less). unmatched: worse by > {MATCH_TOLERANCE_PCT:g} % or "
+        "faster than perseus's fastest; slower: how many of those are slower than perseus's "
+        "slowest plan. fastest: perseus's fastest plan is as fast as every "
+        "computation at its fastest measured row. ratio: lowtime s / perseus s, same run only."
     )
     for r in results:
-        if r.same_dag is False:
-            print(f"WARNING {r.case}: lowtime and perseus 1F1B orders differ")
+        for m in r.mismatches:
+            print(f"MISMATCH {r.case}: {m}")
         for note in r.notes:
             print(f"NOTE {r.case}: {note}")
+        if r.error is not None:
+            print(f"CRASH {r.case}: {r.error.strip().splitlines()[-1]}")
+
+    if fits:
+        print()
+        rows = [
+            [
+                f["ladder"],
+                " ".join(str(n) for n in f["computations"]),
+                " ".join(f"{w:.3g}" for w in f["perseus_wall_s"]),
+                _fmt(f["exponent"], ".2f"),
+            ]
+            for f in fits
+        ]
+        print(table(rows, ["ladder", "computations", "perseus s", "exponent"]))
+        print("exponent: least-squares slope of log(perseus s) against log(computations).")
 
     if memory:
         print()
-        header = [
-            "case",
-            "solver",
-            "computations",
-            "plans",
-            "peak MiB",
-            "KiB/comp",
-            "B/(plan*comp)",
-        ]
         rows = [
             [
                 m["case"],
-                m["solver"],
                 str(m["computations"]),
                 str(m["plans"]),
                 f"{m['peak_extra_mib']:.1f}",
@@ -591,64 +858,161 @@ def print_results(results: list[CaseResult], memory: list[dict[str, Any]]) -> No
             ]
             for m in memory
         ]
-        print(table(rows, header))
         print(
-            "peak MiB = peak resident memory of one solve above the process's state before it (fresh subprocess)."
+            table(
+                rows, ["memory", "computations", "plans", "peak MiB", "KiB/comp", "B/(plan*comp)"]
+            )
         )
+        print(
+            "peak MiB: peak resident memory of one perseus solve above the state before it (fresh subprocess)."
+        )
+
+    if targets:
+        print()
+        for t in targets:
+            label = {"ok": "ok  ", "MISS": "MISS", "not measured": "n/m "}[t["status"]]
+            print(f"{label} {t['target']}: {t['detail']}")
 
 
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    sizes = []
+    for item in text.split(","):
+        item = item.strip().lower()
+        if not item:
+            continue
+        try:
+            s, m = item.split("x")
+            sizes.append((int(s), int(m)))
+        except ValueError:
+            raise SystemExit(
+                f"bad size {item!r}: expected STAGESxMICROBATCHES, e.g. 8x32"
+            ) from None
+    return sizes
+
+
+def adhoc_cases(args: argparse.Namespace) -> list[corpus.Case]:
+    if args.blocking_power is None:
+        raise SystemExit("--profile needs --blocking-power W")
+    path = Path(args.profile).resolve()
+    stages = RawProfile.from_csv(path).num_stages
+    sizes = parse_sizes(args.sizes) if args.sizes else [(stages, stages), (stages, 4 * stages)]
+    cases = []
+    for s, m in sizes:
+        if not 0 < s <= stages:
+            raise SystemExit(f"{path.name} has {stages} stages; cannot run {s}")
+        cases.append(
+            corpus.Case(
+                name=f"{path.stem}-{s}x{m}",
+                profile=str(path),
+                blocking_power_w=args.blocking_power,
+                num_gpus=s,
+                microbatches=m,
+                stages=None if s == stages else tuple(range(s)),
+                lowtime=2 * s * m <= ADHOC_LOWTIME_MAX_COMPUTATIONS,
+                note="ad hoc (--profile)",
+            )
+        )
+    return cases
+
+
+def print_corpus(cases: list[corpus.Case]) -> None:
+    header = [
+        "case",
+        "profile",
+        "P_block W",
+        "GPUs",
+        "V",
+        "schedule",
+        "M",
+        "comps",
+        "unit ms",
+        "lowtime",
+        "quick",
+        "ladder",
+        "target",
+    ]
+    rows = []
+    for c in cases:
+        target = []
+        if c.target_speedup:
+            target.append(f">={c.target_speedup:g}x")
+        if c.target_wall_s:
+            target.append(f"<={c.target_wall_s:g}s")
+        rows.append(
+            [
+                c.name,
+                c.profile + (f"[{','.join(map(str, c.stages))}]" if c.stages else ""),
+                f"{c.blocking_power_w:g}",
+                str(c.num_gpus),
+                str(c.virtual_stages),
+                c.schedule,
+                str(c.microbatches),
+                str(c.computations),
+                f"{c.unit_time_s * 1e3:g}",
+                "yes" if c.lowtime else ("flag" if c.lowtime_possible else "-"),
+                "yes" if c.quick else "",
+                c.ladder or "",
+                " ".join(target),
+            ]
+        )
+    print(table(rows, header))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--quick", action="store_true", help="the CI subset (well under 2 minutes)")
     parser.add_argument(
-        "--quick", action="store_true", help="small cases only (well under a minute)"
+        "--case",
+        action="append",
+        metavar="PATTERN",
+        help="only cases matching (shell pattern; repeatable)",
     )
-    parser.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
+    parser.add_argument("--list", action="store_true", help="print the corpus and exit")
+    parser.add_argument("--json", metavar="OUT.json", help="also write every number as JSON")
     parser.add_argument(
-        "--profile", metavar="CSV", help="a Zeus-format profile instead of the examples"
+        "--profile", metavar="CSV", help="an ad-hoc Zeus-format profile instead of the corpus"
     )
     parser.add_argument(
         "--blocking-power", type=float, metavar="W", help="P2P blocking power of --profile, W"
     )
-    parser.add_argument(
-        "--sizes", metavar="SxM,...", help="cases as STAGESxMICROBATCHES, e.g. 8x32,8x96"
-    )
-    parser.add_argument("--ladder", metavar="SxM,...", help="sizes of the memory ladder")
+    parser.add_argument("--sizes", metavar="SxM,...", help="--profile cases as STAGESxMICROBATCHES")
     parser.add_argument(
         "--repeat",
         type=int,
-        default=None,
+        default=3,
         metavar="N",
-        help="perseus runs per case, the median is reported (default 5, 3 with --quick)",
+        help="perseus runs per case, median reported (default 3)",
     )
     parser.add_argument(
         "--lowtime-repeat",
         type=int,
-        default=None,
+        default=3,
         metavar="N",
-        help="most lowtime runs per case (default: --repeat, 1 with --quick); "
-        f"a run of {LOWTIME_REPEAT_BELOW_S:g} s or more is never repeated",
+        help=f"most lowtime runs per case (default 3); a run of {LOWTIME_REPEAT_BELOW_S:g} s or more is not repeated",
     )
     parser.add_argument(
-        "--no-lowtime-above",
-        type=int,
-        default=600,
-        metavar="N",
-        help="skip lowtime for cases with more than N computations (2*stages*microbatches)",
-    )
-    parser.add_argument(
-        "--lowtime-big", action="store_true", help="run lowtime on every case (slow)"
-    )
-    parser.add_argument("--no-memory", action="store_true", help="skip the memory ladder")
-    parser.add_argument(
-        "--memory-lowtime",
+        "--lowtime-big",
         action="store_true",
-        help="also measure lowtime's memory on ladder sizes it is not skipped for",
+        help="also run lowtime on the 1F1B cases it skips by default (slow)",
     )
+    parser.add_argument("--no-lowtime", action="store_true", help="perseus only")
+    parser.add_argument(
+        "--lowtime-input",
+        choices=("raw", "kept"),
+        default="raw",
+        help="lowtime gets every raw CSV row, as Zeus does (default), or the options perseus kept",
+    )
+    parser.add_argument(
+        "--lowtime-cache",
+        metavar="DIR",
+        help="reuse lowtime results from DIR (written there when missing); cached cases get no speed ratio",
+    )
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory table")
     parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -656,39 +1020,58 @@ def main(argv: list[str] | None = None) -> int:
         memory_worker(args.memory_worker)
         return 0
 
+    if args.profile:
+        cases = adhoc_cases(args)
+    else:
+        try:
+            cases = corpus.select(quick=args.quick, patterns=args.case)
+        except KeyError as error:
+            raise SystemExit(str(error.args[0])) from None
+    if args.list:
+        print_corpus(cases)
+        return 0
+    if args.repeat < 1 or args.lowtime_repeat < 1:
+        raise SystemExit("--repeat and --lowtime-repeat must be >= 1")
     try:
         import perseus
     except ImportError as e:
         raise SystemExit(f"cannot import perseus ({e}); install it first: pip install .") from e
 
-    if args.repeat is None:
-        args.repeat = 3 if args.quick else 5
-    if args.lowtime_repeat is None:
-        args.lowtime_repeat = 1 if args.quick else args.repeat
-    lowtime_limit = math.inf if args.lowtime_big else args.no_lowtime_above
-    cases, ladder = select_cases(args)
-
+    by_name = {c.name: c for c in cases}
     started = time.perf_counter()
-    results = []
-    for case in cases:
-        log(f"{case.label} ({case.computations} computations)")
-        results.append(run_case(case, args, lowtime_limit))
+    results: list[CaseResult] = []
+    with tempfile.TemporaryDirectory(prefix="perseus-bench-") as tmp:
+        for case in cases:
+            log(f"{case.name} ({case.computations} computations)")
+            try:
+                results.append(run_case(case, args, Path(tmp)))
+            except Exception:  # noqa: BLE001 - report it, go on, fail at the end
+                text = traceback.format_exc()
+                log(text)
+                res = _new_result(case)
+                res.error = text
+                results.append(res)
 
-    memory = []
+    fits = scaling_fits(results, by_name)
+    memory: list[dict[str, Any]] = []
+    crashes = [r.case for r in results if r.error is not None]
     if not args.no_memory:
-        for case in ladder:
-            log(f"memory {case.label}")
-            memory.append(measure_memory(case, "perseus"))
-            if args.memory_lowtime and case.computations <= lowtime_limit:
-                memory.append(measure_memory(case, "lowtime"))
-
-    print_results(results, memory)
+        for case in cases:
+            if case.ladder and case.name not in crashes:
+                log(f"memory {case.name}")
+                try:
+                    memory.append(measure_memory(case))
+                except RuntimeError as error:
+                    log(str(error))
+                    crashes.append(f"memory {case.name}")
+    targets = check_targets(results, by_name, fits)
+    print_results(results, fits, memory, targets)
     elapsed = time.perf_counter() - started
+    mismatches = [f"{r.case}: {m}" for r in results for m in r.mismatches]
     log(f"total {elapsed:.1f} s")
 
     if args.json:
         import lowtime_reference as ref
-        import perseus
 
         payload = {
             "machine": {
@@ -700,15 +1083,27 @@ def main(argv: list[str] | None = None) -> int:
                 "perseus": getattr(perseus, "__version__", None),
                 "lowtime": ref.lowtime_version(),
             },
-            "unit_time_s": UNIT_TIME,
-            "match_tolerance_pct": MATCH_TOLERANCE_PCT,
+            "settings": {
+                "quick": args.quick,
+                "repeat": args.repeat,
+                "lowtime_repeat": args.lowtime_repeat,
+                "lowtime_input": args.lowtime_input,
+                "lowtime_cache": args.lowtime_cache,
+                "match_tolerance_pct": MATCH_TOLERANCE_PCT,
+                "replay_rtol": REPLAY_RTOL,
+            },
+            "corpus": [c.to_json() for c in cases],
             "cases": [asdict(r) for r in results],
+            "scaling": fits,
             "memory": memory,
+            "targets": targets,
+            "mismatches": mismatches,
+            "crashes": crashes,
             "total_wall_s": elapsed,
         }
         Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
         log(f"wrote {args.json}")
-    return 0
+    return 1 if crashes or mismatches else 0
 
 
 if __name__ == "__main__":

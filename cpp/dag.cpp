@@ -9,7 +9,7 @@ namespace perseus {
 
 Dag::Dag(const Pipeline& p) : num_nodes_(p.size()) {
   std::vector<std::pair<Index, Index>> edges;
-  edges.reserve(static_cast<std::size_t>(num_nodes_) * 2);
+  edges.reserve(ix(num_nodes_) * 2);
   const Index last = p.num_stages() - 1;
   for (Index stage = 0; stage <= last; ++stage) {
     for (Index mb = 0; mb < p.num_microbatches(); ++mb) {
@@ -30,12 +30,12 @@ Dag::Dag(const Pipeline& p) : num_nodes_(p.size()) {
   std::sort(edges.begin(), edges.end());
   edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
 
-  const auto n = static_cast<std::size_t>(num_nodes_);
+  const auto n = ix(num_nodes_);
   succ_offset_.assign(n + 1, 0);
   pred_offset_.assign(n + 1, 0);
   for (const auto& [u, v] : edges) {
-    ++succ_offset_[static_cast<std::size_t>(u) + 1];
-    ++pred_offset_[static_cast<std::size_t>(v) + 1];
+    ++succ_offset_[ix(u) + 1];
+    ++pred_offset_[ix(v) + 1];
   }
   for (std::size_t i = 0; i < n; ++i) {
     succ_offset_[i + 1] += succ_offset_[i];
@@ -46,8 +46,8 @@ Dag::Dag(const Pipeline& p) : num_nodes_(p.size()) {
   std::vector<Index> fill_s(succ_offset_.begin(), succ_offset_.end() - 1);
   std::vector<Index> fill_p(pred_offset_.begin(), pred_offset_.end() - 1);
   for (const auto& [u, v] : edges) {
-    succ_[static_cast<std::size_t>(fill_s[static_cast<std::size_t>(u)]++)] = v;
-    pred_[static_cast<std::size_t>(fill_p[static_cast<std::size_t>(v)]++)] = u;
+    succ_[ix(fill_s[static_cast<std::size_t>(u)]++)] = v;
+    pred_[ix(fill_p[static_cast<std::size_t>(v)]++)] = u;
   }
 
   // Kahn's algorithm.
@@ -55,11 +55,11 @@ Dag::Dag(const Pipeline& p) : num_nodes_(p.size()) {
   for (std::size_t v = 0; v < n; ++v) indegree[v] = pred_offset_[v + 1] - pred_offset_[v];
   topo_.reserve(n);
   for (Index v = 0; v < num_nodes_; ++v)
-    if (indegree[static_cast<std::size_t>(v)] == 0) topo_.push_back(v);
+    if (indegree[ix(v)] == 0) topo_.push_back(v);
   for (std::size_t head = 0; head < topo_.size(); ++head) {
     const Index u = topo_[head];
     for (const Index* w = successors_begin(u); w != successors_end(u); ++w)
-      if (--indegree[static_cast<std::size_t>(*w)] == 0) topo_.push_back(*w);
+      if (--indegree[ix(*w)] == 0) topo_.push_back(*w);
   }
   if (topo_.size() != n)
     throw std::invalid_argument(

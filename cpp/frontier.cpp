@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <exception>
 #include <future>
@@ -133,32 +134,38 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   sampling.energy_resolution = options.refine ? budgets.candidate_energy_resolution : 0.0;
   sampling.max_spacing = options.refine ? std::max<std::int64_t>(1, budgets.candidate_max_spacing_units) : 1;
   PlanImprover improver(pipeline, dag, table);
+  // Logs: the two chains, each split in two jobs (one per thread), and the fast end.
   std::vector<PlanLog> logs;
-  logs.emplace_back(pipeline.size());  // reclaimed chain
-  logs.emplace_back(pipeline.size());  // tight chain
-  logs.emplace_back(pipeline.size());  // fast end
+  for (int k = 0; k < 5; ++k) logs.emplace_back(pipeline.size());
   const Ticker tick = [&](std::int64_t done, std::int64_t total) { pacer.tick(walk, done, total); };
   if (options.refine) {
-    PlanImprover tight(pipeline, dag, table);
+    Sampling sparse = sampling;
+    sparse.energy_resolution *= static_cast<double>(budgets.tight_chain_coarsening);
+    sparse.max_spacing *= std::max<std::int64_t>(1, budgets.tight_chain_coarsening);
+    // The second thread takes the slower half of the walk, which holds fewer
+    // candidates per unit, so the halves split by units take about as long.
+    const std::int64_t middle = steps.units_done() / 2;
+    PlanImprover other(pipeline, dag, table);
     Worker worker([&](const Ticker& worker_tick) {
-      Sampling sparse = sampling;
-      sparse.energy_resolution *= static_cast<double>(budgets.tight_chain_coarsening);
-      sparse.max_spacing *= std::max<std::int64_t>(1, budgets.tight_chain_coarsening);
-      collect_chain(steps, Chain::kTight, unit, sparse, true, tight, logs[1], worker_tick);
+      collect_chain(steps, Chain::kReclaimed, unit, sampling, true, {middle, INT64_MAX}, other,
+                    logs[1], worker_tick);
+      collect_chain(steps, Chain::kTight, unit, sparse, true, {middle, INT64_MAX}, other, logs[3],
+                    worker_tick);
     });
-    collect_chain(steps, Chain::kReclaimed, unit, sampling, true, improver, logs[0], tick);
+    collect_chain(steps, Chain::kReclaimed, unit, sampling, true, {0, middle}, improver, logs[0], tick);
+    collect_chain(steps, Chain::kTight, unit, sparse, true, {0, middle}, improver, logs[2], tick);
     worker.finish([&] { pacer.tick(walk, 1, 1); });
     double first_step_s = result.baseline.iteration_time_s;
     bool any = false;
-    for (int k = 0; k < 2; ++k)
+    for (int k = 0; k < 4; ++k)
       for (std::size_t p = 0; p < logs[ix(k)].size(); ++p) {
         first_step_s = any ? std::min(first_step_s, logs[ix(k)].time_s(p)) : logs[ix(k)].time_s(p);
         any = true;
       }
     collect_fast_end(steps, options.unit_time_s, result.baseline.iteration_time_s, first_step_s,
-                     improver, logs[2], tick);
+                     improver, logs[4], tick);
   } else {
-    collect_chain(steps, Chain::kReclaimed, unit, sampling, false, improver, logs[0], tick);
+    collect_chain(steps, Chain::kReclaimed, unit, sampling, false, {}, improver, logs[0], tick);
   }
   result.phase_seconds[static_cast<int>(walk)] = seconds_since(started);
 
@@ -196,7 +203,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     }
     all = std::move(kept);
   };
-  for (int k = 0; k < 3; ++k) gather(logs[ix(k)], walk);
+  for (const PlanLog& log : logs) gather(log, walk);
   select();
 
   std::int64_t searched = 0;

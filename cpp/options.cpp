@@ -115,9 +115,16 @@ QuantisedGroup::QuantisedGroup(const OptionTable& table, Index group, double uni
     hull_d_.push_back(d);
     hull_cost_.push_back(c);
   }
+  constexpr std::int64_t kMaxTable = std::int64_t{1} << 17;  // 1 MiB per group at most
+  const std::int64_t range = max_duration() - min_duration() + 1;
+  if (range <= kMaxTable) {
+    cost_table_.resize(static_cast<std::size_t>(range));
+    for (std::int64_t d = min_duration(); d <= max_duration(); ++d)
+      cost_table_[static_cast<std::size_t>(d - min_duration())] = hull_cost(d);
+  }
 }
 
-double QuantisedGroup::cost(std::int64_t d) const {
+double QuantisedGroup::hull_cost(std::int64_t d) const {
   const auto it = std::upper_bound(hull_d_.begin(), hull_d_.end(), d);
   if (it == hull_d_.begin()) return hull_cost_.front();
   if (it == hull_d_.end()) return hull_cost_.back();

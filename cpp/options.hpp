@@ -83,7 +83,10 @@ class QuantisedGroup {
   std::int64_t min_duration() const { return quantised_.front(); }
   std::int64_t max_duration() const { return quantised_.back(); }
   // Convex, non-increasing cost of duration d in [min_duration, max_duration].
-  double cost(std::int64_t d) const;
+  double cost(std::int64_t d) const {
+    if (!cost_table_.empty()) return cost_table_[ix(d - quantised_.front())];
+    return hull_cost(d);
+  }
   // The slowest option whose quantised duration is <= d.
   OptionIndex option_for(std::int64_t d) const;
   // The fastest option whose quantised duration is >= d (the slowest if none).
@@ -96,8 +99,12 @@ class QuantisedGroup {
 
  private:
   std::vector<std::int64_t> quantised_;  // per option, non-decreasing
+  double hull_cost(std::int64_t d) const;  // by bisection over the hull
   std::vector<std::int64_t> hull_d_;     // hull breakpoints, increasing
   std::vector<double> hull_cost_;
+  // cost(d) for every duration in the range, when the range is small enough
+  // (the min-cut loop and the candidate walk ask for it millions of times).
+  std::vector<double> cost_table_;
 };
 
 }  // namespace perseus

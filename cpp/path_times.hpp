@@ -85,7 +85,7 @@ class PathTimes {
       while (dirty_head_[word] != 0) {
         const int bit = __builtin_ctzll(dirty_head_[word]);
         dirty_head_[word] &= dirty_head_[word] - 1;
-        const Index v = order[(word << 6) + static_cast<std::size_t>(bit)];
+        const Index v = order[(word << 6) + ix(bit)];
         Value start{};
         for (const Index* p = dag_.predecessors_begin(v); p != dag_.predecessors_end(v); ++p)
           start = std::max(start, head_[ix(*p)] + duration[*p]);
@@ -102,7 +102,7 @@ class PathTimes {
       while (dirty_tail_[word] != 0) {
         const int bit = 63 - __builtin_clzll(dirty_tail_[word]);
         dirty_tail_[word] &= ~(std::uint64_t{1} << bit);
-        const Index v = order[(word << 6) + static_cast<std::size_t>(bit)];
+        const Index v = order[(word << 6) + ix(bit)];
         Value after{};
         for (const Index* s = dag_.successors_begin(v); s != dag_.successors_end(v); ++s)
           after = std::max(after, tail_[ix(*s)]);

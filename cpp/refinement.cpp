@@ -24,8 +24,8 @@ void record(const PlanImprover& improver, const Evaluation& before, PlanLog& log
 }  // namespace
 
 void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_s,
-                   const Sampling& sampling, bool refine, PlanImprover& improver, PlanLog& log,
-                   const Ticker& tick) {
+                   const Sampling& sampling, bool refine, UnitRange range, PlanImprover& improver,
+                   PlanLog& log, const Ticker& tick) {
   using Units = PhillipsDessouky::Units;
   const Index n = steps.num_computations();
   const double blocking_w = improver.pipeline_blocking_w();
@@ -45,7 +45,7 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
   Units last_unit = 0;
   // The improver holds the chain's last candidate; revert() takes it back to
   // the unimproved plan, which the steps since change in a few options.
-  improver.assign(mapped.data());
+  bool started = false;
   const Units units = steps.units_done();
   for (Units u = 0; u <= units; ++u) {
     if (u > 0) {
@@ -69,7 +69,15 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
     if (!due) continue;
     last_value = value;
     last_unit = u;
-    tick(u, units + 1);
+    if (u >= range.end) break;
+    if (u < range.begin || !started) {
+      for (const Index i : since) listed[ix(i)] = 0;
+      since.clear();
+      if (u < range.begin) continue;
+      improver.assign(mapped.data());  // the chain starts here
+      started = true;
+    }
+    tick(u - range.begin, std::min(range.end, units + 1) - range.begin);
     improver.revert();
     for (const Index i : since) {
       listed[ix(i)] = 0;

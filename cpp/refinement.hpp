@@ -35,6 +35,7 @@
 // moves; memory is O(changes) in the logs.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -60,13 +61,22 @@ struct Sampling {
 
 enum class Chain : std::uint8_t { kReclaimed, kTight };
 
+// Units of the walk whose candidates a job takes, [begin, end). A chain can
+// be split into jobs on several threads: sampling is decided over the whole
+// walk, so the jobs together take exactly the candidates one job would; a
+// tight chain restarts from the step's own plan at its job's first candidate.
+struct UnitRange {
+  std::int64_t begin = 0;
+  std::int64_t end = INT64_MAX;
+};
+
 // Called once per candidate with (done, total); may throw SolveCancelled.
 using Ticker = std::function<void(std::int64_t, std::int64_t)>;
 
-// Walks the step plans and records one chain's candidates.
+// Walks the step plans and records one chain's candidates in `range`.
 void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_s,
-                   const Sampling& sampling, bool refine, PlanImprover& improver, PlanLog& log,
-                   const Ticker& tick);
+                   const Sampling& sampling, bool refine, UnitRange range, PlanImprover& improver,
+                   PlanLog& log, const Ticker& tick);
 
 // Records the fast-end candidates, at deadlines from fastest_s (the
 // all-fastest plan's time) up to first_step_s (the fastest step plan's), one

@@ -62,16 +62,17 @@ def test_exported_from_package():
 
 
 def test_set_returns_at_once_and_worker_applies(fake_nvml):
-    fake_nvml.configure(sleep_ms=30)
+    # Each NVML call of the fake takes 0.5 s: if set() waited for the call, the
+    # fake would already hold the new clock when set() returns.
+    fake_nvml.configure(sleep_ms=500)
     with FrequencySwitcher(0) as sw:
         assert sw.name == "Fake NVIDIA H200"
         assert sw.supported_mhz[0] == 210 and sw.supported_mhz[-1] == 1980
         assert sw.applied_mhz is None
-        t0 = time.perf_counter()
         assert sw.set(1500) == 1500
-        elapsed = time.perf_counter() - t0
-        assert elapsed < 0.015, f"set() waited {elapsed * 1e3:.1f} ms for a 30 ms NVML call"
-        assert sw.wait(timeout_s=5)
+        assert fake_nvml.locked(0) != 1500, "set() waited for the NVML call"
+        assert sw.applied_mhz is None
+        assert sw.wait(timeout_s=30)
         assert sw.applied_mhz == 1500
         assert fake_nvml.locked(0) == 1500
         log = sw.records()

@@ -430,7 +430,6 @@ def profile_stages(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     calls = _computations(computations)
-    keys = list(calls)
     if isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0:
         raise ValueError(f"device must be a CUDA device index >= 0, not {device!r}")
     frequencies = _check_frequencies(frequencies_mhz)
@@ -455,55 +454,147 @@ def profile_stages(
     )
     if blocking_power_w is not None:
         blocking_power_w = _positive("blocking_power_w", blocking_power_w, allow_zero=True)
-    blocking_window_s = _positive("blocking_window_s", blocking_window_s)
     csv_path = Path(os.fsdecode(output))
     if csv_path.suffix == ".json":
         raise ValueError(f"output {csv_path} would collide with its .json sidecar; name it .csv")
+    sweep = _Sweep(
+        calls,
+        csv_path,
+        mode=mode,
+        device=int(device),
+        frequencies=frequencies,
+        settings=settings,
+        blocking_power_w=blocking_power_w,
+        blocking_window_s=_positive("blocking_window_s", blocking_window_s),
+        lock_clocks=bool(lock_clocks),
+        resume=resume,
+        progress=progress,
+    )
+    return sweep.run()
 
-    # -- the machine
-    backend = open_backend(mode, int(device))
-    say = _Progress(progress)
-    store: Optional[Store] = None
-    switcher: Optional[FrequencySwitcher] = None
-    metadata: dict[str, Any] = {}
-    measurements: list[Measurement] = []
-    failure: Optional[BaseException] = None
 
-    def save() -> None:
-        assert store is not None
-        metadata["updated"] = _now()
-        metadata["frequencies_tried_mhz"] = sorted(
-            {m.frequency_mhz for m in measurements}, reverse=True
-        )
-        store.save(metadata, measurements)
+class _Sweep:
+    """One profiling run: the device, the files, and the sweep from the highest clock down.
 
-    try:
-        nvml = backend.nvml
+    run() opens the device and the store, plans the clocks, measures the
+    blocking power unless given, measures every computation still in the
+    sweep at each clock (saving after each measurement), and always gives
+    the clocks back and closes what it opened, however it ends.
+    """
+
+    def __init__(
+        self,
+        calls: dict[Key, Callable[[], Any]],
+        csv_path: Path,
+        *,
+        mode: str,
+        device: int,
+        frequencies: Optional[list[int]],
+        settings: _Settings,
+        blocking_power_w: Optional[float],
+        blocking_window_s: float,
+        lock_clocks: bool,
+        resume: bool,
+        progress: Union[bool, TextIO],
+    ) -> None:
+        self.calls = calls
+        self.keys = list(calls)
+        self.csv_path = csv_path
+        self.mode = mode
+        self.device = device
+        self.frequencies = frequencies
+        self.settings = settings
+        self.blocking_power_w = blocking_power_w
+        self.blocking_window_s = blocking_window_s
+        self.lock_clocks = lock_clocks
+        self.resume = resume
+        self.say = _Progress(progress)
+        self.backend: Optional[Backend] = None
+        self.store: Optional[Store] = None
+        self.switcher: Optional[FrequencySwitcher] = None
+        self.metadata: dict[str, Any] = {}
+        self.measurements: list[Measurement] = []
+        self.plan: list[int] = []
+
+    def run(self) -> ProfilerResult:
+        self.backend = open_backend(self.mode, self.device)
+        failure: Optional[BaseException] = None
         try:
-            supported = sorted((int(f) for f in nvml.supported_graphics_clocks()), reverse=True)
+            self._start()
+            self._blocking_power()
+            self._sweep()
+        except BaseException as error:
+            failure = error
+            self._record_failure(error)
+            raise
+        finally:
+            self._close(failure)
+        assert self.store is not None
+        watts = self.metadata["blocking_power"]["watts"]
+        return ProfilerResult(
+            profile=_to_profile(self.measurements, watts),
+            measurements=tuple(self.measurements),
+            blocking_power_w=float(watts),
+            csv_path=str(self.csv_path),
+            metadata_path=str(self.store.json_path),
+            metadata={**self.metadata, "measurements": [m.to_json() for m in self.measurements]},
+        )
+
+    def _save(self) -> None:
+        assert self.store is not None
+        self.metadata["updated"] = _now()
+        self.metadata["frequencies_tried_mhz"] = sorted(
+            {m.frequency_mhz for m in self.measurements}, reverse=True
+        )
+        self.store.save(self.metadata, self.measurements)
+
+    def _lock(self, mhz: int) -> None:
+        if self.switcher is None:
+            return
+        try:
+            self.switcher.set(mhz)
+            self.switcher.wait()
+        except NvmlError as error:
+            raise ProfilerError(
+                f"could not lock GPU {self.device} at {mhz} MHz: {error}. Pass lock_clocks=False to "
+                "profile at the default clock only"
+            ) from error
+
+    def _start(self) -> None:
+        """The clocks to sweep, the store (resuming what it holds) and the metadata."""
+        # No local holds the NVML device: a traceback keeps this frame, and
+        # NVML shuts down with the last reference, when run() closes the backend.
+        assert self.backend is not None
+        try:
+            supported = sorted(
+                (int(f) for f in self.backend.nvml.supported_graphics_clocks()), reverse=True
+            )
         except NvmlError:  # some GPUs do not list their clocks
             supported = []
-        if lock_clocks:
-            switcher = FrequencySwitcher(int(device))  # locks nothing until the first set()
-        plan = _plan(
-            switcher, frequencies, floor, supported[0] if supported else nvml.clock_mhz("sm")
+        if self.lock_clocks:
+            self.switcher = FrequencySwitcher(self.device)  # locks nothing until the first set()
+        floor = self.settings.min_frequency_mhz
+        self.plan = _plan(
+            self.switcher,
+            self.frequencies,
+            floor,
+            supported[0] if supported else self.backend.nvml.clock_mhz("sm"),
         )
-        store = Store(csv_path, resume=resume)
+        self.store = Store(self.csv_path, resume=self.resume)
         device_info = {
-            "index": int(device),
-            "nvml_index": nvml.nvml_index,
-            "name": nvml.name,
-            "uuid": nvml.uuid,
+            "index": self.device,
+            "nvml_index": self.backend.nvml.nvml_index,
+            "name": self.backend.nvml.name,
+            "uuid": self.backend.nvml.uuid,
             "driver": _core.nvml_driver_version(),
-            "memory_clock_mhz": backend.nvml.clock_mhz("memory"),
+            "memory_clock_mhz": self.backend.nvml.clock_mhz("memory"),
             "supported_sm_clocks_mhz": supported,
         }
-        previous = store.previous
+        previous = self.store.previous
         if previous is not None:
-            _check_resume(previous, device_info, mode, keys, csv_path)
-            measurements = list(previous["measurements"])
-
-        metadata = {
+            _check_resume(previous, device_info, self.mode, self.keys, self.csv_path)
+            self.measurements = list(previous["measurements"])
+        self.metadata = {
             "format": FORMAT,
             "version": VERSION,
             "perseus_version": _version(),
@@ -511,69 +602,67 @@ def profile_stages(
             "error": None,
             "created": previous["created"] if previous else _now(),
             "updated": _now(),
-            "mode": mode,
-            "timer": "torch CUDA events" if mode == "gpu" else "wall clock (time.perf_counter)",
+            "mode": self.mode,
+            "timer": "torch CUDA events"
+            if self.mode == "gpu"
+            else "wall clock (time.perf_counter)",
             "device": device_info,
-            "clocks_locked": bool(lock_clocks),
-            "settings": settings.to_json(),
-            "frequencies_planned_mhz": plan,
+            "clocks_locked": self.lock_clocks,
+            "settings": self.settings.to_json(),
+            "frequencies_planned_mhz": self.plan,
             "frequencies_tried_mhz": [],
-            "computations": [list(k) for k in keys],
+            "computations": [list(k) for k in self.keys],
             "stopped": {},
             "blocking_power": previous.get("blocking_power") if previous else None,
-            "csv": csv_path.name,
+            "csv": self.csv_path.name,
             "sweep_s": float(previous.get("sweep_s", 0.0)) if previous else 0.0,
         }
-
-        def lock(mhz: int) -> None:
-            if switcher is None:
-                return
-            try:
-                switcher.set(mhz)
-                switcher.wait()
-            except NvmlError as error:
-                raise ProfilerError(
-                    f"could not lock GPU {device} at {mhz} MHz: {error}. Pass lock_clocks=False to "
-                    "profile at the default clock only"
-                ) from error
-
-        done = {
-            (m.stage, m.instruction, m.frequency_mhz)
-            for m in measurements
-            if m.frequency_mhz in plan
-        }
-        total = len(plan) * len(keys)
-        say.say(
-            f"{nvml.name} (GPU {device}), mode {mode}, {len(keys)} computations x "
-            f"{len(plan)} frequencies ({plan[0]}..{plan[-1]} MHz)"
+        done = self._done()
+        self.say.say(
+            f"{self.backend.nvml.name} (GPU {self.device}), mode {self.mode}, {len(self.keys)} computations x "
+            f"{len(self.plan)} frequencies ({self.plan[0]}..{self.plan[-1]} MHz)"
             + (f"; resuming with {len(done)} measured" if done else "")
-            + ("" if lock_clocks else "; clocks NOT locked: one point at the default clock")
+            + ("" if self.lock_clocks else "; clocks NOT locked: one point at the default clock")
         )
 
-        # -- blocking power
-        if blocking_power_w is not None:
-            metadata["blocking_power"] = {"watts": blocking_power_w, "source": "user"}
-        elif not metadata["blocking_power"]:
-            lock(plan[0])
+    def _done(self) -> set[tuple[int, str, int]]:
+        return {
+            (m.stage, m.instruction, m.frequency_mhz)
+            for m in self.measurements
+            if m.frequency_mhz in self.plan
+        }
+
+    def _blocking_power(self) -> None:
+        """Given, resumed from the sidecar, or measured at the highest planned clock."""
+        if self.blocking_power_w is not None:
+            self.metadata["blocking_power"] = {"watts": self.blocking_power_w, "source": "user"}
+        elif not self.metadata["blocking_power"]:
+            assert self.backend is not None
+            self._lock(self.plan[0])
             blocking = _measure_blocking(
-                backend, blocking_window_s, plan[0] if lock_clocks else None
+                self.backend, self.blocking_window_s, self.plan[0] if self.lock_clocks else None
             )
-            metadata["blocking_power"] = blocking.to_json()
-            say.say(
+            self.metadata["blocking_power"] = blocking.to_json()
+            self.say.say(
                 f"blocking power {blocking.watts:.4g} W over {blocking.window_s:.3g} s ({blocking.method})"
             )
         # The key `perseus optimize` reads; the details stay under "blocking_power".
-        metadata[BLOCKING_POWER_KEY] = float(metadata["blocking_power"]["watts"])
-        save()
+        self.metadata[BLOCKING_POWER_KEY] = float(self.metadata["blocking_power"]["watts"])
+        self._save()
 
-        # -- the sweep
-        blocking_w = float(metadata["blocking_power"]["watts"])
-        trackers = {key: _Tracker(settings.patience, blocking_w) for key in keys}
-        by_key = {(m.stage, m.instruction, m.frequency_mhz): m for m in measurements}
+    def _sweep(self) -> None:
+        """Every computation at each clock from the highest down, until it stops paying."""
+        assert self.backend is not None and self.store is not None
+        settings, plan = self.settings, self.plan
+        blocking_w = float(self.metadata["blocking_power"]["watts"])
+        trackers = {key: _Tracker(settings.patience, blocking_w) for key in self.keys}
+        by_key = {(m.stage, m.instruction, m.frequency_mhz): m for m in self.measurements}
+        done = self._done()
+        total = len(plan) * len(self.keys)
         started = time.monotonic()
         for mhz in plan:
             todo = []
-            for key in keys:
+            for key in self.keys:
                 tracker = trackers[key]
                 if tracker.stopped:
                     continue
@@ -584,59 +673,55 @@ def profile_stages(
                     todo.append(key)
             if not todo:
                 continue
-            lock(mhz)
+            self._lock(mhz)
             for key in todo:
                 t0 = time.monotonic()
-                m = _measure(key, calls[key], mhz, backend, settings)
-                measurements.append(m)
+                m = _measure(key, self.calls[key], mhz, self.backend, settings)
+                self.measurements.append(m)
                 trackers[key].add(m)
-                metadata["sweep_s"] += time.monotonic() - t0
-                save()
+                self.metadata["sweep_s"] += time.monotonic() - t0
+                self._save()
                 done.add((*key, mhz))
-                say.measured(m, len(done), total)
+                self.say.measured(m, len(done), total)
+        floor = settings.min_frequency_mhz
         for key, tracker in trackers.items():
-            metadata["stopped"][f"{key[0]}/{key[1]}"] = tracker.stopped or (
+            self.metadata["stopped"][f"{key[0]}/{key[1]}"] = tracker.stopped or (
                 f"measured down to the lowest planned frequency, {plan[-1]} MHz"
                 + (f" (floor: {floor} MHz)" if floor is not None else "")
             )
-        metadata["status"] = "complete"
-        save()
-        say.say(
-            f"done: {len(measurements)} measurements in {time.monotonic() - started:.1f} s "
-            f"this run ({metadata['sweep_s']:.1f} s measuring in all); wrote {csv_path} and "
-            f"{store.json_path.name}"
+        self.metadata["status"] = "complete"
+        self._save()
+        self.say.say(
+            f"done: {len(self.measurements)} measurements in {time.monotonic() - started:.1f} s "
+            f"this run ({self.metadata['sweep_s']:.1f} s measuring in all); wrote {self.csv_path} and "
+            f"{self.store.json_path.name}"
         )
-    except BaseException as error:
-        failure = error
-        if store is not None and metadata:
-            metadata["status"] = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-            metadata["error"] = f"{type(error).__name__}: {error}"
-            try:
-                save()
-            except Exception:  # noqa: BLE001 - keep the original error
-                pass
-        raise
-    finally:
+
+    def _record_failure(self, error: BaseException) -> None:
+        if self.store is None or not self.metadata:
+            return
+        self.metadata["status"] = (
+            "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+        )
+        self.metadata["error"] = f"{type(error).__name__}: {error}"
         try:
-            if switcher is not None:
-                switcher.close()  # gives the clocks back
+            self._save()
+        except Exception:  # noqa: BLE001 - keep the original error
+            pass
+
+    def _close(self, failure: Optional[BaseException]) -> None:
+        """Clocks back to the driver, then the device and the store, whatever happened."""
+        try:
+            if self.switcher is not None:
+                self.switcher.close()  # gives the clocks back
         except Exception:
             if failure is None:
                 raise
         finally:
-            nvml = None  # a traceback keeps this frame; NVML shuts down with the last reference
-            backend.close()
-            if store is not None:
-                store.close()
-
-    return ProfilerResult(
-        profile=_to_profile(measurements, metadata["blocking_power"]["watts"]),
-        measurements=tuple(measurements),
-        blocking_power_w=float(metadata["blocking_power"]["watts"]),
-        csv_path=str(csv_path),
-        metadata_path=str(store.json_path),
-        metadata={**metadata, "measurements": [m.to_json() for m in measurements]},
-    )
+            if self.backend is not None:
+                self.backend.close()
+            if self.store is not None:
+                self.store.close()
 
 
 def _to_profile(measurements: list[Measurement], blocking_power_w: float) -> Optional[Profile]:
