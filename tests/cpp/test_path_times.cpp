@@ -73,9 +73,13 @@ void check_against_recompute(const Pipeline& p, Draw draw, std::mt19937& rng) {
       ASSERT_EQ(incremental.tail(v), scratch.tail(v)) << "tail of " << v << " in round " << round;
       const bool changed_times =
           incremental.head(v) != head_before[ix(v)] || incremental.tail(v) != tail_before[ix(v)];
-      if (changed_times) EXPECT_TRUE(moved.count(v)) << "node " << v << " moved but is not listed";
+      if (changed_times) {
+        EXPECT_TRUE(moved.count(v)) << "node " << v << " moved but is not listed";
+      }
     }
-    for (const Index v : changed) EXPECT_TRUE(moved.count(v)) << "changed node " << v << " not listed";
+    for (const Index v : changed) {
+      EXPECT_TRUE(moved.count(v)) << "changed node " << v << " not listed";
+    }
   }
 }
 

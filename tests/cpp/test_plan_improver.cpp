@@ -143,7 +143,9 @@ TEST(PlanImprover, TightenMeetsTheDeadlineOrReturnsFalse) {
       } else {
         EXPECT_GT(fastest_s, deadline * (1 - kRel)) << "false although the fastest plan meets it";
       }
-      if (deadline >= fastest_s * (1 + 1e-9)) EXPECT_TRUE(met) << "trial " << trial;
+      if (deadline >= fastest_s * (1 + 1e-9)) {
+        EXPECT_TRUE(met) << "trial " << trial;
+      }
       expect_consistent(improver, *problem, deadline);
     }
   }
