@@ -39,7 +39,7 @@ from typing import Any
 
 import perseus
 from perseus import _core
-from perseus.switcher import FrequencySwitcher, NvmlDevice, NvmlError
+from perseus.switcher import FrequencySwitcher, NvmlDevice, NvmlError, SwitchSource
 
 report: dict[str, Any] = {}
 
@@ -268,7 +268,7 @@ def check_switcher_latency(device: int, high: int, low: int) -> None:
             ns.append(time.perf_counter_ns() - t0)
             if i % 50 == 0:
                 time.sleep(0.01)
-        sw.wait(timeout=10)
+        sw.wait(timeout_s=10)
         log = sw.records()
     ns.sort()
     worker_ms = [x / 1e6 for x in log.latency_ns]
@@ -297,7 +297,7 @@ def check_stream_order(device: int, backend: Any, high: int, low: int, can_lock:
     try:
         if can_lock:
             sw.set(high)
-            sw.wait(timeout=10)
+            sw.wait(timeout_s=10)
         stream = backend.stream()
         handle = backend.handle(stream)
         backend.synchronize()
@@ -333,7 +333,7 @@ def check_stream_order(device: int, backend: Any, high: int, low: int, can_lock:
                 break
         backend.synchronize()
         try:
-            sw.wait(timeout=10)
+            sw.wait(timeout_s=10)
         except NvmlError:
             pass  # locking refused: the records still show when the handover happened
         log = sw.records()
@@ -343,7 +343,7 @@ def check_stream_order(device: int, backend: Any, high: int, low: int, can_lock:
         except NvmlError:
             pass
 
-    stream_records = [r for r in log if r.source == "stream"]
+    stream_records = [r for r in log if r.source == SwitchSource.STREAM]
     result: dict[str, Any] = {
         "backend": backend.name,
         "kernel_s": kernel_s,

@@ -160,3 +160,68 @@ def test_docstring_examples(name, tmp_path, monkeypatch):
             runner.run(test)
     results = runner.summarize(verbose=False)
     assert results.failed == 0, f"{results.failed} docstring example(s) failed in {name}"
+
+
+# --- ARCHITECTURE.md and the README's Layout match the tree ----------------------------------
+
+_TABLES = {"cpp/": "cpp", "bindings/": "bindings", "python/perseus/": "python/perseus"}
+
+
+def _architecture_rows() -> dict[str, set[str]]:
+    """The first-column entries of ARCHITECTURE.md's tables, by the section's folder."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    rows: dict[str, set[str]] = {folder: set() for folder in _TABLES.values()}
+    folder = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            folder = next((f for key, f in _TABLES.items() if f"(`{key}`" in line), None)
+        elif folder and line.startswith("| `"):
+            rows[folder].add(line.split("`")[1])
+    return rows
+
+
+def _expand(entry: str) -> list[str]:
+    """``dag.{hpp,cpp}`` -> ``dag.hpp``, ``dag.cpp``."""
+    match = re.fullmatch(r"(.*)\.\{(.*)\}", entry)
+    return [f"{match[1]}.{ext}" for ext in match[2].split(",")] if match else [entry]
+
+
+def _sources(folder: str) -> set[str]:
+    tracked = subprocess.run(
+        ["git", "ls-files", folder], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    found = set()
+    for path in tracked:
+        relative = path[len(folder) + 1 :]
+        if relative.endswith((".cpp", ".hpp", ".py")):
+            top = relative.split("/")[0]
+            # Subpackages with one concept each are listed as a folder, except cli/.
+            found.add(relative if top in ("cli",) or "/" not in relative else top + "/")
+    return found
+
+
+@pytest.mark.parametrize("folder", sorted(_TABLES.values()))
+def test_architecture_lists_every_source_file_and_nothing_else(folder):
+    listed = set()
+    for entry in _architecture_rows()[folder]:
+        listed.update(_expand(entry))
+    for entry in listed:
+        assert (ROOT / folder / entry).exists(), (
+            f"ARCHITECTURE.md lists {folder}/{entry}, not in the tree"
+        )
+    missing = _sources(folder) - listed
+    assert not missing, f"ARCHITECTURE.md does not list {sorted(missing)} under {folder}/"
+
+
+def test_readme_layout_names_every_module():
+    layout = (ROOT / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    for folder in ("cpp", "python/perseus"):
+        for path in _sources(folder):
+            stem = path.split(".")[0].rstrip("/").removeprefix("cli/")
+            if stem in ("__init__", "__main__", "index", "pybind11") or stem.startswith("_"):
+                continue  # package glue and private helpers are ARCHITECTURE.md's business
+            assert f"`{stem}`" in layout or f"`{stem}/`" in layout, (
+                f"README Layout misses {folder}/{path}"
+            )

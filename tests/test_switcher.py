@@ -776,10 +776,10 @@ SCRIPT_HEAD = """
 import ctypes, os, resource, signal, sys, threading, time
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGQUIT: no core file
 import perseus
-from perseus import switcher as _switcher
+from perseus import _clock_guard as _guard
 fake = ctypes.CDLL(os.environ["PERSEUS_NVML_LIBRARY"])
 def ready():
-    print("watchdog", _switcher._watchdog.pid, flush=True)
+    print("watchdog", _guard._watchdog.pid, flush=True)
     print("ready", flush=True)
 """
 
@@ -1132,7 +1132,7 @@ def test_watchdog_follows_locks_and_unlocks(fake_nvml):
         print("locked:", perseus._core.locked_clocks(), flush=True)
         a.reset(); a.wait()
         # Another tool locks GPU 0 after perseus gave it back: not ours to reset.
-        _switcher.NvmlDevice(0).set_locked_clocks(1005, 1005)
+        perseus.switcher.NvmlDevice(0).set_locked_clocks(1005, 1005)
         print("after reset:", perseus._core.locked_clocks(), flush=True)
         ready()
         time.sleep(30)
@@ -1175,10 +1175,10 @@ def test_watchdog_killed_first_is_reaped_and_replaced(fake_nvml):
     script = SCRIPT_HEAD + body(
         LOCK_GPU0,
         """
-        first = _switcher._watchdog.pid
+        first = _guard._watchdog.pid
         os.kill(first, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while (_switcher._watchdog is None or _switcher._watchdog.pid == first) and time.monotonic() < deadline:
+        while (_guard._watchdog is None or _guard._watchdog.pid == first) and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.2)
         print("first", first, flush=True)

@@ -22,16 +22,10 @@ except ImportError as error:  # pragma: no cover - depends on the install
     ) from error
 
 from .errors import ProfileError
-from .frontier import (
-    Evaluation,
-    Frontier,
-    FrontierSummary,
-    PipelineSpec,
-    Plan,
-    PlanStep,
-    PowerCapError,
-)
+from .frontier import Frontier, FrontierSummary, PowerCapError
 from .optimize import SolverBudgets, evaluate, optimize
+from .pipeline_spec import PipelineSpec
+from .plan import Evaluation, Plan, PlanStep
 from .profile import INSTRUCTIONS, LIMITS, Profile, ProfileWarning, StageOptions
 from .profiler import ProfilerResult, measure_blocking_power, profile_stages
 from .progress import SolveProgress

@@ -39,11 +39,10 @@ from .frontier import (
     FORMAT_NAME,
     FORMAT_VERSION,
     READABLE_VERSIONS,
-    Evaluation,
     Frontier,
-    PipelineSpec,
-    Plan,
 )
+from .pipeline_spec import PipelineSpec
+from .plan import Evaluation, Plan
 from .profile import LIMITS, Profile
 from .schedule import SCHEDULES
 

@@ -25,7 +25,8 @@ from . import _zeus_plan
 from ._files import replace_user_file
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
-from .frontier import PipelineSpec, Plan
+from .pipeline_spec import PipelineSpec
+from .plan import Plan
 from .profile import LIMITS, Profile
 from .schedule import SCHEDULES
 

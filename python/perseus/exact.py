@@ -35,8 +35,8 @@ import numpy as np
 from ._optional import optional_module
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
-from .frontier import Plan
 from .optimize import _setup, _spec, evaluate
+from .plan import Plan
 from .profile import Profile
 
 __all__ = ["ExactPlan", "optimal_energy", "optimal_plan"]

@@ -16,7 +16,9 @@ from . import _core
 from ._deprecation import warn_renamed
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
-from .frontier import Evaluation, Frontier, PipelineSpec, Plan
+from .frontier import Frontier
+from .pipeline_spec import PipelineSpec
+from .plan import Evaluation, Plan
 from .profile import LIMITS, Profile
 from .progress import ProgressBar, ProgressReporter, SolveProgress
 from .schedule import build_pipeline, count_argument

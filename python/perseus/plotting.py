@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from .frontier import Frontier, Plan
+    from .frontier import Frontier
+    from .plan import Plan
     from .timeline import PowerTimeline, Timeline
 
 __all__ = [

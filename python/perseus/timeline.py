@@ -21,7 +21,7 @@ import numpy as np
 from ._zeus_format import INSTRUCTIONS
 
 if TYPE_CHECKING:
-    from .frontier import PipelineSpec
+    from .pipeline_spec import PipelineSpec
     from .profile import Profile
 
 __all__ = ["PowerTimeline", "Timeline", "timelines"]

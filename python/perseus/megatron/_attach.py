@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from .._optional import optional_module
-from ..frontier import Frontier, Plan
+from ..frontier import Frontier
+from ..plan import Plan
 from ..profile import Profile
 from ..schedule import pipeline_order
 from ..switcher import FrequencySwitcher

@@ -23,7 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..frontier import Frontier, Plan
+from ..frontier import Frontier
+from ..plan import Plan
 
 __all__ = ["PlanSwitch", "StragglerPolicy"]
 

@@ -1,0 +1,71 @@
+"""The ``perseus`` command line: from a profile to a deployed plan without writing Python.
+
+    perseus optimize PROFILE.csv -m 32 -o out/    # the frontier, out/frontier.json
+    perseus show out/frontier.json                # a table of representative plans
+    perseus plan out/frontier.json --slowdown 1.1 --format zeus -o plans/
+    perseus evaluate PROFILE.csv plans/freqs_pipeline_00042.py
+    perseus plot out/frontier.json -o frontier.png [--timeline | --power]
+    perseus report out/frontier.json -o report.html
+    perseus reset-clocks [--device N]
+
+Conventions: every subcommand has ``--help`` with its defaults and ``--json``
+for scripts; a user error is one line on stderr naming the flag or file,
+exit status 2; Ctrl-C is exit status 130; outputs are checked to be
+writable before any work and never overwritten without ``--force``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import ProfileError
+from ._arguments import UsageError, _parser
+from ._commands import _evaluate, _optimize, _plan, _plot, _report, _reset_clocks, _show
+
+__all__ = ["main"]
+
+_COMMANDS = {
+    "optimize": _optimize,
+    "show": _show,
+    "plan": _plan,
+    "evaluate": _evaluate,
+    "plot": _plot,
+    "report": _report,
+    "reset-clocks": _reset_clocks,
+}
+
+
+def _describe(error: BaseException) -> str:
+    """One line for a user error: an OSError as 'file: reason', anything else as its message."""
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename}: {error.strerror or error}"
+    text = str(error) or type(error).__name__
+    return " ".join(text.split())  # one line, whatever the message held
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    prog = "perseus"
+    try:
+        args = _parser().parse_args(argv)
+        prog = f"perseus {args.command}"
+        return _COMMANDS[args.command](args)
+    except UsageError as error:
+        message, prog = str(error), error.prog or prog
+    except BrokenPipeError:  # `perseus show ... | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the final flush at exit is quiet too
+        return 141  # 128 + SIGPIPE, as a shell tool killed by it would
+    except (ProfileError, ValueError, OSError, ImportError) as error:
+        message = _describe(error)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
