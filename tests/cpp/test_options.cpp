@@ -190,10 +190,8 @@ TEST(OptionTable, OverflowingEnergiesThrowBeforeAnyResult) {
 
 // Issue 11, Required 1 ("the core itself checks the overflow cases and
 // throws"): a finite but huge blocking power passes the option table (each
-// effective energy fits a double) and the solve returns a frontier of no
-// plans instead of throwing. Enable when the core rejects it (run with
-// --gtest_also_run_disabled_tests to see the current result).
-TEST(OptionTable, DISABLED_OverflowingBlockingPowerThrowsBeforeAnyResult) {
+// effective energy fits a double), so Problem must refuse it as a whole.
+TEST(OptionTable, OverflowingBlockingPowerThrowsBeforeAnyResult) {
   expect_rejected_before_any_result({"blocking power of DBL_MAX", 2.0, kMaxDouble, 0.01});
   expect_rejected_before_any_result({"blocking power of 1e308 W", 2.0, 1e308, 0.01});
 }
