@@ -6,7 +6,8 @@ void register_problem(py::module_& m);
 void register_switcher(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "perseus compiled core: schedules, plan replay, the frontier solver and the frequency switcher";
+  m.doc() =
+      "perseus compiled core: schedules, plan replay, the frontier solver and the frequency switcher";
   register_pipeline(m);
   register_problem(m);
   register_switcher(m);

@@ -40,11 +40,14 @@ void register_pipeline(py::module_& m) {
       .def_property_readonly("microbatches", &Pipeline::num_microbatches)
       .def("__len__", &Pipeline::size)
       .def_property_readonly(
-          "stage", [](const Pipeline& p) { return column<std::int32_t>(p, [](auto& c) { return c.stage; }); })
+          "stage",
+          [](const Pipeline& p) { return column<std::int32_t>(p, [](auto& c) { return c.stage; }); })
       .def_property_readonly(
-          "gpu", [](const Pipeline& p) { return column<std::int32_t>(p, [](auto& c) { return c.gpu; }); })
+          "gpu",
+          [](const Pipeline& p) { return column<std::int32_t>(p, [](auto& c) { return c.gpu; }); })
       .def_property_readonly(
-          "chunk", [](const Pipeline& p) { return column<std::int32_t>(p, [](auto& c) { return c.chunk; }); })
+          "chunk",
+          [](const Pipeline& p) { return column<std::int32_t>(p, [](auto& c) { return c.chunk; }); })
       .def_property_readonly("microbatch",
                              [](const Pipeline& p) {
                                return column<std::int32_t>(p, [](auto& c) { return c.microbatch; });
@@ -56,21 +59,26 @@ void register_pipeline(py::module_& m) {
                              })
       .def_property_readonly("group",
                              [](const Pipeline& p) {
-                               return column<std::int32_t>(p, [](auto& c) { return perseus::group_of(c); });
+                               return column<std::int32_t>(
+                                   p, [](auto& c) { return perseus::group_of(c); });
                              })
       .def(
           "ids",
           [](const Pipeline& p, const py::array_t<Index, py::array::forcecast>& stage,
              const py::array_t<Index, py::array::forcecast>& microbatch,
              const py::array_t<Index, py::array::forcecast>& instruction) {
-            if (stage.ndim() != 1 || stage.size() != microbatch.size() || stage.size() != instruction.size())
-              throw std::invalid_argument("stage, microbatch and instruction must be 1-D and of one length");
+            if (stage.ndim() != 1 || stage.size() != microbatch.size() ||
+                stage.size() != instruction.size())
+              throw std::invalid_argument(
+                  "stage, microbatch and instruction must be 1-D and of one length");
             std::vector<Index> out(static_cast<std::size_t>(stage.size()));
             for (py::ssize_t k = 0; k < stage.size(); ++k) {
               const Index s = stage.at(k), mb = microbatch.at(k), ins = instruction.at(k);
-              if (s < 0 || s >= p.num_stages() || mb < 0 || mb >= p.num_microbatches() || ins < 0 || ins > 1)
+              if (s < 0 || s >= p.num_stages() || mb < 0 || mb >= p.num_microbatches() || ins < 0 ||
+                  ins > 1)
                 throw py::index_error("no computation (stage " + std::to_string(s) + ", microbatch " +
-                                      std::to_string(mb) + ", instruction " + std::to_string(ins) + ")");
+                                      std::to_string(mb) + ", instruction " + std::to_string(ins) +
+                                      ")");
               out[static_cast<std::size_t>(k)] = p.id_of(s, mb, static_cast<Instruction>(ins));
             }
             return to_numpy(std::move(out));

@@ -41,7 +41,8 @@ py::tuple split(const std::vector<Evaluation>& evaluations) {
 
 std::size_t rows_of(const py::buffer_info& info, Index n, const char* name) {
   if (info.ndim != 2 || info.shape[1] != n)
-    throw std::invalid_argument(std::string(name) + " must have shape (plans, " + std::to_string(n) + ")");
+    throw std::invalid_argument(std::string(name) + " must have shape (plans, " + std::to_string(n) +
+                                ")");
   return static_cast<std::size_t>(info.shape[0]);
 }
 
@@ -74,13 +75,15 @@ py::tuple reclaim(LockedProblem& self, const CArray<OptionIndex>& choices, doubl
     for (std::size_t k = 0; k < plans; ++k) {
       self.improver->assign(out.data() + k * ix(n));
       self.improver->reclaim(deadline_s, order);
-      std::copy(self.improver->choice().begin(), self.improver->choice().end(), out.begin() + static_cast<std::ptrdiff_t>(k * ix(n)));
+      std::copy(self.improver->choice().begin(), self.improver->choice().end(),
+                out.begin() + static_cast<std::ptrdiff_t>(k * ix(n)));
     }
     results = self.problem.evaluate(out.data(), plans);
   }
   py::tuple split_results = split(results);
-  return py::make_tuple(split_results[0], split_results[1],
-                        to_numpy(std::move(out), {static_cast<py::ssize_t>(plans), static_cast<py::ssize_t>(n)}));
+  return py::make_tuple(
+      split_results[0], split_results[1],
+      to_numpy(std::move(out), {static_cast<py::ssize_t>(plans), static_cast<py::ssize_t>(n)}));
 }
 
 // Local search on each plan at a deadline, within max_work work units each.
@@ -106,8 +109,9 @@ py::tuple local_search(LockedProblem& self, const CArray<OptionIndex>& choices, 
     results = self.problem.evaluate(out.data(), plans);
   }
   py::tuple split_results = split(results);
-  return py::make_tuple(split_results[0], split_results[1],
-                        to_numpy(std::move(out), {static_cast<py::ssize_t>(plans), static_cast<py::ssize_t>(n)}));
+  return py::make_tuple(
+      split_results[0], split_results[1],
+      to_numpy(std::move(out), {static_cast<py::ssize_t>(plans), static_cast<py::ssize_t>(n)}));
 }
 
 py::tuple replay(LockedProblem& self, const CArray<double>& time_s, const CArray<double>& energy_j) {
@@ -212,12 +216,15 @@ void register_problem(py::module_& m) {
                                std::vector<OptionIndex> rows(r.choices);
                                return to_numpy(std::move(rows), {r.num_plans(), r.num_computations});
                              })
-      .def_property_readonly("iteration_time_s", [](const FrontierResult& r) { return copy_of(r.iteration_time_s); })
+      .def_property_readonly("iteration_time_s",
+                             [](const FrontierResult& r) { return copy_of(r.iteration_time_s); })
       .def_property_readonly("energy_j", [](const FrontierResult& r) { return copy_of(r.energy_j); })
       .def_property_readonly("energy_before_reclaim_j",
                              [](const FrontierResult& r) { return copy_of(r.energy_before_reclaim_j); })
-      .def_property_readonly("baseline_time_s", [](const FrontierResult& r) { return r.baseline.iteration_time_s; })
-      .def_property_readonly("baseline_energy_j", [](const FrontierResult& r) { return r.baseline.energy_j; })
+      .def_property_readonly("baseline_time_s",
+                             [](const FrontierResult& r) { return r.baseline.iteration_time_s; })
+      .def_property_readonly("baseline_energy_j",
+                             [](const FrontierResult& r) { return r.baseline.energy_j; })
       .def_readonly("steps", &FrontierResult::steps)
       .def_readonly("cuts", &FrontierResult::cuts)
       .def_readonly("unit_time_s", &FrontierResult::unit_time_s)

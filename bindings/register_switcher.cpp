@@ -208,8 +208,7 @@ void register_switcher(py::module_& m) {
   for (const auto& [value, name] : perseus::kSwitchSourceNames) source.value(name, value);
 
   py::class_<FrequencySwitcher>(
-      m, "Switcher",
-      "Native frequency switcher of one GPU (use perseus.FrequencySwitcher instead).")
+      m, "Switcher", "Native frequency switcher of one GPU (use perseus.FrequencySwitcher instead).")
       .def(py::init([](const py::object& device, const py::object& memory_mhz,
                        const py::object& record_capacity) {
              const SwitcherOptions o = switcher_options(device, memory_mhz, record_capacity);
@@ -218,7 +217,8 @@ void register_switcher(py::module_& m) {
            }),
            "device"_a = 0, "memory_mhz"_a = py::none(), "record_capacity"_a = 1 << 16)
       .def(
-          "set", [](FrequencySwitcher& s, const py::object& mhz) { return s.set(clock_mhz(mhz, "mhz")); },
+          "set",
+          [](FrequencySwitcher& s, const py::object& mhz) { return s.set(clock_mhz(mhz, "mhz")); },
           "mhz"_a, "Request an SM clock; returns the supported clock that will be applied.")
       .def(
           "set_on_stream",
@@ -240,7 +240,10 @@ void register_switcher(py::module_& m) {
       .def("close", &FrequencySwitcher::close, py::call_guard<py::gil_scoped_release>(),
            "Reset what was locked, stop the worker.")
       .def(
-          "snap", [](const FrequencySwitcher& s, const py::object& mhz) { return s.snap(clock_mhz(mhz, "mhz")); },
+          "snap",
+          [](const FrequencySwitcher& s, const py::object& mhz) {
+            return s.snap(clock_mhz(mhz, "mhz"));
+          },
           "mhz"_a, "The supported clock that set(mhz) would apply.")
       .def_property_readonly("supported_mhz",
                              [](const FrequencySwitcher& s) { return as_array(s.supported_mhz()); })
@@ -265,8 +268,7 @@ void register_switcher(py::module_& m) {
              return NvmlDevice(device);
            }),
            "index"_a = 0)
-      .def_static("from_uuid", &NvmlDevice::by_uuid, "uuid"_a,
-                  py::call_guard<py::gil_scoped_release>(),
+      .def_static("from_uuid", &NvmlDevice::by_uuid, "uuid"_a, py::call_guard<py::gil_scoped_release>(),
                   "The GPU with this UUID, whatever CUDA_VISIBLE_DEVICES says (index is -1).")
       .def_property_readonly("index", [](const NvmlDevice& d) { return d.info().cuda_index; })
       .def_property_readonly("nvml_index", [](const NvmlDevice& d) { return d.info().nvml_index; })
@@ -316,8 +318,8 @@ void register_switcher(py::module_& m) {
 
   m.def("nvml_device_count", &perseus::nvml_device_count, py::call_guard<py::gil_scoped_release>(),
         "GPUs visible to CUDA (honours CUDA_VISIBLE_DEVICES), counted through NVML.");
-  m.def("nvml_driver_version", &perseus::nvml_driver_version,
-        py::call_guard<py::gil_scoped_release>(), "The NVIDIA driver version string.");
+  m.def("nvml_driver_version", &perseus::nvml_driver_version, py::call_guard<py::gil_scoped_release>(),
+        "The NVIDIA driver version string.");
   m.def(
       "nvml_error_hint", [](int code) { return std::string(nvml::hint(code)); }, "code"_a,
       "What usually fixes an NVML error code ('' if nothing to add).");
@@ -347,8 +349,8 @@ void register_switcher(py::module_& m) {
           "Launch a kernel whose parameters are all 64-bit integers.")
       .def("close", &cuda::Module::close, "Unload the module (idempotent).");
 
-  py::class_<cuda::MappedHostMemory>(
-      m, "MappedHostMemory", "Zeroed page-locked host memory that the GPU can read and write.")
+  py::class_<cuda::MappedHostMemory>(m, "MappedHostMemory",
+                                     "Zeroed page-locked host memory that the GPU can read and write.")
       .def(py::init<std::size_t>(), "size_bytes"_a)
       .def_property_readonly("host_address", &cuda::MappedHostMemory::host_address)
       .def_property_readonly("device_address", &cuda::MappedHostMemory::device_address)

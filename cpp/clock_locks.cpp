@@ -19,7 +19,7 @@ std::once_flag g_once;
 
 ClockLocks& ClockLocks::instance() {
   std::call_once(g_once, [] {
-    g_instance.store(new ClockLocks(), std::memory_order_release);  // never freed: workers
+    g_instance.store(new ClockLocks(), std::memory_order_release);              // never freed: workers
     pthread_atfork(&before_fork, &after_fork_in_parent, &after_fork_in_child);  // may outlive main()
   });
   return *g_instance.load(std::memory_order_acquire);

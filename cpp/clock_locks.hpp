@@ -57,8 +57,8 @@ class ClockLocks {
   // holder's earlier hold, if any, stands.
   nvml::Return lock_sm(const void* holder, const nvml::Api& api, const nvml::DeviceInfo& device,
                        unsigned mhz);
-  nvml::Return lock_memory(const void* holder, const nvml::Api& api,
-                           const nvml::DeviceInfo& device, unsigned mhz);
+  nvml::Return lock_memory(const void* holder, const nvml::Api& api, const nvml::DeviceInfo& device,
+                           unsigned mhz);
 
   // `holder` lets go of whatever it holds on `device`; see the preamble for
   // what happens to the GPU. A GPU whose reset failed stays listed for the
@@ -111,10 +111,10 @@ class ClockLocks {
 
   Gpu& gpu(const nvml::DeviceInfo& device);
   // g.mutex held by the caller for both.
-  nvml::Return lock(Gpu& g, Domain& d, const void* holder, const Calls& calls,
-                    nvml::Device handle, unsigned mhz);
-  nvml::Return let_go(Gpu& g, Domain& d, const void* holder, const Calls& calls,
-                      nvml::Device handle, const char** function);
+  nvml::Return lock(Gpu& g, Domain& d, const void* holder, const Calls& calls, nvml::Device handle,
+                    unsigned mhz);
+  nvml::Return let_go(Gpu& g, Domain& d, const void* holder, const Calls& calls, nvml::Device handle,
+                      const char** function);
   // Sets d.locked and sends the new line if it changed. g.mutex held.
   void mark(Domain& d, bool locked);
   std::string state_line_locked() const;  // mutex_ held

@@ -18,8 +18,7 @@ template <typename Fn>
 void bind(void* handle, const char* symbol, Fn& out, const std::string& path) {
   out = reinterpret_cast<Fn>(library_symbol(
       handle, symbol, true, path, "the CUDA driver library",
-      std::string("driver older than CUDA 10? Set ") + kLibraryVariable +
-          " to a newer libcuda.so.1"));
+      std::string("driver older than CUDA 10? Set ") + kLibraryVariable + " to a newer libcuda.so.1"));
 }
 
 std::unique_ptr<Api> load(const std::string& path) {
@@ -55,13 +54,11 @@ const char* hint(Result code) {
     case kErrorInvalidHandle:
       return "The stream handle is not a live CUDA stream of the current context (pass "
              "torch.cuda.current_stream().cuda_stream or a CuPy stream's .ptr).";
-    case kErrorNoDevice:
-      return "The driver sees no GPU; check CUDA_VISIBLE_DEVICES and nvidia-smi.";
+    case kErrorNoDevice: return "The driver sees no GPU; check CUDA_VISIBLE_DEVICES and nvidia-smi.";
     case kErrorStreamCaptureUnsupported:
       return "The stream is being captured into a CUDA graph; host functions cannot be "
              "enqueued on it while capturing.";
-    default:
-      return "";
+    default: return "";
   }
 }
 

@@ -55,19 +55,19 @@ inline constexpr unsigned kMemHostAllocDeviceMap = 0x02;
 
 struct Api {
   std::string path;
-  Result (*init)(unsigned);                              // cuInit
-  Result (*error_name)(Result, const char**);            // cuGetErrorName
-  Result (*error_string)(Result, const char**);          // cuGetErrorString
-  Result (*launch_host_func)(Stream, HostFn, void*);     // cuLaunchHostFunc
-  Result (*ctx_get_current)(Context*);                   // cuCtxGetCurrent
-  Result (*module_load_data)(ModuleHandle*, const void*);  // cuModuleLoadData
-  Result (*module_unload)(ModuleHandle);                 // cuModuleUnload
+  Result (*init)(unsigned);                                             // cuInit
+  Result (*error_name)(Result, const char**);                           // cuGetErrorName
+  Result (*error_string)(Result, const char**);                         // cuGetErrorString
+  Result (*launch_host_func)(Stream, HostFn, void*);                    // cuLaunchHostFunc
+  Result (*ctx_get_current)(Context*);                                  // cuCtxGetCurrent
+  Result (*module_load_data)(ModuleHandle*, const void*);               // cuModuleLoadData
+  Result (*module_unload)(ModuleHandle);                                // cuModuleUnload
   Result (*module_get_function)(Function*, ModuleHandle, const char*);  // cuModuleGetFunction
   Result (*mem_host_alloc)(void**, std::size_t, unsigned);              // cuMemHostAlloc
   Result (*mem_host_get_device_pointer)(DevicePtr*, void*, unsigned);   // ..._v2
   Result (*mem_free_host)(void*);                                       // cuMemFreeHost
   Result (*launch_kernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                          unsigned, Stream, void**, void**);            // cuLaunchKernel
+                          unsigned, Stream, void**, void**);  // cuLaunchKernel
 };
 
 // The library or a required symbol could not be loaded (dynamic_library.hpp).

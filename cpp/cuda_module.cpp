@@ -57,12 +57,11 @@ Module::~Module() {
   }
 }
 
-void Module::launch(const std::string& kernel, unsigned grid, unsigned block,
-                    std::uintptr_t stream, const std::vector<std::uint64_t>& arguments) const {
+void Module::launch(const std::string& kernel, unsigned grid, unsigned block, std::uintptr_t stream,
+                    const std::vector<std::uint64_t>& arguments) const {
   if (module_ == nullptr) throw std::logic_error("the CUDA module is closed");
   Function function = nullptr;
-  check(*api_, api_->module_get_function(&function, module_, kernel.c_str()),
-        "cuModuleGetFunction");
+  check(*api_, api_->module_get_function(&function, module_, kernel.c_str()), "cuModuleGetFunction");
   // cuLaunchKernel takes one pointer per parameter; it copies the values.
   std::vector<std::uint64_t> values(arguments);
   std::vector<void*> pointers(values.size());

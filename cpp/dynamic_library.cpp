@@ -4,8 +4,7 @@
 
 namespace perseus {
 
-void* open_library(const std::string& path, const std::string& library,
-                   const std::string& remedy) {
+void* open_library(const std::string& path, const std::string& library, const std::string& remedy) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();

@@ -21,8 +21,7 @@ class LibraryError : public std::runtime_error {
 
 // dlopen()s `path` (RTLD_NOW | RTLD_LOCAL) and never closes it. `library`
 // names it in messages ("the NVML library"); `remedy` ends the message.
-void* open_library(const std::string& path, const std::string& library,
-                   const std::string& remedy);
+void* open_library(const std::string& path, const std::string& library, const std::string& remedy);
 
 // The address of `symbol`, or nullptr when it is missing and not `required`;
 // a missing required symbol throws LibraryError ending with `remedy`.

@@ -35,7 +35,8 @@ std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const Option
     for (Index k = 1; k < table.num_options(g); ++k)
       gaps.push_back(table.time_s(g, k) - table.time_s(g, k - 1));
   if (gaps.empty()) return 1;
-  std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+  std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2),
+                   gaps.end());
   const double median_gap = gaps[gaps.size() / 2];
   const SolverBudgets& b = options.budgets;
   double divisor = std::ceil(b.units_per_option_gap * options.unit_time_s / median_gap);
@@ -46,7 +47,8 @@ std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const Option
   const double fastest = evaluator.evaluate(choice.data()).iteration_time_s;
   for (Index i = 0; i < pipeline.size(); ++i)
     choice[ix(i)] = static_cast<OptionIndex>(table.num_options(evaluator.group(i)) - 1);
-  const double span_units = (evaluator.evaluate(choice.data()).iteration_time_s - fastest) / options.unit_time_s;
+  const double span_units =
+      (evaluator.evaluate(choice.data()).iteration_time_s - fastest) / options.unit_time_s;
   if (span_units * divisor > b.max_solver_units)
     divisor = std::floor(b.max_solver_units / std::max(span_units, 1.0));
   return static_cast<std::int64_t>(std::max(1.0, divisor));
@@ -132,7 +134,8 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   Sampling sampling;
   sampling.stride = divisor;
   sampling.energy_resolution = options.refine ? budgets.candidate_energy_resolution : 0.0;
-  sampling.max_spacing = options.refine ? std::max<std::int64_t>(1, budgets.candidate_max_spacing_units) : 1;
+  sampling.max_spacing =
+      options.refine ? std::max<std::int64_t>(1, budgets.candidate_max_spacing_units) : 1;
   PlanImprover improver(pipeline, dag, table);
   // Logs: the two chains, each split in two jobs (one per thread), and the fast end.
   std::vector<PlanLog> logs;
@@ -147,8 +150,8 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     const std::int64_t middle = steps.units_done() / 2;
     PlanImprover other(pipeline, dag, table);
     Worker worker([&](const Ticker& worker_tick) {
-      collect_chain(steps, Chain::kReclaimed, unit, sampling, true, {middle, INT64_MAX}, other,
-                    logs[1], worker_tick);
+      collect_chain(steps, Chain::kReclaimed, unit, sampling, true, {middle, INT64_MAX}, other, logs[1],
+                    worker_tick);
       collect_chain(steps, Chain::kTight, unit, sparse, true, {middle, INT64_MAX}, other, logs[3],
                     worker_tick);
     });

@@ -40,10 +40,10 @@ struct FrontierResult {
   // The plan each one was improved from, replayed, over an iteration of this
   // plan's length (its energy plus blocking power for any difference).
   std::vector<double> energy_before_reclaim_j;
-  Evaluation baseline{};      // every computation at its fastest option
-  std::int64_t steps = 0;     // units of iteration time the min-cut loop took
-  std::int64_t cuts = 0;      // minimum cuts it solved (a cut may take several units)
-  double unit_time_s = 0.0;   // quantum the steps used (may be finer than asked)
+  Evaluation baseline{};            // every computation at its fastest option
+  std::int64_t steps = 0;           // units of iteration time the min-cut loop took
+  std::int64_t cuts = 0;            // minimum cuts it solved (a cut may take several units)
+  double unit_time_s = 0.0;         // quantum the steps used (may be finer than asked)
   std::int64_t max_time_units = 0;  // quantised time of the cheapest plan
   std::int64_t min_time_units = 0;  // quantised all-fastest time
   StopReason stop_reason = StopReason::kMinimumTime;

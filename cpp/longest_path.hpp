@@ -34,7 +34,8 @@ class LongestPaths {
   // Visits every node with head + tail == makespan, in no particular order.
   template <typename Visit>
   void for_each_critical(Visit visit) const {
-    for (Index v = bucket_first_[ix(makespan_ - min_length_)]; v >= 0; v = bucket_next_[ix(v)]) visit(v);
+    for (Index v = bucket_first_[ix(makespan_ - min_length_)]; v >= 0; v = bucket_next_[ix(v)])
+      visit(v);
   }
   // Nodes whose head or tail changed in the last reset() or update().
   const std::vector<Index>& moved() const { return times_.moved(); }

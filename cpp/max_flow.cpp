@@ -129,9 +129,7 @@ void BoundedFlow::levels_from(std::size_t count, Index target, Usable usable) {
 double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, double limit,
                                   double tolerance) {
   auto on_level = [&](Index v) { return stamp_[ix(v)] == epoch_ && level_[ix(v)] >= 0; };
-  auto is_target = [&](Index v) {
-    return to_deficits ? imbalance_[ix(v)] < -tolerance : v == sink;
-  };
+  auto is_target = [&](Index v) { return to_deficits ? imbalance_[ix(v)] < -tolerance : v == sink; };
   double total = 0.0;
   std::size_t depth = 0;  // path_[0 .. depth) are half-arcs from `from`
   Index u = from;
@@ -154,7 +152,9 @@ double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, doub
       work_ += static_cast<std::int64_t>(depth);
       if (retreat == depth) retreat = 0;  // the target was filled, or rounding: restart
       depth = retreat;
-      u = depth == 0 ? from : ((path_[depth] & 1) == 0 ? tail_[ix(path_[depth] >> 1)] : head_[ix(path_[depth] >> 1)]);
+      u = depth == 0
+              ? from
+              : ((path_[depth] & 1) == 0 ? tail_[ix(path_[depth] >> 1)] : head_[ix(path_[depth] >> 1)]);
       continue;
     }
     bool advanced = false;
@@ -232,6 +232,5 @@ bool BoundedFlow::has_infinite_path(Index source, Index sink) {
   levels_from(1, sink, [](double r) { return r == kInfinity; });
   return stamp_[ix(sink)] == epoch_;
 }
-
 
 }  // namespace perseus

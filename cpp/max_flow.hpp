@@ -76,11 +76,11 @@ class BoundedFlow {
   double blocking_flow(Index from, Index sink, bool to_deficits, double limit, double tolerance);
 
   Index num_nodes_ = 0;
-  std::vector<Index> tail_, head_;          // per arc (even ids; the reverse is id + 1)
+  std::vector<Index> tail_, head_;            // per arc (even ids; the reverse is id + 1)
   std::vector<double> lower_, upper_, flow_;  // per arc, indexed by id / 2
-  std::vector<Index> adj_offset_, adj_;      // CSR: arc ids (forward or reverse) leaving each node
+  std::vector<Index> adj_offset_, adj_;       // CSR: arc ids (forward or reverse) leaving each node
   std::vector<double> imbalance_;
-  std::vector<Index> imbalanced_;            // nodes with a booked imbalance
+  std::vector<Index> imbalanced_;  // nodes with a booked imbalance
   std::vector<char> is_imbalanced_;
   std::vector<Index> level_, next_arc_, queue_, path_;
   std::vector<std::uint32_t> stamp_;

@@ -30,8 +30,7 @@ std::vector<unsigned> NvmlDevice::supported_memory_clocks() const {
   return nvml::supported_memory_clocks(api(), info_.handle);
 }
 
-std::vector<unsigned> NvmlDevice::supported_graphics_clocks(
-    std::optional<unsigned> memory_mhz) const {
+std::vector<unsigned> NvmlDevice::supported_graphics_clocks(std::optional<unsigned> memory_mhz) const {
   if (!memory_mhz) {
     const std::vector<unsigned> memory = supported_memory_clocks();
     if (memory.empty()) return {};
@@ -56,8 +55,8 @@ unsigned long long NvmlDevice::total_energy_mj() const {
 
 void NvmlDevice::set_locked_clocks(unsigned min_mhz, unsigned max_mhz) const {
   if (min_mhz > max_mhz)
-    throw std::invalid_argument("min_mhz (" + std::to_string(min_mhz) +
-                                ") must not exceed max_mhz (" + std::to_string(max_mhz) + ")");
+    throw std::invalid_argument("min_mhz (" + std::to_string(min_mhz) + ") must not exceed max_mhz (" +
+                                std::to_string(max_mhz) + ")");
   nvml::check(api(), api().set_gpu_locked_clocks(info_.handle, min_mhz, max_mhz),
               "nvmlDeviceSetGpuLockedClocks");
 }
@@ -70,8 +69,8 @@ void NvmlDevice::set_memory_locked_clocks(unsigned min_mhz, unsigned max_mhz) co
   require(api(), reinterpret_cast<const void*>(api().set_memory_locked_clocks),
           "nvmlDeviceSetMemoryLockedClocks");
   if (min_mhz > max_mhz)
-    throw std::invalid_argument("min_mhz (" + std::to_string(min_mhz) +
-                                ") must not exceed max_mhz (" + std::to_string(max_mhz) + ")");
+    throw std::invalid_argument("min_mhz (" + std::to_string(min_mhz) + ") must not exceed max_mhz (" +
+                                std::to_string(max_mhz) + ")");
   nvml::check(api(), api().set_memory_locked_clocks(info_.handle, min_mhz, max_mhz),
               "nvmlDeviceSetMemoryLockedClocks");
 }

@@ -67,8 +67,9 @@ std::vector<std::string> visible_entries(const char* value) {
     entry.erase(0, entry.find_first_not_of(" \t"));
     entry.erase(entry.find_last_not_of(" \t") + 1);
     if (entry.empty()) break;
-    const bool numeric = std::all_of(entry.begin(), entry.end(),
-                                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+    const bool numeric = std::all_of(entry.begin(), entry.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c)) != 0;
+    });
     const bool uuid = entry.rfind("GPU-", 0) == 0 || entry.rfind("MIG-", 0) == 0;
     if (!numeric && !uuid) break;  // e.g. "-1": CUDA sees nothing from here on
     out.push_back(entry);
@@ -134,15 +135,14 @@ const char* hint(Return code) {
       return "The GPU stopped responding and needs a reset (nvidia-smi -r) or a reboot.";
     case kErrorUninitialized:
       return "NVML was used before nvmlInit; this is a perseus bug, please report it.";
-    default:
-      return "";
+    default: return "";
   }
 }
 
 Error::Error(const Api& a, Return code, const std::string& function)
     : std::runtime_error([&] {
-        std::string m = function + ": " + error_string(a, code) + " (NVML error " +
-                        std::to_string(code) + ")";
+        std::string m =
+            function + ": " + error_string(a, code) + " (NVML error " + std::to_string(code) + ")";
         const char* h = hint(code);
         if (*h != '\0') m += ". " + std::string(h);
         return m;
@@ -171,7 +171,8 @@ DeviceInfo open_device(const Session& session, int cuda_index) {
   info.cuda_index = cuda_index;
   unsigned count = 0;
   check(a, a.device_count(&count), "nvmlDeviceGetCount_v2");
-  if (cuda_index < 0) throw std::out_of_range("device index must be >= 0, got " + std::to_string(cuda_index));
+  if (cuda_index < 0)
+    throw std::out_of_range("device index must be >= 0, got " + std::to_string(cuda_index));
 
   const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
   if (cvd == nullptr) {
@@ -184,8 +185,7 @@ DeviceInfo open_device(const Session& session, int cuda_index) {
     const std::vector<std::string> entries = visible_entries(cvd);
     if (static_cast<std::size_t>(cuda_index) >= entries.size())
       throw std::out_of_range("no GPU " + std::to_string(cuda_index) + ": CUDA_VISIBLE_DEVICES='" +
-                              cvd + "' makes " + std::to_string(entries.size()) +
-                              " GPU(s) visible");
+                              cvd + "' makes " + std::to_string(entries.size()) + " GPU(s) visible");
     const std::string& entry = entries[static_cast<std::size_t>(cuda_index)];
     if (std::isdigit(static_cast<unsigned char>(entry[0])) != 0) {
       const unsigned long index = std::strtoul(entry.c_str(), nullptr, 10);
@@ -212,8 +212,8 @@ DeviceInfo open_device(const Session& session, int cuda_index) {
         }
         if (matches != 1)
           throw std::out_of_range("CUDA_VISIBLE_DEVICES entry '" + entry + "' (device " +
-                                  std::to_string(cuda_index) + ") matches " +
-                                  std::to_string(matches) + " GPU UUIDs; it must match one");
+                                  std::to_string(cuda_index) + ") matches " + std::to_string(matches) +
+                                  " GPU UUIDs; it must match one");
       }
     }
     check(a, a.device_index(info.handle, &info.nvml_index), "nvmlDeviceGetIndex");

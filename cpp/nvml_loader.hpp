@@ -30,9 +30,9 @@
 namespace perseus::nvml {
 
 // ---- The NVML ABI we use (nvml.h's names, declared by us). ----------------
-using Return = int;                  // nvmlReturn_t
-struct DeviceOpaque;                 // struct nvmlDevice_st
-using Device = DeviceOpaque*;        // nvmlDevice_t
+using Return = int;            // nvmlReturn_t
+struct DeviceOpaque;           // struct nvmlDevice_st
+using Device = DeviceOpaque*;  // nvmlDevice_t
 
 // The return codes perseus names (nvmlReturn_t values). Unscoped, so that
 // they compare with the plain Return that NVML hands back.
@@ -86,25 +86,25 @@ enum ClockType : unsigned {  // nvmlClockType_t
 // Function pointers into the loaded library. Optional entries are null when
 // the library lacks them (older drivers); required ones are always set.
 struct Api {
-  std::string path;  // what was passed to dlopen()
-  Return (*init)();                                        // nvmlInit_v2
-  Return (*shutdown)();                                    // nvmlShutdown
-  const char* (*error_string)(Return);                     // nvmlErrorString
-  Return (*device_count)(unsigned*);                       // nvmlDeviceGetCount_v2
-  Return (*handle_by_index)(unsigned, Device*);            // nvmlDeviceGetHandleByIndex_v2
-  Return (*handle_by_uuid)(const char*, Device*);          // nvmlDeviceGetHandleByUUID
-  Return (*device_uuid)(Device, char*, unsigned);          // nvmlDeviceGetUUID
-  Return (*device_name)(Device, char*, unsigned);          // nvmlDeviceGetName
-  Return (*device_index)(Device, unsigned*);               // nvmlDeviceGetIndex
+  std::string path;                                // what was passed to dlopen()
+  Return (*init)();                                // nvmlInit_v2
+  Return (*shutdown)();                            // nvmlShutdown
+  const char* (*error_string)(Return);             // nvmlErrorString
+  Return (*device_count)(unsigned*);               // nvmlDeviceGetCount_v2
+  Return (*handle_by_index)(unsigned, Device*);    // nvmlDeviceGetHandleByIndex_v2
+  Return (*handle_by_uuid)(const char*, Device*);  // nvmlDeviceGetHandleByUUID
+  Return (*device_uuid)(Device, char*, unsigned);  // nvmlDeviceGetUUID
+  Return (*device_name)(Device, char*, unsigned);  // nvmlDeviceGetName
+  Return (*device_index)(Device, unsigned*);       // nvmlDeviceGetIndex
   Return (*supported_memory_clocks)(Device, unsigned*, unsigned*);
   Return (*supported_graphics_clocks)(Device, unsigned, unsigned*, unsigned*);
-  Return (*clock_info)(Device, ClockType, unsigned*);      // nvmlDeviceGetClockInfo
+  Return (*clock_info)(Device, ClockType, unsigned*);  // nvmlDeviceGetClockInfo
   Return (*set_gpu_locked_clocks)(Device, unsigned, unsigned);
   Return (*reset_gpu_locked_clocks)(Device);
   Return (*set_memory_locked_clocks)(Device, unsigned, unsigned);  // optional
   Return (*reset_memory_locked_clocks)(Device);                    // optional
-  Return (*total_energy)(Device, unsigned long long*);    // optional, mJ
-  Return (*driver_version)(char*, unsigned);               // optional
+  Return (*total_energy)(Device, unsigned long long*);             // optional, mJ
+  Return (*driver_version)(char*, unsigned);                       // optional
 };
 
 // ---- Errors. ----------------------------------------------------------------
@@ -176,8 +176,7 @@ DeviceInfo open_device_by_uuid(const Session& session, const std::string& uuid);
 // Supported clocks in MHz, ascending. An empty vector when NVML says the
 // query is not supported on this device; other errors throw.
 std::vector<unsigned> supported_memory_clocks(const Api& api, Device device);
-std::vector<unsigned> supported_graphics_clocks(const Api& api, Device device,
-                                                unsigned memory_mhz);
+std::vector<unsigned> supported_graphics_clocks(const Api& api, Device device, unsigned memory_mhz);
 
 // Monotonic nanoseconds (CLOCK_MONOTONIC, the clock of time.monotonic_ns()).
 std::int64_t now_ns();

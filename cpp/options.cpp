@@ -66,7 +66,8 @@ OptionTable::OptionTable(Index num_stages, std::vector<Index> offsets, std::vect
         throw std::invalid_argument(group_name(g) + ": times and energies must be finite and > 0");
       const double eff = e - blocking_power_w * t;
       if (!std::isfinite(eff))
-        throw std::invalid_argument(group_name(g) + ": energy minus blocking power times time overflows");
+        throw std::invalid_argument(group_name(g) +
+                                    ": energy minus blocking power times time overflows");
       effective_j_[ix(offsets_[ix(g)] + k)] = eff;
       if (k > 0 && !(t > time_s(g, k - 1) && eff < effective_j(g, k - 1)))
         throw std::invalid_argument(
@@ -84,7 +85,8 @@ QuantisedGroup::QuantisedGroup(const OptionTable& table, Index group, double uni
     const double units = std::max(1.0, std::floor(table.time_s(group, k) / unit_time_s + 0.5));
     if (!(units <= kMaxUnits)) {
       char text[160];
-      std::snprintf(text, sizeof text, ": an option of %g s is more than 2^52 units of %g s; use a larger unit time",
+      std::snprintf(text, sizeof text,
+                    ": an option of %g s is more than 2^52 units of %g s; use a larger unit time",
                     table.time_s(group, k), unit_time_s);
       throw std::invalid_argument(group_name(group) + text);
     }
@@ -96,10 +98,8 @@ QuantisedGroup::QuantisedGroup(const OptionTable& table, Index group, double uni
   for (Index k = 0; k < n; ++k) {
     const double cost = table.effective_j(group, k);
     const std::int64_t d = quantised_[ix(k)];
-    if (!points.empty() && points.back().first == d)
-      points.back().second = cost;
-    else
-      points.emplace_back(d, cost);
+    if (!points.empty() && points.back().first == d) points.back().second = cost;
+    else points.emplace_back(d, cost);
   }
   // Lower convex hull (monotone chain); costs fall as durations grow.
   for (const auto& [d, c] : points) {
@@ -147,7 +147,8 @@ OptionIndex QuantisedGroup::option_for(std::int64_t d) const {
 OptionIndex QuantisedGroup::option_at_least(std::int64_t d) const {
   const auto it = std::lower_bound(quantised_.begin(), quantised_.end(), d);
   const auto k = static_cast<std::ptrdiff_t>(it - quantised_.begin());
-  return static_cast<OptionIndex>(std::min<std::ptrdiff_t>(k, static_cast<std::ptrdiff_t>(quantised_.size()) - 1));
+  return static_cast<OptionIndex>(
+      std::min<std::ptrdiff_t>(k, static_cast<std::ptrdiff_t>(quantised_.size()) - 1));
 }
 
 std::int64_t QuantisedGroup::breakpoint_below(std::int64_t d) const {

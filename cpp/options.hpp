@@ -25,9 +25,7 @@ namespace perseus {
 
 using OptionIndex = std::uint16_t;
 
-inline Index group_of(const Computation& c) {
-  return 2 * c.stage + static_cast<Index>(c.instruction);
-}
+inline Index group_of(const Computation& c) { return 2 * c.stage + static_cast<Index>(c.instruction); }
 
 // Positions (into time_s / energy_j) of the useful options, fastest first:
 // time strictly increasing, effective energy strictly decreasing. Of options
@@ -98,9 +96,9 @@ class QuantisedGroup {
   std::int64_t breakpoint_above(std::int64_t d) const;
 
  private:
-  std::vector<std::int64_t> quantised_;  // per option, non-decreasing
+  std::vector<std::int64_t> quantised_;    // per option, non-decreasing
   double hull_cost(std::int64_t d) const;  // by bisection over the hull
-  std::vector<std::int64_t> hull_d_;     // hull breakpoints, increasing
+  std::vector<std::int64_t> hull_d_;       // hull breakpoints, increasing
   std::vector<double> hull_cost_;
   // cost(d) for every duration in the range, when the range is small enough
   // (the min-cut loop and the candidate walk ask for it millions of times).

@@ -14,8 +14,8 @@ std::chrono::steady_clock::duration seconds(double s) {
 void check_range(const char* field, double value, double low, double high) {
   if (!(value >= low && value <= high)) {  // NaN fails too
     char text[200];
-    std::snprintf(text, sizeof text, "budgets.%s must be in %.10g..%.10g, got %.10g", field, low,
-                  high, value);
+    std::snprintf(text, sizeof text, "budgets.%s must be in %.10g..%.10g, got %.10g", field, low, high,
+                  value);
     throw std::invalid_argument(text);
   }
 }

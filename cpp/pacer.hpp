@@ -30,6 +30,7 @@ class Pacer {
     const Clock::time_point now = Clock::now();
     if (now >= next_poll_ || now >= next_report_) due(now, phase, done, total);
   }
+
  private:
   using Clock = std::chrono::steady_clock;
   void due(Clock::time_point now, Phase phase, std::int64_t done, std::int64_t total);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 namespace perseus {
@@ -45,9 +45,8 @@ Units makespan(const Dag& dag, const std::vector<Index>& group, Pick pick) {
 
 }  // namespace
 
-PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag,
-                                   const OptionTable& table, double unit_time_s,
-                                   const SolverBudgets& budgets)
+PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
+                                   double unit_time_s, const SolverBudgets& budgets)
     : dag_(dag),
       budgets_(budgets),
       groups_(quantise(table, unit_time_s)),
@@ -70,7 +69,8 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag,
       for (Index k = 1; k < table.num_options(g); ++k)
         closest = std::min(closest, table.time_s(g, k) - table.time_s(g, k - 1));
     if (closest == kInfinity)
-      throw std::invalid_argument("every stage has a single useful option, so there is nothing to choose");
+      throw std::invalid_argument(
+          "every stage has a single useful option, so there is nothing to choose");
     char text[256];
     std::snprintf(text, sizeof text,
                   "unit_time_s=%g s is so coarse that every stage's options collapse to one "
@@ -88,8 +88,10 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag,
   sink_arc_.assign(ix(n), -1);
   for (Index i = 0; i < n; ++i) {
     work_arc_[ix(i)] = flow_.add_arc(node_a(i), node_b(i));
-    if (dag.predecessors_begin(i) == dag.predecessors_end(i)) source_arc_[ix(i)] = flow_.add_arc(kSource, node_a(i));
-    if (dag.successors_begin(i) == dag.successors_end(i)) sink_arc_[ix(i)] = flow_.add_arc(node_b(i), kSink);
+    if (dag.predecessors_begin(i) == dag.predecessors_end(i))
+      source_arc_[ix(i)] = flow_.add_arc(kSource, node_a(i));
+    if (dag.successors_begin(i) == dag.successors_end(i))
+      sink_arc_[ix(i)] = flow_.add_arc(node_b(i), kSink);
     for (const Index* v = dag.successors_begin(i); v != dag.successors_end(i); ++v)
       dep_arc_.push_back(flow_.add_arc(node_b(i), node_a(*v)));
   }
@@ -98,7 +100,8 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag,
   {
     std::vector<Index> first_succ(ix(n) + 1, 0);
     for (Index u = 0; u < n; ++u)
-      first_succ[ix(u) + 1] = first_succ[ix(u)] + static_cast<Index>(dag.successors_end(u) - dag.successors_begin(u));
+      first_succ[ix(u) + 1] =
+          first_succ[ix(u)] + static_cast<Index>(dag.successors_end(u) - dag.successors_begin(u));
     dep_arc_of_pred_.reserve(dep_arc_.size());
     for (Index v = 0; v < n; ++v)
       for (const Index* u = dag.predecessors_begin(v); u != dag.predecessors_end(v); ++u) {
@@ -323,14 +326,16 @@ StopReason PhillipsDessouky::run(Pacer& pacer) {
 
 void PhillipsDessouky::first_plan(std::vector<Units>& durations, Cursor& cursor) const {
   durations.resize(duration_.size());
-  for (std::size_t i = 0; i < duration_.size(); ++i) durations[i] = groups_[ix(group_[i])].max_duration();
+  for (std::size_t i = 0; i < duration_.size(); ++i)
+    durations[i] = groups_[ix(group_[i])].max_duration();
   cursor = Cursor{};
 }
 
 void PhillipsDessouky::advance(Cursor& cursor, std::vector<Units>& durations,
                                std::vector<Index>& changed) const {
   changed.clear();
-  if (cursor.run >= run_units_.size()) throw std::logic_error("PhillipsDessouky: no plan after the last");
+  if (cursor.run >= run_units_.size())
+    throw std::logic_error("PhillipsDessouky: no plan after the last");
   const std::size_t begin = cursor.run == 0 ? 0 : run_end_[cursor.run - 1];
   for (std::size_t k = begin; k < run_end_[cursor.run]; ++k) {
     durations[ix(log_computation_[k])] += log_direction_[k];

@@ -120,14 +120,14 @@ class PhillipsDessouky {
   // bounds [0, 0].
   BoundedFlow flow_;
   std::vector<Index> work_arc_, source_arc_, sink_arc_;  // per computation (-1: none)
-  std::vector<Index> dep_arc_;        // per DAG edge, in successor order
-  std::vector<Index> dep_arc_of_pred_;  // the same arcs, in predecessor order
-  Index return_arc_ = -1;             // t -> s
+  std::vector<Index> dep_arc_;                           // per DAG edge, in successor order
+  std::vector<Index> dep_arc_of_pred_;                   // the same arcs, in predecessor order
+  Index return_arc_ = -1;                                // t -> s
   // The critical set, and the computations touched since the last sync.
   std::vector<Index> critical_, next_critical_;
   std::vector<char> is_critical_;
-  std::vector<char> arcs_open_;           // whether i's arcs were last set as critical
-  std::vector<Units> bounds_duration_;    // the duration i's work-arc bounds were set for
+  std::vector<char> arcs_open_;         // whether i's arcs were last set as critical
+  std::vector<Units> bounds_duration_;  // the duration i's work-arc bounds were set for
   std::vector<Index> touched_;
   std::vector<std::uint32_t> touched_at_;  // step stamp
   std::uint32_t stamp_ = 1;

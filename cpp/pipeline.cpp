@@ -24,8 +24,7 @@ const char* schedule_name(ScheduleKind kind) {
   return "?";
 }
 
-Pipeline::Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages,
-                   Index num_microbatches)
+Pipeline::Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages, Index num_microbatches)
     : kind_(kind),
       num_gpus_(num_gpus),
       virtual_stages_(virtual_stages),
@@ -35,8 +34,7 @@ Pipeline::Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages,
   if (virtual_stages < 1) throw std::invalid_argument("virtual_stages must be >= 1");
   if (kind == ScheduleKind::Interleaved1F1B) {
     if (virtual_stages < 2)
-      throw std::invalid_argument(
-          "the interleaved-1f1b schedule needs virtual_stages >= 2");
+      throw std::invalid_argument("the interleaved-1f1b schedule needs virtual_stages >= 2");
     if (num_microbatches < num_gpus)
       throw std::invalid_argument(
           "the interleaved-1f1b schedule needs microbatches >= pipeline GPUs (" +
@@ -86,14 +84,12 @@ void Pipeline::build_1f1b(Index gpu) {
   const Index warmup = std::min(num_gpus_ - gpu - 1, num_microbatches_);
   Index next_forward = 0;
   Index next_backward = 0;
-  for (; next_forward < warmup; ++next_forward)
-    append(gpu, 0, next_forward, Instruction::Forward);
+  for (; next_forward < warmup; ++next_forward) append(gpu, 0, next_forward, Instruction::Forward);
   while (next_forward < num_microbatches_) {
     append(gpu, 0, next_forward++, Instruction::Forward);
     append(gpu, 0, next_backward++, Instruction::Backward);
   }
-  while (next_backward < num_microbatches_)
-    append(gpu, 0, next_backward++, Instruction::Backward);
+  while (next_backward < num_microbatches_) append(gpu, 0, next_backward++, Instruction::Backward);
 }
 
 void Pipeline::build_interleaved(Index gpu) {
@@ -112,8 +108,7 @@ void Pipeline::build_interleaved(Index gpu) {
     if (last == num_microbatches_) break;
   }
   const Index total = static_cast<Index>(table.size());
-  const Index warmup =
-      std::min(total, (num_gpus_ - gpu - 1) * 2 + (chunks - 1) * group);
+  const Index warmup = std::min(total, (num_gpus_ - gpu - 1) * 2 + (chunks - 1) * group);
   auto forward = [&](Index k) {
     append(gpu, table[static_cast<std::size_t>(k)].second, table[static_cast<std::size_t>(k)].first,
            Instruction::Forward);

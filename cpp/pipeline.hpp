@@ -45,8 +45,7 @@ struct Computation {
 class Pipeline {
  public:
   // Throws std::invalid_argument for sizes the schedule cannot run.
-  Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages,
-           Index num_microbatches);
+  Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages, Index num_microbatches);
 
   ScheduleKind kind() const { return kind_; }
   Index num_gpus() const { return num_gpus_; }
@@ -60,8 +59,7 @@ class Pipeline {
 
   // Id of the computation (stage, microbatch, instruction).
   Index id_of(Index stage, Index microbatch, Instruction instruction) const {
-    return ((stage * num_microbatches_) + microbatch) * 2 +
-           static_cast<Index>(instruction);
+    return ((stage * num_microbatches_) + microbatch) * 2 + static_cast<Index>(instruction);
   }
 
   // Execution order of one GPU: ids in order_[order_offset_[g] .. order_offset_[g+1]).

@@ -102,7 +102,6 @@ void PlanImprover::assign(const OptionIndex* choice) {
   journal_.clear();
 }
 
-
 double PlanImprover::makespan() const {
   double longest = 0.0;
   for (const Index v : sinks_) longest = std::max(longest, times_.through(v));
@@ -135,7 +134,9 @@ double PlanImprover::best_move(Index i, double limit_s, ReclaimOrder order, Inde
     return effective_of(i, current) - effective_of(i, lo);
   }
   const double now = duration_[s];
-  auto rate = [&](Index k) { return (effective_of(i, current) - effective_of(i, k)) / (time_of(i, k) - now); };
+  auto rate = [&](Index k) {
+    return (effective_of(i, current) - effective_of(i, k)) / (time_of(i, k) - now);
+  };
   // The steepest saving overall, if it fits; otherwise scan what fits (few
   // options, since the steepest one is usually the next).
   const Index steep = steepest_[ix(first_option_[ix(g)] + current)];
@@ -226,12 +227,14 @@ bool PlanImprover::tighten_to(double deadline_s, Index frozen, TightenOrder orde
   auto key = [&](Index i) {
     const Index k = choice_[ix(i)];
     const double saved = time_of(i, k) - time_of(i, k - 1);
-    const double useful = order == TightenOrder::kUsefulSecond ? std::min(saved, times_.through(i) - deadline_s) : saved;
+    const double useful =
+        order == TightenOrder::kUsefulSecond ? std::min(saved, times_.through(i) - deadline_s) : saved;
     return (effective_of(i, k - 1) - effective_of(i, k)) / useful;
   };
   heap_.clear();
   for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
-    if (i != frozen && choice_[ix(i)] > 0 && times_.through(i) > deadline_s) heap_.push_back({-key(i), i});
+    if (i != frozen && choice_[ix(i)] > 0 && times_.through(i) > deadline_s)
+      heap_.push_back({-key(i), i});
   std::make_heap(heap_.begin(), heap_.end());
   work_ += static_cast<std::int64_t>(choice_.size());
   while (makespan() > deadline_s) {

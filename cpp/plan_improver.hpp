@@ -100,12 +100,9 @@ class PlanImprover {
 
   std::int64_t work() const { return work_ + times_.work(); }
 
-
  private:
   double time_of(Index i, Index option) const { return table_.time_s(group_[ix(i)], option); }
-  double effective_of(Index i, Index option) const {
-    return table_.effective_j(group_[ix(i)], option);
-  }
+  double effective_of(Index i, Index option) const { return table_.effective_j(group_[ix(i)], option); }
   // Changes one computation's option, journalled.
   void set_option(Index i, Index option);
   // Undoes every change journalled since `mark` (a journal size).

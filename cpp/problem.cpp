@@ -47,9 +47,8 @@ std::vector<Evaluation> Problem::evaluate(const OptionIndex* choices, std::size_
     for (std::size_t i = 0; i < n; ++i) {
       const Index g = evaluator_.group(static_cast<Index>(i));
       if (choices[k * n + i] >= table_.num_options(g))
-        throw std::invalid_argument("plan " + std::to_string(k) + ": computation " +
-                                    std::to_string(i) + " chooses option " +
-                                    std::to_string(choices[k * n + i]) + " of " +
+        throw std::invalid_argument("plan " + std::to_string(k) + ": computation " + std::to_string(i) +
+                                    " chooses option " + std::to_string(choices[k * n + i]) + " of " +
                                     std::to_string(table_.num_options(g)));
     }
   std::vector<Evaluation> out(plans);

@@ -42,9 +42,9 @@ class Problem {
   FrontierResult solve(const SolverOptions& options) const;
 
  private:
-  static constexpr double kMaxSpanUnits = 2147483648.0;        // 2^31
+  static constexpr double kMaxSpanUnits = 2147483648.0;           // 2^31
   static constexpr double kMaxLongestUnits = 4503599627370496.0;  // 2^52
-  double fastest_time_s_ = 0.0, slowest_time_s_ = 0.0;  // all-fastest and all-slowest plans
+  double fastest_time_s_ = 0.0, slowest_time_s_ = 0.0;            // all-fastest and all-slowest plans
   Pipeline pipeline_;
   Dag dag_;
   OptionTable table_;

@@ -83,9 +83,10 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
       listed[ix(i)] = 0;
       // The tight chain rounds up to the next option, never slower than its
       // last plan; the reclaimed chain takes the slowest option that fits.
-      const Index option = chain == Chain::kTight
-                               ? std::min<Index>(improver.choice()[ix(i)], steps.option_at_least(i, durations[ix(i)]))
-                               : mapped[ix(i)];
+      const Index option =
+          chain == Chain::kTight
+              ? std::min<Index>(improver.choice()[ix(i)], steps.option_at_least(i, durations[ix(i)]))
+              : mapped[ix(i)];
       improver.change(i, option);
     }
     since.clear();
@@ -112,7 +113,8 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
   std::vector<Index> changed;
   PhillipsDessouky::Cursor cursor;
   steps.first_plan(durations, cursor);
-  for (PhillipsDessouky::Units u = 0; u < steps.units_done(); ++u) steps.advance(cursor, durations, changed);
+  for (PhillipsDessouky::Units u = 0; u < steps.units_done(); ++u)
+    steps.advance(cursor, durations, changed);
   std::vector<OptionIndex> chain(ix(n)), fastest(ix(n), 0);
   for (Index i = 0; i < n; ++i) chain[ix(i)] = steps.option_for(i, durations[ix(i)]);
   // Deadlines fastest + k * spacing below the fastest step plan, slowest
@@ -151,7 +153,8 @@ void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<do
   (void)spacing_s;
   const double spacing = (last - first) / static_cast<double>(std::max<std::size_t>(max_grid, 1));
   const auto steps = spacing > 0 ? static_cast<std::int64_t>(max_grid) - 1 : 0;
-  for (std::int64_t k = 1; k <= steps; ++k) deadlines.push_back(first + static_cast<double>(k) * spacing);
+  for (std::int64_t k = 1; k <= steps; ++k)
+    deadlines.push_back(first + static_cast<double>(k) * spacing);
   std::sort(deadlines.begin(), deadlines.end());
   deadlines.erase(std::unique(deadlines.begin(), deadlines.end()), deadlines.end());
 
@@ -163,7 +166,9 @@ void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<do
     tick(static_cast<std::int64_t>(d), static_cast<std::int64_t>(deadlines.size()));
     const double deadline = deadlines[d];
     // The slowest plan that meets the deadline, and the next one.
-    const auto k = static_cast<std::size_t>(std::upper_bound(time_s.begin(), time_s.end(), deadline) - time_s.begin()) - 1;
+    const auto k = static_cast<std::size_t>(std::upper_bound(time_s.begin(), time_s.end(), deadline) -
+                                            time_s.begin()) -
+                   1;
     double best_j = kInfinity;
     Evaluation best_before{};
     auto consider = [&](const OptionIndex* start, bool tighten) {
@@ -183,7 +188,8 @@ void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<do
     // reclaimed into it, slower ones tightened to it), while the deadline's
     // share of the budget lasts, and the all-fastest plan.
     const std::int64_t starts_end =
-        improver.work() + (end - improver.work()) / static_cast<std::int64_t>(2 * (deadlines.size() - d));
+        improver.work() +
+        (end - improver.work()) / static_cast<std::int64_t>(2 * (deadlines.size() - d));
     consider(rows.data() + k * n, false);
     if (k + 1 < time_s.size()) consider(rows.data() + (k + 1) * n, true);
     for (std::size_t step = 1; step < kStartsPerSide && improver.work() < starts_end; ++step) {
@@ -193,7 +199,8 @@ void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<do
     consider(fastest.data(), false);
     if (best_j == kInfinity) continue;
     // A local search from the best start, with an even share of what is left.
-    const std::int64_t share = (end - improver.work()) / static_cast<std::int64_t>(deadlines.size() - d);
+    const std::int64_t share =
+        (end - improver.work()) / static_cast<std::int64_t>(deadlines.size() - d);
     if (share <= 0) continue;
     improver.assign(best.data());
     improver.local_search(deadline, share);

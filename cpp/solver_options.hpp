@@ -19,10 +19,10 @@ const char* phase_name(Phase phase);
 
 // Why the min-cut loop stopped.
 enum class StopReason : std::uint8_t {
-  kMinimumTime,  // the cut became infinite: some critical path has every
-                 // computation at its shortest duration (the normal end)
-  kNoProgress,   // a finite cut could not shorten the iteration (flow
-                 // tolerances on nearly flat costs); the frontier ends there
+  kMinimumTime,     // the cut became infinite: some critical path has every
+                    // computation at its shortest duration (the normal end)
+  kNoProgress,      // a finite cut could not shorten the iteration (flow
+                    // tolerances on nearly flat costs); the frontier ends there
   kInfeasibleFlow,  // no flow met the lower bounds: costs too large or too
                     // flat to resolve in doubles; the frontier ends there
 };

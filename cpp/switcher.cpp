@@ -284,9 +284,7 @@ void FrequencySwitcher::reset() {
 bool FrequencySwitcher::wait_idle(std::int64_t timeout_ns) {
   std::unique_lock<std::mutex> lock(shared_->mutex);
   Shared& s = *shared_;
-  const auto done = [&s] {
-    return s.stopping || s.failed || (s.done_seq == s.desired_seq && !s.busy);
-  };
+  const auto done = [&s] { return s.stopping || s.failed || (s.done_seq == s.desired_seq && !s.busy); };
   bool ok = true;
   if (timeout_ns < 0) s.idle.wait(lock, done);
   else ok = s.idle.wait_for(lock, std::chrono::nanoseconds(timeout_ns), done);
@@ -312,7 +310,7 @@ void FrequencySwitcher::close() {
     shared_->wake.notify_all();
     shared_->idle.notify_all();
     if (worker_ && worker_->joinable()) worker_->join();  // it resets what it locked first
-    session_.reset();                        // nvmlShutdown
+    session_.reset();                                     // nvmlShutdown
     closed_ = true;
   }
   const std::lock_guard<std::mutex> lock(shared_->mutex);

@@ -69,8 +69,8 @@ struct SwitchSourceName {
   const char* name;
 };
 inline constexpr SwitchSourceName kSwitchSourceNames[] = {
-    {SwitchSource::kSet, "SET"},       {SwitchSource::kStream, "STREAM"},
-    {SwitchSource::kReset, "RESET"},   {SwitchSource::kClose, "CLOSE"},
+    {SwitchSource::kSet, "SET"},           {SwitchSource::kStream, "STREAM"},
+    {SwitchSource::kReset, "RESET"},       {SwitchSource::kClose, "CLOSE"},
     {SwitchSource::kRecovery, "RECOVERY"},
 };
 
@@ -99,8 +99,8 @@ struct SwitchLog {
 };
 
 struct SwitcherOptions {
-  int device = 0;                    // CUDA device index (honours CUDA_VISIBLE_DEVICES)
-  unsigned memory_mhz = 0;           // also lock memory clocks at this MHz; 0 leaves them alone
+  int device = 0;                          // CUDA device index (honours CUDA_VISIBLE_DEVICES)
+  unsigned memory_mhz = 0;                 // also lock memory clocks at this MHz; 0 leaves them alone
   std::size_t record_capacity = 1u << 16;  // records kept (oldest dropped first); see below
 };
 
@@ -195,7 +195,7 @@ class FrequencySwitcher {
   void record(const SwitchRecord& r);  // takes the records mutex only
   // Stores the error; returns the message to print. Mutex held.
   std::string fail(nvml::Return code, const char* function, bool at_close);
-  void throw_if_failed_locked();                    // mutex held
+  void throw_if_failed_locked();  // mutex held
 
   std::unique_ptr<nvml::Session> session_;
   nvml::DeviceInfo device_;

@@ -24,9 +24,7 @@ struct Case {
   Dag dag;
   OptionTable table;
   Case(const Pipeline& p, int clocks, unsigned seed)
-      : pipeline(p),
-        dag(pipeline),
-        table([&] {
+      : pipeline(p), dag(pipeline), table([&] {
           std::mt19937 rng(seed);
           return test_support::table_from_raw(
               p.num_stages(), test_support::random_sweeps(p.num_stages(), clocks, rng), 70.0);
@@ -121,12 +119,11 @@ TEST(SolveFrontier, NothingToTradeIsRejected) {
 
 TEST(SolveFrontier, RejectsBadArguments) {
   const Case c(Pipeline(ScheduleKind::OneFOneB, 2, 1, 2), 4, 3);
-  for (const double unit : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(),
-                            std::numeric_limits<double>::infinity()}) {
+  for (const double unit :
+       {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     SolverOptions options = fast_options();
     options.unit_time_s = unit;
-    EXPECT_THROW(solve_frontier(c.pipeline, c.dag, c.table, options), std::invalid_argument)
-        << unit;
+    EXPECT_THROW(solve_frontier(c.pipeline, c.dag, c.table, options), std::invalid_argument) << unit;
   }
   // A profile of 2 stages for a pipeline of 3.
   const Pipeline three(ScheduleKind::OneFOneB, 3, 1, 2);

@@ -125,7 +125,7 @@ double reference_max_flow(Index n, const std::vector<Arc>& arcs, Index s, Index 
 // The network of CLRS figure 26.6: maximum flow 23, minimum cut
 // {s, v1, v2, v4} | {v3, t}.
 std::vector<Arc> clrs_arcs() {
-  return {{0, 1, 0, 16}, {0, 2, 0, 13}, {2, 1, 0, 4}, {1, 3, 0, 12}, {3, 2, 0, 9},
+  return {{0, 1, 0, 16}, {0, 2, 0, 13}, {2, 1, 0, 4},  {1, 3, 0, 12}, {3, 2, 0, 9},
           {2, 4, 0, 14}, {4, 3, 0, 7},  {3, 5, 0, 20}, {4, 5, 0, 4}};
 }
 
@@ -162,11 +162,14 @@ TEST(BoundedFlow, WarmStartAfterGrowingACutArc) {
   Network net(6, clrs_arcs(), 0, 5);
   ASSERT_DOUBLE_EQ(net.solve(), 23.0);
   net.set_upper(3, 100.0);  // v1 -> v3 no longer limits; s's arcs and v2 -> v4 do
-  const double expected = reference_max_flow(6, [] {
-    auto arcs = clrs_arcs();
-    arcs[3].upper = 100.0;
-    return arcs;
-  }(), 0, 5);
+  const double expected = reference_max_flow(
+      6,
+      [] {
+        auto arcs = clrs_arcs();
+        arcs[3].upper = 100.0;
+        return arcs;
+      }(),
+      0, 5);
   EXPECT_DOUBLE_EQ(net.solve(), expected);
   EXPECT_GT(expected, 23.0);
   net.expect_valid();

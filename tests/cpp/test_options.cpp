@@ -74,7 +74,8 @@ TEST(UsefulOptions, KeptOptionsAreStrictlyFasterAndStrictlyCostlierInTurn) {
     for (Index j = 0; j < count; ++j) {
       bool covered = false;
       for (const Index k : kept)
-        covered = covered || (t[ix(k)] <= t[ix(j)] && e[ix(k)] - p * t[ix(k)] <= e[ix(j)] - p * t[ix(j)]);
+        covered =
+            covered || (t[ix(k)] <= t[ix(j)] && e[ix(k)] - p * t[ix(k)] <= e[ix(j)] - p * t[ix(j)]);
       EXPECT_TRUE(covered) << "option " << j << " of trial " << trial;
     }
   }
@@ -120,11 +121,11 @@ TEST(OptionTable, RejectsBadShapes) {
 }
 
 TEST(OptionTable, RejectsOptionsThatAreNotTheUsefulOnesFastestFirst) {
-  EXPECT_THROW(one_stage({2, 1}, {9, 10}), std::invalid_argument);   // slower first
-  EXPECT_THROW(one_stage({1, 1}, {10, 9}), std::invalid_argument);   // equal times
-  EXPECT_THROW(one_stage({1, 2}, {9, 9}), std::invalid_argument);    // not cheaper
-  EXPECT_THROW(one_stage({1, 2}, {9, 10}), std::invalid_argument);   // costlier
-  EXPECT_NO_THROW(one_stage({1, 2}, {9, 10}, 2.0));                  // 7 J, then 6 J at 2 W
+  EXPECT_THROW(one_stage({2, 1}, {9, 10}), std::invalid_argument);  // slower first
+  EXPECT_THROW(one_stage({1, 1}, {10, 9}), std::invalid_argument);  // equal times
+  EXPECT_THROW(one_stage({1, 2}, {9, 9}), std::invalid_argument);   // not cheaper
+  EXPECT_THROW(one_stage({1, 2}, {9, 10}), std::invalid_argument);  // costlier
+  EXPECT_NO_THROW(one_stage({1, 2}, {9, 10}, 2.0));                 // 7 J, then 6 J at 2 W
 }
 
 TEST(OptionTable, RejectsNonFiniteAndNonPositiveValues) {
@@ -297,8 +298,8 @@ TEST(QuantisedGroup, RandomHullsAreConvexAndBelowEveryOption) {
     for (Index g = 0; g < table.num_groups(); ++g) {
       const QuantisedGroup q(table, g, unit);
       for (Index k = 0; k < table.num_options(g); ++k) {
-        const auto d = static_cast<std::int64_t>(
-            std::max(1.0, std::floor(table.time_s(g, k) / unit + 0.5)));
+        const auto d =
+            static_cast<std::int64_t>(std::max(1.0, std::floor(table.time_s(g, k) / unit + 0.5)));
         EXPECT_LE(q.cost(d), table.effective_j(g, k) + 1e-9) << "trial " << trial;
         EXPECT_LE(table.time_s(g, q.option_for(d)) / unit, static_cast<double>(d) + 0.5 + 1e-9);
       }
@@ -317,8 +318,7 @@ TEST(QuantisedGroup, RandomHullsAreConvexAndBelowEveryOption) {
         EXPECT_NEAR(q.cost(d), chord, 1e-9 * (1 + std::abs(chord)));
       }
       // The ends are options' own costs.
-      EXPECT_DOUBLE_EQ(q.cost(q.min_duration()),
-                       table.effective_j(g, q.option_for(q.min_duration())));
+      EXPECT_DOUBLE_EQ(q.cost(q.min_duration()), table.effective_j(g, q.option_for(q.min_duration())));
       EXPECT_DOUBLE_EQ(q.cost(q.max_duration()), table.effective_j(g, table.num_options(g) - 1));
     }
   }

@@ -19,8 +19,7 @@ namespace {
 
 std::vector<Pipeline> pipelines() {
   return {Pipeline(ScheduleKind::OneFOneB, 1, 1, 1), Pipeline(ScheduleKind::GPipe, 3, 1, 4),
-          Pipeline(ScheduleKind::OneFOneB, 4, 1, 9),
-          Pipeline(ScheduleKind::Interleaved1F1B, 4, 2, 8),
+          Pipeline(ScheduleKind::OneFOneB, 4, 1, 9), Pipeline(ScheduleKind::Interleaved1F1B, 4, 2, 8),
           Pipeline(ScheduleKind::Interleaved1F1B, 8, 3, 16)};  // 768 nodes: several bitset words
 }
 
@@ -87,7 +86,8 @@ TEST(PathTimes, IncrementalUpdatesMatchARecomputeOnMeasuredTimes) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<double> seconds(0.1, 3.0);
   for (const Pipeline& p : pipelines())
-    check_against_recompute<double>(p, [&](std::mt19937& r) { return seconds(r); }, rng);
+    check_against_recompute<double>(
+        p, [&](std::mt19937& r) { return seconds(r); }, rng);
 }
 
 TEST(PathTimes, IncrementalUpdatesMatchARecomputeOnUnits) {

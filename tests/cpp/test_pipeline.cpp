@@ -18,8 +18,8 @@ std::vector<std::string> order_of(const Pipeline& p, Index gpu) {
   std::vector<std::string> out;
   for (const Index* it = p.order_begin(gpu); it != p.order_end(gpu); ++it) {
     const Computation& c = p.computation(*it);
-    out.push_back((c.instruction == Instruction::Forward ? "F" : "B") + std::to_string(c.stage) +
-                  "." + std::to_string(c.microbatch));
+    out.push_back((c.instruction == Instruction::Forward ? "F" : "B") + std::to_string(c.stage) + "." +
+                  std::to_string(c.microbatch));
   }
   return out;
 }
@@ -71,8 +71,9 @@ TEST(Schedules, InterleavedLastGroupTakesTheRemainingMicrobatches) {
 }
 
 TEST(Schedules, EveryGpuRunsEachOfItsComputationsOnce) {
-  for (const auto& p : {Pipeline(ScheduleKind::GPipe, 3, 1, 5), Pipeline(ScheduleKind::OneFOneB, 5, 1, 7),
-                        Pipeline(ScheduleKind::Interleaved1F1B, 3, 3, 7)}) {
+  for (const auto& p :
+       {Pipeline(ScheduleKind::GPipe, 3, 1, 5), Pipeline(ScheduleKind::OneFOneB, 5, 1, 7),
+        Pipeline(ScheduleKind::Interleaved1F1B, 3, 3, 7)}) {
     std::set<Index> seen;
     for (Index g = 0; g < p.num_gpus(); ++g)
       for (const Index* it = p.order_begin(g); it != p.order_end(g); ++it) {

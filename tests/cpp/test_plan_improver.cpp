@@ -37,8 +37,7 @@ struct TestProblem {
   std::vector<OptionIndex> random_plan(std::mt19937& rng) const {
     std::vector<OptionIndex> choice(ix(pipeline.size()));
     for (Index i = 0; i < pipeline.size(); ++i)
-      choice[ix(i)] =
-          static_cast<OptionIndex>(rng() % ix(table.num_options(evaluator.group(i))));
+      choice[ix(i)] = static_cast<OptionIndex>(rng() % ix(table.num_options(evaluator.group(i))));
     return choice;
   }
   std::vector<OptionIndex> fastest_plan() const {
@@ -58,15 +57,13 @@ struct TestProblem {
 std::vector<std::unique_ptr<TestProblem>> problems() {
   std::mt19937 rng(11);
   std::vector<std::unique_ptr<TestProblem>> out;
-  for (const Pipeline& p : {Pipeline(ScheduleKind::OneFOneB, 3, 1, 4),
-                            Pipeline(ScheduleKind::GPipe, 2, 1, 3),
-                            Pipeline(ScheduleKind::Interleaved1F1B, 2, 2, 4),
-                            Pipeline(ScheduleKind::OneFOneB, 4, 1, 8)}) {
+  for (const Pipeline& p :
+       {Pipeline(ScheduleKind::OneFOneB, 3, 1, 4), Pipeline(ScheduleKind::GPipe, 2, 1, 3),
+        Pipeline(ScheduleKind::Interleaved1F1B, 2, 2, 4), Pipeline(ScheduleKind::OneFOneB, 4, 1, 8)}) {
     const int clocks = 3 + static_cast<int>(rng() % 6);
     out.push_back(std::make_unique<TestProblem>(
-        p, test_support::table_from_raw(p.num_stages(),
-                                        test_support::random_sweeps(p.num_stages(), clocks, rng),
-                                        60.0)));
+        p, test_support::table_from_raw(
+               p.num_stages(), test_support::random_sweeps(p.num_stages(), clocks, rng), 60.0)));
   }
   return out;
 }
@@ -75,8 +72,8 @@ std::vector<std::unique_ptr<TestProblem>> problems() {
 void expect_consistent(PlanImprover& improver, TestProblem& problem, double deadline_s) {
   const Evaluation replayed = problem.replay(improver.choice());
   EXPECT_NEAR(improver.makespan(), replayed.iteration_time_s, kRel * replayed.iteration_time_s);
-  const double expected = problem.evaluator.energy_at(
-      replayed, std::max(deadline_s, replayed.iteration_time_s));
+  const double expected =
+      problem.evaluator.energy_at(replayed, std::max(deadline_s, replayed.iteration_time_s));
   EXPECT_NEAR(improver.energy_at(deadline_s), expected, 1e-9 * expected);
 }
 
@@ -134,8 +131,7 @@ TEST(PlanImprover, TightenMeetsTheDeadlineOrReturnsFalse) {
     for (int trial = 0; trial < 40; ++trial) {
       const auto plan = trial % 4 == 0 ? problem->slowest_plan() : problem->random_plan(rng);
       improver.assign(plan.data());
-      const double deadline =
-          std::uniform_real_distribution<double>(0.9 * fastest_s, slowest_s)(rng);
+      const double deadline = std::uniform_real_distribution<double>(0.9 * fastest_s, slowest_s)(rng);
       const auto order = trial % 2 == 0 ? TightenOrder::kSecondSaved : TightenOrder::kUsefulSecond;
       const bool met = improver.tighten(deadline, order);
       if (met) {
@@ -162,8 +158,8 @@ TEST(PlanImprover, RevertRestoresThePlanExactly) {
       // Everything that changes the plan: single changes, reclaim, tighten, search.
       for (int k = 0; k < 5; ++k) {
         const auto i = static_cast<Index>(rng() % ix(problem->pipeline.size()));
-        improver.change(i, static_cast<Index>(rng() % ix(problem->table.num_options(
-                                                          problem->evaluator.group(i)))));
+        improver.change(
+            i, static_cast<Index>(rng() % ix(problem->table.num_options(problem->evaluator.group(i)))));
       }
       improver.commit();
       improver.tighten(t0 * 0.95);
@@ -206,8 +202,7 @@ TEST(PlanImprover, LocalSearchNeverWorsens) {
     const double slowest_s = problem->replay(problem->slowest_plan()).iteration_time_s;
     PlanImprover improver(problem->pipeline, problem->dag, problem->table);
     for (int trial = 0; trial < 8; ++trial) {
-      const double deadline =
-          std::uniform_real_distribution<double>(fastest_s, slowest_s)(rng);
+      const double deadline = std::uniform_real_distribution<double>(fastest_s, slowest_s)(rng);
       const auto plan = problem->random_plan(rng);
       improver.assign(plan.data());
       ASSERT_TRUE(improver.tighten(deadline));

@@ -29,8 +29,8 @@ inline OptionTable table_from_raw(Index num_stages, const std::vector<std::vecto
       t.push_back(o.time_s);
       e.push_back(o.energy_j);
     }
-    for (const Index k : useful_options(t.data(), e.data(), static_cast<Index>(t.size()),
-                                        blocking_power_w)) {
+    for (const Index k :
+         useful_options(t.data(), e.data(), static_cast<Index>(t.size()), blocking_power_w)) {
       times.push_back(t[ix(k)]);
       energies.push_back(e[ix(k)]);
     }
