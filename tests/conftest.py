@@ -6,6 +6,7 @@ with the machine, and a bounded example count so the suite stays fast.
 """
 
 import os
+import signal
 
 from hypothesis import HealthCheck, settings
 
@@ -22,6 +23,24 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# ---------------------------------------------------------------------------
+# Terminal signals as a terminal gives them. A shell starts background jobs
+# (`cmd &`, nohup, some CI runners) with SIGINT and SIGQUIT, and nohup also
+# SIGHUP, ignored; children inherit that, and perseus rightly leaves ignored
+# signals alone. The tests that send these signals to a child process are
+# about a program run normally, so the suite restores the usual dispositions
+# first; every child it starts inherits them.
+def _restore_terminal_signals() -> None:
+    for signum in (signal.SIGHUP, signal.SIGQUIT):
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_restore_terminal_signals()
 
 
 # ---------------------------------------------------------------------------
