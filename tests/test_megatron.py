@@ -321,7 +321,7 @@ def test_idle_and_evaluation_clocks(job):
 
 
 def test_straggler_followed_and_recovered_with_default_settings(job):
-    """Two replicas, default StragglerOptions; replica 1 is 0.6 s slower in iterations 8-15.
+    """Two replicas, default StragglerOptions; replica 1 is 1.2 s slower in iterations 8-15.
 
     With a window of 5 the median turns at the third slow iteration (10) and back at the
     third fast one (18); replica 0 runs the frontier's plan for the straggler's time in
