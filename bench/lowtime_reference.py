@@ -326,9 +326,9 @@ def solve(
     from lowtime.solver import PhillipsDessouky
 
     if blocking_power_w is None:
-        if not hasattr(source, "blocking_power"):
+        if not hasattr(source, "blocking_power_w"):
             raise TypeError("solve() needs blocking_power_w for raw rows")
-        blocking_power_w = float(source.blocking_power)
+        blocking_power_w = float(source.blocking_power_w)
     blocking_power_w = float(blocking_power_w)
 
     with warnings.catch_warnings():

@@ -6,7 +6,7 @@ For every case of ``bench/corpus.py`` the same process
    DAG (``bench/replay.py``: data dependencies written out here, each GPU's
    order from ``perseus.pipeline_order``);
 2. solves with ``perseus.optimize`` (median wall time of ``--repeat`` runs)
-   on ``perseus.Profile.from_csv(path, blocking_power=W)``;
+   on ``perseus.Profile.from_csv(path, blocking_power_w=W)``;
 3. solves with lowtime where the case says so (1F1B only), on the raw rows,
    exactly as Zeus's ``run_optimization.py`` reads the CSV;
 4. replays every plan of both with the benchmark's own judge, checks the
@@ -99,7 +99,7 @@ def load_perseus_profile(path: Path, blocking_power_w: float) -> Any:
     params = inspect.signature(perseus.Profile.from_csv).parameters
     if "blocking_power_w" in params:
         return perseus.Profile.from_csv(path, blocking_power_w=blocking_power_w)
-    return perseus.Profile.from_csv(path, blocking_power=blocking_power_w)
+    return perseus.Profile.from_csv(path, blocking_power_w=blocking_power_w)
 
 
 def perseus_profile(case: corpus.Case, raw: RawProfile, tmp: Path) -> Any:
@@ -213,7 +213,7 @@ def perseus_plan_matrix(frontier: Any, judge: Replayer) -> np.ndarray:
     """MHz of every perseus plan per judge computation id, shape (plans, computations).
 
     Fast path: ``plan.frequencies_mhz`` reordered through ``spec.computation_id``,
-    checked against ``plan.frequencies()`` on the first plan; otherwise the dicts.
+    checked against ``plan.frequency_map_mhz`` on the first plan; otherwise the dicts.
     """
     plans = list(frontier)
     keys = judge.keys()
@@ -226,11 +226,11 @@ def perseus_plan_matrix(frontier: Any, judge: Replayer) -> np.ndarray:
         try:
             perm = np.asarray([spec.computation_id(s, k, m) for s, k, m in keys], dtype=np.int64)
             mat = np.stack([np.asarray(p.frequencies_mhz, dtype=np.int64)[perm] for p in plans])
-            if np.array_equal(mat[0], judge.plan_matrix([plans[0].frequencies()])[0]):
+            if np.array_equal(mat[0], judge.plan_matrix([plans[0].frequency_map_mhz])[0]):
                 return mat
         except (ValueError, IndexError, TypeError):
             pass
-    return judge.plan_matrix(p.frequencies() for p in plans)
+    return judge.plan_matrix(p.frequency_map_mhz for p in plans)
 
 
 # --------------------------------------------------------------------------- lowtime
@@ -418,7 +418,7 @@ def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResu
             microbatches=case.microbatches,
             schedule=case.schedule,
             virtual_stages=case.virtual_stages,
-            unit_time=case.unit_time_s,
+            unit_time_s=case.unit_time_s,
         )
         res.perseus_walls_s.append(time.perf_counter() - t0)
         if res.perseus_walls_s[-1] >= PERSEUS_REPEAT_BELOW_S:
@@ -430,9 +430,9 @@ def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResu
         {str(k): float(v) for k, v in dict(phases).items()} if phases is not None else None
     )
     res.perseus_plans = len(frontier)
-    p_rep_t = np.asarray(frontier.iteration_times, dtype=float)
-    p_rep_e = np.asarray(frontier.energies, dtype=float)
-    res.perseus_baseline_s = float(frontier.baseline.iteration_time)
+    p_rep_t = np.asarray(frontier.iteration_times_s, dtype=float)
+    p_rep_e = np.asarray(frontier.energies_j, dtype=float)
+    res.perseus_baseline_s = float(frontier.baseline.iteration_time_s)
     log(
         f"  perseus: {res.perseus_wall_s:.3f} s (median of {len(res.perseus_walls_s)}), {len(frontier)} plans"
     )
@@ -612,7 +612,7 @@ def memory_worker(spec_json: str) -> None:
             microbatches=case.microbatches,
             schedule=case.schedule,
             virtual_stages=case.virtual_stages,
-            unit_time=case.unit_time_s,
+            unit_time_s=case.unit_time_s,
         )
         peak = (
             _status_kib("VmHWM")
