@@ -1,4 +1,5 @@
-"""Writing files so that readers see the old version or the new one, never a torn one."""
+"""Our files on disk: written so that readers see the old version or the new one, never a
+torn one, and plan files read with a size cap and a clear error."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import secrets
 import stat
 from typing import Optional
 
-__all__ = ["check_writable_directory", "replace_user_file", "write_text_atomically"]
+__all__ = [
+    "check_writable_directory",
+    "read_plan_text",
+    "replace_user_file",
+    "write_text_atomically",
+]
 
 
 def write_text_atomically(
@@ -117,3 +123,18 @@ def check_writable_directory(directory: str | os.PathLike[str]) -> None:
     os.close(fd)
     with contextlib.suppress(OSError):
         os.unlink(probe)
+
+
+def read_plan_text(name: str, max_bytes: int) -> str:
+    """A plan file's text, refused unread above `max_bytes` and when it is not UTF-8.
+
+    Raises ValueError naming the file; OSError when it cannot be read.
+    """
+    size = os.stat(name).st_size
+    if size > max_bytes:
+        raise ValueError(f"{name}: {size} bytes is too large for a plan file")
+    with open(name, encoding="utf-8") as file:
+        try:
+            return file.read()
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{name}: not UTF-8 text ({error.reason})") from None

@@ -22,11 +22,11 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _zeus_plan
-from ._files import replace_user_file
+from ._files import read_plan_text, replace_user_file
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .pipeline_spec import PipelineSpec
-from .plan import Plan
+from .plan import Plan, replayed_plan
 from .profile import LIMITS, Profile
 from .schedule import SCHEDULES
 
@@ -118,14 +118,7 @@ def read_plan(
         return Plan.from_zeus(
             name, profile, schedule=schedule or "1f1b", virtual_stages=virtual_stages or 1
         )
-    size = os.stat(name).st_size
-    if size > _MAX_BYTES:
-        raise ValueError(f"{name}: {size} bytes is too large for a plan file")
-    with open(name, encoding="utf-8") as file:
-        try:
-            text = file.read()
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{name}: not UTF-8 text ({error.reason})") from None
+    text = read_plan_text(name, _MAX_BYTES)
     if name.endswith(".json") or text.lstrip().startswith("{"):
         spec, order = _json_plan(name, text)
     elif name.endswith(".csv"):
@@ -243,7 +236,6 @@ def _replayed(
     name: str, spec: PipelineSpec, order: list[list[tuple[str, int, int, int]]], profile: Profile
 ) -> Plan:
     """Check `order` against the schedule's order, then replay it on `profile`."""
-    from .optimize import evaluate
 
     try:
         pipeline = spec.pipeline()
@@ -279,16 +271,4 @@ def _replayed(
         raise ValueError(
             f"{name}: the plan is for {spec.num_stages} stages, the profile has {profile.num_stages}"
         )
-    plan = Plan(spec, frequencies, 1.0, 1.0, blocking_power_w=profile.blocking_power_w)
-    try:
-        result = evaluate(profile, plan)
-    except ProfileError as error:
-        raise ValueError(f"{name}: {error}") from None
-    return Plan(
-        spec,
-        frequencies,
-        result.iteration_time_s,
-        result.energy_j,
-        blocking_power_w=profile.blocking_power_w,
-        profile=profile,
-    )
+    return replayed_plan(spec, frequencies, profile, source=name)

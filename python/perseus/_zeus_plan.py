@@ -17,6 +17,7 @@ import ast
 import os
 from collections.abc import Sequence
 
+from ._files import read_plan_text
 from ._zeus_format import INSTRUCTIONS
 from .profile import LIMITS
 
@@ -57,14 +58,7 @@ def read_plan(path: str | os.PathLike[str]) -> ZeusSchedule:
         If it cannot be read.
     """
     name = os.fspath(path)
-    size = os.stat(name).st_size
-    if size > MAX_FILE_BYTES:
-        raise ValueError(f"{name}: {size} bytes is too large for a plan file")
-    with open(name, encoding="utf-8") as file:
-        try:
-            text = file.read()
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{name}: not UTF-8 text ({error.reason})") from None
+    text = read_plan_text(name, MAX_FILE_BYTES)
     try:
         value = ast.literal_eval(text)
     except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as error:

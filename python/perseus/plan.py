@@ -120,13 +120,36 @@ def _all_fastest_frequencies(profile: Profile, spec: PipelineSpec) -> list[int]:
 
 def all_fastest_plan(profile: Profile, spec: PipelineSpec) -> Plan:
     """Every computation at its fastest measured option, replayed on `profile` (the baseline)."""
+    frequencies = _all_fastest_frequencies(_check_profile_fits(profile, spec), spec)
+    return replayed_plan(spec, frequencies, profile)
+
+
+def replayed_plan(
+    spec: PipelineSpec,
+    frequencies_mhz: Any,
+    profile: Profile,
+    *,
+    source: Optional[str] = None,
+    plan_class: type[Plan] | None = None,
+) -> Plan:
+    """A plan of `frequencies_mhz` with the time and energy `profile` gives it.
+
+    With `source` (a file name), a profile that does not fit the plan is a
+    ValueError naming the file; without, the ProfileError itself.
+    """
     from .optimize import evaluate
 
-    plan = Plan(spec, _all_fastest_frequencies(_check_profile_fits(profile, spec), spec), 1.0, 1.0)
-    result = evaluate(profile, plan)
-    return Plan(
+    make = plan_class or Plan
+    draft = make(spec, frequencies_mhz, 1.0, 1.0, blocking_power_w=profile.blocking_power_w)
+    try:
+        result = evaluate(profile, draft)
+    except ProfileError as error:
+        if source is None:
+            raise
+        raise ValueError(f"{source}: {error}") from None
+    return make(
         spec,
-        plan.frequencies_mhz,
+        draft.frequencies_mhz,
         result.iteration_time_s,
         result.energy_j,
         blocking_power_w=profile.blocking_power_w,
@@ -433,7 +456,6 @@ class Plan:
             If the file is not such a plan, or does not fit the profile or the
             schedule; the message names the file, the GPU and the position.
         """
-        from .optimize import evaluate
 
         name = os.fspath(path)
         schedule_list = _zeus_plan.read_plan(name)
@@ -473,19 +495,7 @@ class Plan:
                         f"{int(pipeline.microbatch[i])}); is it another schedule?"
                     )
                 frequencies[i] = mhz
-        plan = cls(spec, frequencies, 1.0, 1.0, blocking_power_w=profile.blocking_power_w)
-        try:
-            result = evaluate(profile, plan)
-        except ProfileError as error:
-            raise ValueError(f"{name}: {error}") from None
-        return cls(
-            spec,
-            frequencies,
-            result.iteration_time_s,
-            result.energy_j,
-            blocking_power_w=profile.blocking_power_w,
-            profile=profile,
-        )
+        return replayed_plan(spec, frequencies, profile, source=name, plan_class=cls)
 
     def _profile_or(self, profile: Optional[Profile]) -> Profile:
         if profile is not None:
