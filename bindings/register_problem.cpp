@@ -57,10 +57,10 @@ py::tuple evaluate(LockedProblem& self, const CArray<OptionIndex>& choices) {
   return split(out);
 }
 
-// Reclaims each plan up to max(deadline_s, its own time); returns (times,
-// energies, the reclaimed plans).
-py::tuple reclaim(LockedProblem& self, const CArray<OptionIndex>& choices, double deadline_s,
-                  ReclaimOrder order) {
+// Runs `improve` on the improver for each plan of `choices`, without the GIL;
+// returns (times, energies, the improved plans).
+template <typename Improve>
+py::tuple improve_each(LockedProblem& self, const CArray<OptionIndex>& choices, Improve improve) {
   const Index n = self.problem.pipeline().size();
   const std::size_t plans = rows_of(choices.request(), n, "choices");
   self.problem.evaluate(choices.data(), plans);  // checks every option index
@@ -74,7 +74,7 @@ py::tuple reclaim(LockedProblem& self, const CArray<OptionIndex>& choices, doubl
                                                      self.problem.table());
     for (std::size_t k = 0; k < plans; ++k) {
       self.improver->assign(out.data() + k * ix(n));
-      self.improver->reclaim(deadline_s, order);
+      improve(*self.improver);
       std::copy(self.improver->choice().begin(), self.improver->choice().end(),
                 out.begin() + static_cast<std::ptrdiff_t>(k * ix(n)));
     }
@@ -86,32 +86,18 @@ py::tuple reclaim(LockedProblem& self, const CArray<OptionIndex>& choices, doubl
       to_numpy(std::move(out), {static_cast<py::ssize_t>(plans), static_cast<py::ssize_t>(n)}));
 }
 
+// Reclaims each plan up to max(deadline_s, its own time).
+py::tuple reclaim(LockedProblem& self, const CArray<OptionIndex>& choices, double deadline_s,
+                  ReclaimOrder order) {
+  return improve_each(self, choices,
+                      [&](PlanImprover& improver) { improver.reclaim(deadline_s, order); });
+}
+
 // Local search on each plan at a deadline, within max_work work units each.
 py::tuple local_search(LockedProblem& self, const CArray<OptionIndex>& choices, double deadline_s,
                        std::int64_t max_work) {
-  const Index n = self.problem.pipeline().size();
-  const std::size_t plans = rows_of(choices.request(), n, "choices");
-  self.problem.evaluate(choices.data(), plans);  // checks every option index
-  std::vector<OptionIndex> out(choices.data(), choices.data() + plans * ix(n));
-  std::vector<Evaluation> results(plans);
-  {
-    py::gil_scoped_release release;
-    const std::lock_guard<std::mutex> lock(self.mutex);
-    if (!self.improver)
-      self.improver = std::make_unique<PlanImprover>(self.problem.pipeline(), self.problem.dag(),
-                                                     self.problem.table());
-    for (std::size_t k = 0; k < plans; ++k) {
-      self.improver->assign(out.data() + k * ix(n));
-      self.improver->local_search(deadline_s, max_work);
-      std::copy(self.improver->choice().begin(), self.improver->choice().end(),
-                out.begin() + static_cast<std::ptrdiff_t>(k * ix(n)));
-    }
-    results = self.problem.evaluate(out.data(), plans);
-  }
-  py::tuple split_results = split(results);
-  return py::make_tuple(
-      split_results[0], split_results[1],
-      to_numpy(std::move(out), {static_cast<py::ssize_t>(plans), static_cast<py::ssize_t>(n)}));
+  return improve_each(self, choices,
+                      [&](PlanImprover& improver) { improver.local_search(deadline_s, max_work); });
 }
 
 py::tuple replay(LockedProblem& self, const CArray<double>& time_s, const CArray<double>& energy_j) {
