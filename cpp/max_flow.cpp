@@ -34,11 +34,17 @@ void BoundedFlow::finalize() {
   }
   for (std::size_t v = 0; v < n; ++v) adj_offset_[v + 1] += adj_offset_[v];
   adj_.resize(2 * tail_.size());
+  adj_to_.resize(2 * tail_.size());
   next_arc_.assign(adj_offset_.begin(), adj_offset_.end() - 1);  // fill cursors
   for (std::size_t a = 0; a < tail_.size(); ++a) {
-    adj_[ix(next_arc_[ix(tail_[a])]++)] = static_cast<Index>(2 * a);      // forward
-    adj_[ix(next_arc_[ix(head_[a])]++)] = static_cast<Index>(2 * a + 1);  // reverse
+    const auto forward = ix(next_arc_[ix(tail_[a])]++), reverse = ix(next_arc_[ix(head_[a])]++);
+    adj_[forward] = static_cast<Index>(2 * a);
+    adj_to_[forward] = head_[a];
+    adj_[reverse] = static_cast<Index>(2 * a + 1);
+    adj_to_[reverse] = tail_[a];
   }
+  residual_.resize(2 * tail_.size());
+  for (std::size_t a = 0; a < tail_.size(); ++a) refresh_residuals(a);
   imbalance_.assign(n, 0.0);
   is_imbalanced_.assign(n, 0);
   imbalanced_.clear();
@@ -49,14 +55,15 @@ void BoundedFlow::finalize() {
   epoch_ = 0;
 }
 
-double BoundedFlow::residual(Index h) const {
-  const auto a = ix(h >> 1);
-  return (h & 1) == 0 ? upper_[a] - flow_[a] : flow_[a] - lower_[a];
+void BoundedFlow::refresh_residuals(std::size_t a) {
+  residual_[2 * a] = upper_[a] - flow_[a];
+  residual_[2 * a + 1] = flow_[a] - lower_[a];
 }
 
 void BoundedFlow::push(Index h, double amount) {
   const auto a = ix(h >> 1);
   flow_[a] += (h & 1) == 0 ? amount : -amount;
+  refresh_residuals(a);
 }
 
 void BoundedFlow::book(Index node, double amount) {
@@ -74,8 +81,9 @@ void BoundedFlow::set_bounds(Index arc, double lower, double upper) {
   upper_[a] = upper;
   const double clamped = std::min(std::max(flow_[a], lower), upper);
   const double delta = clamped - flow_[a];
-  if (delta == 0.0) return;
   flow_[a] = clamped;
+  refresh_residuals(a);
+  if (delta == 0.0) return;
   // More flow on tail -> head: the head receives more (surplus), the tail sends more (deficit).
   book(head_[a], delta);
   book(tail_[a], -delta);
@@ -90,10 +98,12 @@ void BoundedFlow::clear_flows() {
   imbalanced_.clear();
   // Lower bounds flow in full: book them as imbalance at their ends.
   for (std::size_t a = 0; a < flow_.size(); ++a) {
-    if (!(lower_[a] > 0)) continue;
-    flow_[a] = lower_[a];
-    book(head_[a], lower_[a]);
-    book(tail_[a], -lower_[a]);
+    if (lower_[a] > 0) {
+      flow_[a] = lower_[a];
+      book(head_[a], lower_[a]);
+      book(tail_[a], -lower_[a]);
+    }
+    refresh_residuals(a);
   }
 }
 
@@ -114,9 +124,8 @@ void BoundedFlow::levels_from(std::size_t count, Index target, Usable usable) {
     const Index u = queue_[head++];
     if (u == target) break;
     for (Index k = adj_offset_[ix(u)]; k < adj_offset_[ix(u) + 1]; ++k) {
-      const Index h = adj_[ix(k)];
-      const Index v = (h & 1) == 0 ? head_[ix(h >> 1)] : tail_[ix(h >> 1)];
-      if (stamp_[ix(v)] == epoch_ || !usable(residual(h))) continue;
+      const Index v = adj_to_[ix(k)];
+      if (stamp_[ix(v)] == epoch_ || !usable(residual_[ix(adj_[ix(k)])])) continue;
       stamp_[ix(v)] = epoch_;
       level_[ix(v)] = level_[ix(u)] + 1;
       next_arc_[ix(v)] = adj_offset_[ix(v)];
@@ -160,7 +169,7 @@ double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, doub
     bool advanced = false;
     for (Index& k = next_arc_[ix(u)]; k < adj_offset_[ix(u) + 1]; ++k) {
       const Index h = adj_[ix(k)];
-      const Index v = (h & 1) == 0 ? head_[ix(h >> 1)] : tail_[ix(h >> 1)];
+      const Index v = adj_to_[ix(k)];
       ++work_;
       if (on_level(v) && level_[ix(v)] == level_[ix(u)] + 1 && residual(h) > tolerance) {
         path_[depth++] = h;
@@ -213,6 +222,7 @@ bool BoundedFlow::restore_balance(double tolerance) {
 double BoundedFlow::augment(Index source, Index sink, Index frozen, double tolerance) {
   const auto f = ix(frozen);
   lower_[f] = upper_[f] = flow_[f];  // closed: no residual either way
+  refresh_residuals(f);
   double total = 0.0;
   while (true) {
     queue_[0] = source;
@@ -224,6 +234,7 @@ double BoundedFlow::augment(Index source, Index sink, Index frozen, double toler
   // closed until the caller opens it again with set_bounds.
   flow_[f] += total;
   lower_[f] = upper_[f] = flow_[f];
+  refresh_residuals(f);
   return total;
 }
 

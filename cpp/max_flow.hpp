@@ -65,7 +65,10 @@ class BoundedFlow {
   std::int64_t work() const { return work_; }
 
  private:
-  double residual(Index arc_or_reverse) const;  // even id: forward, odd: its reverse
+  // Residual of a half-arc (even id: forward, odd: its reverse), kept per
+  // half-arc so that a search reads one array, not three.
+  double residual(Index arc_or_reverse) const { return residual_[ix(arc_or_reverse)]; }
+  void refresh_residuals(std::size_t arc);
   void push(Index arc_or_reverse, double amount);
   void book(Index node, double amount);  // imbalance: + surplus, - deficit
   // Breadth-first levels from the nodes in queue_[0..count) over residuals
@@ -79,6 +82,8 @@ class BoundedFlow {
   std::vector<Index> tail_, head_;            // per arc (even ids; the reverse is id + 1)
   std::vector<double> lower_, upper_, flow_;  // per arc, indexed by id / 2
   std::vector<Index> adj_offset_, adj_;       // CSR: arc ids (forward or reverse) leaving each node
+  std::vector<Index> adj_to_;                 // ... and the node each leads to
+  std::vector<double> residual_;              // per half-arc id
   std::vector<double> imbalance_;
   std::vector<Index> imbalanced_;  // nodes with a booked imbalance
   std::vector<char> is_imbalanced_;

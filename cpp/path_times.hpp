@@ -11,6 +11,12 @@
 // positions, so an update costs O(moved nodes and their edges + n / 64)
 // instead of two passes over the whole DAG. Value is std::int64_t for the
 // min-cut loop's quantised durations and double for measured times.
+//
+// Inside, every array is indexed by topological position, not by node id,
+// and the adjacency is renumbered to match: on a pipeline most of the DAG
+// moves when a critical computation changes, and then an update walks its
+// arrays front to back (or back to front) with neighbours close by, instead
+// of hopping between ids. The public interface speaks node ids.
 #pragma once
 
 #include <algorithm>
@@ -26,119 +32,153 @@ template <typename Value>
 class PathTimes {
  public:
   explicit PathTimes(const Dag& dag)
-      : dag_(dag),
+      : num_nodes_(dag.num_nodes()),
+        node_(dag.topological_order()),
+        position_(ix(dag.num_nodes())),
+        pred_offset_(ix(dag.num_nodes()) + 1, 0),
+        succ_offset_(ix(dag.num_nodes()) + 1, 0),
         head_(ix(dag.num_nodes()), Value{}),
         tail_(ix(dag.num_nodes()), Value{}),
-        position_(ix(dag.num_nodes())),
+        duration_(ix(dag.num_nodes()), Value{}),
         dirty_head_((ix(dag.num_nodes()) + 63) / 64, 0),
         dirty_tail_((ix(dag.num_nodes()) + 63) / 64, 0),
         is_moved_(ix(dag.num_nodes()), 0) {
-    const auto& order = dag.topological_order();
-    for (std::size_t k = 0; k < order.size(); ++k) position_[ix(order[k])] = static_cast<Index>(k);
-    moved_.reserve(ix(dag.num_nodes()));
+    const auto n = ix(num_nodes_);
+    for (std::size_t k = 0; k < n; ++k) position_[ix(node_[k])] = static_cast<Index>(k);
+    pred_.reserve(ix(dag.num_edges()));
+    succ_.reserve(ix(dag.num_edges()));
+    for (std::size_t k = 0; k < n; ++k) {
+      const Index v = node_[k];
+      for (const Index* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
+        pred_.push_back(position_[ix(*p)]);
+      for (const Index* s = dag.successors_begin(v); s != dag.successors_end(v); ++s)
+        succ_.push_back(position_[ix(*s)]);
+      pred_offset_[k + 1] = static_cast<Index>(pred_.size());
+      succ_offset_[k + 1] = static_cast<Index>(succ_.size());
+    }
+    moved_.reserve(n);
   }
 
   // Recomputes every head and tail for these durations (one pass each way).
   // Afterwards moved() lists every node.
   void reset(const Value* duration) {
-    const auto& order = dag_.topological_order();
-    for (const Index v : order) {
-      Value start{};
-      for (const Index* p = dag_.predecessors_begin(v); p != dag_.predecessors_end(v); ++p)
-        start = std::max(start, head_[ix(*p)] + duration[*p]);
-      head_[ix(v)] = start;
-    }
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      Value after{};
-      for (const Index* s = dag_.successors_begin(*it); s != dag_.successors_end(*it); ++s)
-        after = std::max(after, tail_[ix(*s)]);
-      tail_[ix(*it)] = duration[*it] + after;
-    }
-    moved_.assign(order.begin(), order.end());
-    work_ += 2 * (dag_.num_nodes() + dag_.num_edges());
+    const auto n = ix(num_nodes_);
+    for (std::size_t p = 0; p < n; ++p) duration_[p] = duration[node_[p]];
+    for (std::size_t p = 0; p < n; ++p) head_[p] = start_of(p);
+    for (std::size_t p = n; p-- > 0;) tail_[p] = duration_[p] + after(p);
+    for (const Index v : moved_) is_moved_[ix(position_[ix(v)])] = 0;
+    moved_.assign(node_.begin(), node_.end());
+    for (std::size_t p = 0; p < n; ++p) is_moved_[p] = 1;
+    work_ += 2 * (num_nodes_ + static_cast<Index>(succ_.size()));
   }
 
   // Brings heads and tails up to date after duration[v] changed for every v
   // in `changed` (already written). Afterwards moved() lists the nodes whose
   // head or tail changed (the changed nodes among them).
   void update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
-    const auto& order = dag_.topological_order();
-    for (const Index v : moved_) is_moved_[ix(v)] = 0;
+    for (const Index v : moved_) is_moved_[ix(position_[ix(v)])] = 0;
     moved_.clear();
-    // Dirty bits, with the range of words that hold any: only that range is scanned.
+    // Dirty bits, with the range of words that hold any: only that range is
+    // scanned. Heads only ever mark later positions and tails earlier ones,
+    // so each pass needs one end of its range tracked as it goes.
     std::size_t head_lo = dirty_head_.size(), head_hi = 0, tail_lo = dirty_tail_.size(), tail_hi = 0;
-    auto mark = [](std::vector<std::uint64_t>& bits, Index position, std::size_t& lo, std::size_t& hi) {
-      const std::size_t word = ix(position) >> 6;
-      bits[word] |= std::uint64_t{1} << (ix(position) & 63);
-      lo = std::min(lo, word);
-      hi = std::max(hi, word);
-    };
     for (const Index* it = changed_begin; it != changed_end; ++it) {
-      const Index v = *it;
-      move(v);  // its tail includes its own duration
-      mark(dirty_tail_, position_[ix(v)], tail_lo, tail_hi);
-      for (const Index* s = dag_.successors_begin(v); s != dag_.successors_end(v); ++s)
-        mark(dirty_head_, position_[ix(*s)], head_lo, head_hi);
+      const auto p = ix(position_[ix(*it)]);
+      duration_[p] = duration[*it];
+      move(p);  // its tail includes its own duration
+      mark(dirty_tail_, p, tail_lo, tail_hi);
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k)
+        mark(dirty_head_, ix(succ_[ix(k)]), head_lo, head_hi);
     }
     // Heads, forward: successors sit later in the order, in this word or a later one.
     for (std::size_t word = head_lo; word <= head_hi && word < dirty_head_.size(); ++word) {
       while (dirty_head_[word] != 0) {
-        const int bit = __builtin_ctzll(dirty_head_[word]);
+        const auto bit = static_cast<std::size_t>(__builtin_ctzll(dirty_head_[word]));
         dirty_head_[word] &= dirty_head_[word] - 1;
-        const Index v = order[(word << 6) + ix(bit)];
-        Value start{};
-        for (const Index* p = dag_.predecessors_begin(v); p != dag_.predecessors_end(v); ++p)
-          start = std::max(start, head_[ix(*p)] + duration[*p]);
+        const std::size_t p = (word << 6) + bit;
+        const Value start = start_of(p);
         ++work_;
-        if (start == head_[ix(v)]) continue;
-        head_[ix(v)] = start;
-        move(v);
-        for (const Index* s = dag_.successors_begin(v); s != dag_.successors_end(v); ++s)
-          mark(dirty_head_, position_[ix(*s)], head_lo, head_hi);
+        if (start == head_[p]) continue;
+        head_[p] = start;
+        move(p);
+        for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) {
+          const auto s = ix(succ_[ix(k)]);
+          dirty_head_[s >> 6] |= std::uint64_t{1} << (s & 63);
+          head_hi = std::max(head_hi, s >> 6);
+        }
       }
     }
     // Tails, backward: predecessors sit earlier, in this word or an earlier one.
     for (std::size_t word = tail_hi + 1; word-- > tail_lo;) {
       while (dirty_tail_[word] != 0) {
-        const int bit = 63 - __builtin_clzll(dirty_tail_[word]);
+        const auto bit = static_cast<std::size_t>(63 - __builtin_clzll(dirty_tail_[word]));
         dirty_tail_[word] &= ~(std::uint64_t{1} << bit);
-        const Index v = order[(word << 6) + ix(bit)];
-        Value after{};
-        for (const Index* s = dag_.successors_begin(v); s != dag_.successors_end(v); ++s)
-          after = std::max(after, tail_[ix(*s)]);
+        const std::size_t p = (word << 6) + bit;
+        const Value tail = duration_[p] + after(p);
         ++work_;
-        const Value tail = duration[v] + after;
-        if (tail == tail_[ix(v)]) continue;
-        tail_[ix(v)] = tail;
-        move(v);
-        for (const Index* p = dag_.predecessors_begin(v); p != dag_.predecessors_end(v); ++p)
-          mark(dirty_tail_, position_[ix(*p)], tail_lo, tail_hi);
+        if (tail == tail_[p]) continue;
+        tail_[p] = tail;
+        move(p);
+        for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
+          const auto q = ix(pred_[ix(k)]);
+          dirty_tail_[q >> 6] |= std::uint64_t{1} << (q & 63);
+          tail_lo = std::min(tail_lo, q >> 6);
+        }
       }
     }
   }
 
-  Value head(Index v) const { return head_[ix(v)]; }
-  Value tail(Index v) const { return tail_[ix(v)]; }
+  Value head(Index v) const { return head_[ix(position_[ix(v)])]; }
+  Value tail(Index v) const { return tail_[ix(position_[ix(v)])]; }
   // head(v) + tail(v): the longest path through v.
-  Value through(Index v) const { return head_[ix(v)] + tail_[ix(v)]; }
+  Value through(Index v) const {
+    const auto p = ix(position_[ix(v)]);
+    return head_[p] + tail_[p];
+  }
   const std::vector<Index>& moved() const { return moved_; }
   // Node visits so far: a machine-independent measure of effort.
   std::int64_t work() const { return work_; }
 
  private:
-  void move(Index v) {
-    if (!is_moved_[ix(v)]) {
-      is_moved_[ix(v)] = 1;
-      moved_.push_back(v);
+  static void mark(std::vector<std::uint64_t>& bits, std::size_t position, std::size_t& lo,
+                   std::size_t& hi) {
+    const std::size_t word = position >> 6;
+    bits[word] |= std::uint64_t{1} << (position & 63);
+    lo = std::min(lo, word);
+    hi = std::max(hi, word);
+  }
+  // The earliest start at position p: the latest finish of its predecessors.
+  Value start_of(std::size_t p) const {
+    Value start{};
+    for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
+      const auto q = ix(pred_[ix(k)]);
+      start = std::max(start, head_[q] + duration_[q]);
+    }
+    return start;
+  }
+  // The longest tail among position p's successors.
+  Value after(std::size_t p) const {
+    Value longest{};
+    for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k)
+      longest = std::max(longest, tail_[ix(succ_[ix(k)])]);
+    return longest;
+  }
+  void move(std::size_t p) {
+    if (!is_moved_[p]) {
+      is_moved_[p] = 1;
+      moved_.push_back(node_[p]);
     }
   }
 
-  const Dag& dag_;
-  std::vector<Value> head_, tail_;
-  std::vector<Index> position_;
+  Index num_nodes_;
+  std::vector<Index> node_;      // per position: the node there (a topological order)
+  std::vector<Index> position_;  // per node: its position
+  // Adjacency by position, CSR: positions of each position's neighbours.
+  std::vector<Index> pred_offset_, pred_, succ_offset_, succ_;
+  std::vector<Value> head_, tail_, duration_;  // per position
   std::vector<std::uint64_t> dirty_head_, dirty_tail_;
-  std::vector<Index> moved_;
-  std::vector<char> is_moved_;
+  std::vector<Index> moved_;  // node ids
+  std::vector<char> is_moved_;  // per position
   std::int64_t work_ = 0;
 };
 

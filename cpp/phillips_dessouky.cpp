@@ -103,13 +103,16 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
       first_succ[ix(u) + 1] =
           first_succ[ix(u)] + static_cast<Index>(dag.successors_end(u) - dag.successors_begin(u));
     dep_arc_of_pred_.reserve(dep_arc_.size());
+    dep_index_of_pred_.reserve(dep_arc_.size());
     for (Index v = 0; v < n; ++v)
       for (const Index* u = dag.predecessors_begin(v); u != dag.predecessors_end(v); ++u) {
         const Index* begin = dag.successors_begin(*u);
         const Index k = static_cast<Index>(std::find(begin, dag.successors_end(*u), v) - begin);
+        dep_index_of_pred_.push_back(first_succ[ix(*u)] + k);
         dep_arc_of_pred_.push_back(dep_arc_[ix(first_succ[ix(*u)] + k)]);
       }
   }
+  dep_tight_.assign(dep_arc_.size(), 0);
   return_arc_ = flow_.add_arc(kSink, kSource);
   flow_.finalize();
   flow_.set_bounds(return_arc_, 0.0, kInfinity);
@@ -170,19 +173,33 @@ void PhillipsDessouky::refresh_arcs(Index i) {
     if (sink_arc_[ix(i)] >= 0) flow_.set_bounds(sink_arc_[ix(i)], 0.0, open);
   }
   // A dependency u -> v is critical when both are and v starts as u ends.
-  auto dependency = [&](Index u, Index v, Index arc) {
-    const bool tight = is_critical_[ix(u)] && is_critical_[ix(v)] &&
-                       paths_.head(u) + duration_[ix(u)] == paths_.head(v);
-    flow_.set_bounds(arc, 0.0, tight ? kInfinity : 0.0);
-  };
+  // Both ends of an arc are often touched in one sync: a touched node sees
+  // to its outgoing arcs, and to an incoming one only if its tail end was
+  // not touched too. Bounds are set only when the arc's state flips.
+  const Units finish = paths_.head(i) + duration_[ix(i)];
   const Index* first_succ = dag_.successors_begin(0);
-  for (const Index* v = dag_.successors_begin(i); v != dag_.successors_end(i); ++v)
-    dependency(i, *v, dep_arc_[ix(static_cast<Index>(v - first_succ))]);
+  for (const Index* v = dag_.successors_begin(i); v != dag_.successors_end(i); ++v) {
+    const bool tight = critical && is_critical_[ix(*v)] && finish == paths_.head(*v);
+    set_dependency(ix(static_cast<Index>(v - first_succ)), dep_arc_[ix(static_cast<Index>(v - first_succ))],
+                   tight);
+  }
+  const Units start = paths_.head(i);
   const Index* first_pred = dag_.predecessors_begin(0);
-  for (const Index* u = dag_.predecessors_begin(i); u != dag_.predecessors_end(i); ++u)
-    dependency(*u, i, dep_arc_of_pred_[ix(static_cast<Index>(u - first_pred))]);
+  for (const Index* u = dag_.predecessors_begin(i); u != dag_.predecessors_end(i); ++u) {
+    if (touched_at_[ix(*u)] == stamp_) continue;  // its own refresh sees to the arc
+    const bool tight =
+        critical && is_critical_[ix(*u)] && paths_.head(*u) + duration_[ix(*u)] == start;
+    const auto k = ix(static_cast<Index>(u - first_pred));
+    set_dependency(ix(dep_index_of_pred_[k]), dep_arc_of_pred_[k], tight);
+  }
   work_ += 1 + (dag_.successors_end(i) - dag_.successors_begin(i)) +
            (dag_.predecessors_end(i) - dag_.predecessors_begin(i));
+}
+
+void PhillipsDessouky::set_dependency(std::size_t edge, Index arc, bool tight) {
+  if ((dep_tight_[edge] != 0) == tight) return;
+  dep_tight_[edge] = tight;
+  flow_.set_bounds(arc, 0.0, tight ? kInfinity : 0.0);
 }
 
 void PhillipsDessouky::sync_network() {

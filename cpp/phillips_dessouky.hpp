@@ -102,6 +102,7 @@ class PhillipsDessouky {
   void sync_network();
   void touch(Index i);
   void refresh_arcs(Index i);
+  void set_dependency(std::size_t edge, Index arc, bool tight);
   // Applies `units` times the cut's direction to the cut computations.
   void apply_cut(Units units);
   void update_paths();
@@ -122,6 +123,8 @@ class PhillipsDessouky {
   std::vector<Index> work_arc_, source_arc_, sink_arc_;  // per computation (-1: none)
   std::vector<Index> dep_arc_;                           // per DAG edge, in successor order
   std::vector<Index> dep_arc_of_pred_;                   // the same arcs, in predecessor order
+  std::vector<Index> dep_index_of_pred_;                 // ... and their DAG edge (successor order)
+  std::vector<char> dep_tight_;                          // per DAG edge: its arc is open
   Index return_arc_ = -1;                                // t -> s
   // The critical set, and the computations touched since the last sync.
   std::vector<Index> critical_, next_critical_;
