@@ -177,7 +177,7 @@ class PathTimes {
   std::vector<Index> pred_offset_, pred_, succ_offset_, succ_;
   std::vector<Value> head_, tail_, duration_;  // per position
   std::vector<std::uint64_t> dirty_head_, dirty_tail_;
-  std::vector<Index> moved_;  // node ids
+  std::vector<Index> moved_;    // node ids
   std::vector<char> is_moved_;  // per position
   std::int64_t work_ = 0;
 };

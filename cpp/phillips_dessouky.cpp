@@ -180,15 +180,14 @@ void PhillipsDessouky::refresh_arcs(Index i) {
   const Index* first_succ = dag_.successors_begin(0);
   for (const Index* v = dag_.successors_begin(i); v != dag_.successors_end(i); ++v) {
     const bool tight = critical && is_critical_[ix(*v)] && finish == paths_.head(*v);
-    set_dependency(ix(static_cast<Index>(v - first_succ)), dep_arc_[ix(static_cast<Index>(v - first_succ))],
-                   tight);
+    set_dependency(ix(static_cast<Index>(v - first_succ)),
+                   dep_arc_[ix(static_cast<Index>(v - first_succ))], tight);
   }
   const Units start = paths_.head(i);
   const Index* first_pred = dag_.predecessors_begin(0);
   for (const Index* u = dag_.predecessors_begin(i); u != dag_.predecessors_end(i); ++u) {
     if (touched_at_[ix(*u)] == stamp_) continue;  // its own refresh sees to the arc
-    const bool tight =
-        critical && is_critical_[ix(*u)] && paths_.head(*u) + duration_[ix(*u)] == start;
+    const bool tight = critical && is_critical_[ix(*u)] && paths_.head(*u) + duration_[ix(*u)] == start;
     const auto k = ix(static_cast<Index>(u - first_pred));
     set_dependency(ix(dep_index_of_pred_[k]), dep_arc_of_pred_[k], tight);
   }
