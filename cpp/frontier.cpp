@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <climits>
 #include <cmath>
 #include <exception>
 #include <future>
@@ -54,16 +53,18 @@ std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const Option
   return static_cast<std::int64_t>(std::max(1.0, divisor));
 }
 
-// Runs a chain on a second thread. Only the calling thread may call the
+// Runs a chain on a thread of its own. Only the calling thread may call the
 // user's hooks (Python handles signals on its main thread), so the worker
-// polls a flag, and the caller keeps ticking while it waits. The destructor
-// stops and joins the worker, however the caller leaves.
+// polls a flag and posts how far it is, and the caller reports that while it
+// waits. The destructor stops and joins the worker, however the caller leaves.
 class Worker {
  public:
   template <typename Job>
   explicit Worker(Job job) {
     result_ = std::async(std::launch::async, [this, job]() {
-      job([this](std::int64_t, std::int64_t) {
+      job([this](std::int64_t done, std::int64_t total) {
+        done_.store(done, std::memory_order_relaxed);
+        total_.store(total, std::memory_order_relaxed);
         if (stop_.load(std::memory_order_relaxed)) throw SolveCancelled();
       });
     });
@@ -74,15 +75,19 @@ class Worker {
     stop_ = true;
     if (result_.valid()) result_.wait();
   }
-  // Waits for the job, calling `poll` now and then; rethrows the job's exception.
+  // Waits for the job, calling poll(done, total) now and then with its last
+  // progress; rethrows the job's exception.
   template <typename Poll>
   void finish(Poll poll) {
-    while (result_.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) poll();
+    while (result_.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready)
+      poll(done_.load(std::memory_order_relaxed),
+           std::max<std::int64_t>(total_.load(std::memory_order_relaxed), 1));
     result_.get();
   }
 
  private:
   std::atomic<bool> stop_{false};
+  std::atomic<std::int64_t> done_{0}, total_{1};
   std::future<void> result_;
 };
 
@@ -115,61 +120,71 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   if (!std::isfinite(result.baseline.energy_j) || !std::isfinite(result.baseline.iteration_time_s))
     throw std::invalid_argument("the iteration's energy overflows: energies or times are too large");
 
-  // Min cut.
+  // Min cut, and when refining the two candidate chains, each on a thread
+  // of its own, following the loop step by step (refinement.hpp); then the
+  // fast end.
   auto started = Clock::now();
   const std::int64_t divisor = unit_divisor(pipeline, dag, table, options);
   const double unit = options.unit_time_s / static_cast<double>(divisor);
   PhillipsDessouky steps(pipeline, dag, table, unit, budgets);
-  result.stop_reason = steps.run(pacer);
-  result.steps = steps.units_done();
-  result.cuts = steps.num_cuts();
-  result.unit_time_s = unit;
-  result.min_time_units = steps.min_units();
-  result.max_time_units = steps.max_units();
-  result.phase_seconds[static_cast<int>(Phase::kMinCut)] = seconds_since(started);
-
-  // Candidates: the two chains (the tight one on a second thread), then the fast end.
-  started = Clock::now();
-  const Phase walk = options.refine ? Phase::kReclaim : Phase::kCandidates;
   Sampling sampling;
   sampling.stride = divisor;
   sampling.energy_resolution = options.refine ? budgets.candidate_energy_resolution : 0.0;
   sampling.max_spacing =
       options.refine ? std::max<std::int64_t>(1, budgets.candidate_max_spacing_units) : 1;
   PlanImprover improver(pipeline, dag, table);
-  // Logs: the two chains, each split in two jobs (one per thread), and the fast end.
+  // Logs: the reclaimed chain, the tight chain, the fast end.
   std::vector<PlanLog> logs;
-  for (int k = 0; k < 5; ++k) logs.emplace_back(pipeline.size());
+  for (int k = 0; k < 3; ++k) logs.emplace_back(pipeline.size());
+  const Phase walk = options.refine ? Phase::kReclaim : Phase::kCandidates;
   const Ticker tick = [&](std::int64_t done, std::int64_t total) { pacer.tick(walk, done, total); };
   if (options.refine) {
     Sampling sparse = sampling;
     sparse.energy_resolution *= static_cast<double>(budgets.tight_chain_coarsening);
     sparse.max_spacing *= std::max<std::int64_t>(1, budgets.tight_chain_coarsening);
-    // The second thread takes the slower half of the walk, which holds fewer
-    // candidates per unit, so the halves split by units take about as long.
-    const std::int64_t middle = steps.units_done() / 2;
-    PlanImprover other(pipeline, dag, table);
-    Worker worker([&](const Ticker& worker_tick) {
-      collect_chain(steps, Chain::kReclaimed, unit, sampling, true, {middle, INT64_MAX}, other, logs[1],
-                    worker_tick);
-      collect_chain(steps, Chain::kTight, unit, sparse, true, {middle, INT64_MAX}, other, logs[3],
+    PlanImprover reclaimed_improver(pipeline, dag, table), tight_improver(pipeline, dag, table);
+    Worker reclaimed([&](const Ticker& worker_tick) {
+      collect_chain(steps, Chain::kReclaimed, unit, sampling, true, reclaimed_improver, logs[0],
                     worker_tick);
     });
-    collect_chain(steps, Chain::kReclaimed, unit, sampling, true, {0, middle}, improver, logs[0], tick);
-    collect_chain(steps, Chain::kTight, unit, sparse, true, {0, middle}, improver, logs[2], tick);
-    worker.finish([&] { pacer.tick(walk, 1, 1); });
+    Worker tight([&](const Ticker& worker_tick) {
+      collect_chain(steps, Chain::kTight, unit, sparse, true, tight_improver, logs[1], worker_tick);
+    });
+    {
+      // However this block is left, the log is closed before the workers are
+      // joined (they may be waiting for the next step).
+      struct Closer {
+        PhillipsDessouky& steps;
+        ~Closer() { steps.close_log(); }
+      } closer{steps};
+      result.stop_reason = steps.run(pacer);
+    }
+    result.phase_seconds[static_cast<int>(Phase::kMinCut)] = seconds_since(started);
+    started = Clock::now();
+    // The chains follow the loop; what is left of them now runs on both cores.
+    const auto report = [&](std::int64_t done, std::int64_t total) { pacer.tick(walk, done, total); };
+    reclaimed.finish(report);
+    tight.finish(report);
     double first_step_s = result.baseline.iteration_time_s;
     bool any = false;
-    for (int k = 0; k < 4; ++k)
+    for (int k = 0; k < 2; ++k)
       for (std::size_t p = 0; p < logs[ix(k)].size(); ++p) {
         first_step_s = any ? std::min(first_step_s, logs[ix(k)].time_s(p)) : logs[ix(k)].time_s(p);
         any = true;
       }
     collect_fast_end(steps, options.unit_time_s, result.baseline.iteration_time_s, first_step_s,
-                     improver, logs[4], tick);
+                     improver, logs[2], tick);
   } else {
-    collect_chain(steps, Chain::kReclaimed, unit, sampling, false, {}, improver, logs[0], tick);
+    result.stop_reason = steps.run(pacer);
+    result.phase_seconds[static_cast<int>(Phase::kMinCut)] = seconds_since(started);
+    started = Clock::now();
+    collect_chain(steps, Chain::kReclaimed, unit, sampling, false, improver, logs[0], tick);
   }
+  result.steps = steps.units_done();
+  result.cuts = steps.num_cuts();
+  result.unit_time_s = unit;
+  result.min_time_units = steps.min_units();
+  result.max_time_units = steps.max_units();
   result.phase_seconds[static_cast<int>(walk)] = seconds_since(started);
 
   const double blocking_w = evaluator.pipeline_blocking_w();
@@ -223,15 +238,27 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     // Rounds: each starts from the frontier the one before left, so a good
     // structure found at one deadline spreads to its neighbours.
     const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
+    // Each round is split between this thread and a second one, half the
+    // deadlines (and half the budget) each.
+    PlanImprover second(pipeline, dag, table);
     for (std::int64_t round = 0; round < rounds; ++round) {
-      PlanLog found(pipeline.size());
-      search_deadlines(all.rows, all.time_s, options.unit_time_s, ix(budgets.local_search_max_grid),
-                       static_cast<std::int64_t>(budget) / rounds, improver, found,
-                       [&](std::int64_t done, std::int64_t total) {
-                         pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
-                       });
-      searched += static_cast<std::int64_t>(found.size());
+      PlanLog found(pipeline.size()), found_second(pipeline.size());
+      const std::int64_t share = static_cast<std::int64_t>(budget) / rounds / 2;
+      const std::size_t grid = ix(budgets.local_search_max_grid);
+      {
+        Worker other([&](const Ticker& worker_tick) {
+          search_deadlines(all.rows, all.time_s, options.unit_time_s, grid, share, Share{1, 2}, second,
+                           found_second, worker_tick);
+        });
+        search_deadlines(all.rows, all.time_s, options.unit_time_s, grid, share, Share{0, 2}, improver,
+                         found, [&](std::int64_t done, std::int64_t total) {
+                           pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
+                         });
+        other.finish([&](std::int64_t, std::int64_t) { pacer.tick(Phase::kLocalSearch, 1, 1); });
+      }
+      searched += static_cast<std::int64_t>(found.size() + found_second.size());
       gather(found, Phase::kLocalSearch);
+      gather(found_second, Phase::kLocalSearch);
       select();
     }
     result.phase_seconds[static_cast<int>(Phase::kLocalSearch)] = seconds_since(started);

@@ -135,6 +135,14 @@ class PathTimes {
     const auto p = ix(position_[ix(v)]);
     return head_[p] + tail_[p];
   }
+  // Visits every node whose longest path is `length` long, in topological
+  // order: one pass over two arrays, cheaper than keeping the nodes filed
+  // by length when most of them move at every change.
+  template <typename Visit>
+  void for_each_through(Value length, Visit visit) const {
+    for (std::size_t p = 0; p < head_.size(); ++p)
+      if (head_[p] + tail_[p] == length) visit(node_[p]);
+  }
   const std::vector<Index>& moved() const { return moved_; }
   // Node visits so far: a machine-independent measure of effort.
   std::int64_t work() const { return work_; }

@@ -130,17 +130,9 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
   cut_.reserve(ix(n));
   cut_direction_.reserve(ix(n));
   changed_.reserve(ix(n));
-  // The log is the only thing the loop appends to: size it for the expected
-  // runs (at most one per unit; a run changes a few computations), but no
-  // more than a few MiB up front: with multi-unit steps runs are far fewer
-  // than units, and a fine unit over a long span (1e-9 s over 0.1 s) would
-  // otherwise reserve gigabytes before the first step. It grows as needed.
-  constexpr std::int64_t kMaxReservedRuns = std::int64_t{1} << 16;
-  const auto expected = ix(std::min(max_units_ - min_units_ + 1, kMaxReservedRuns));
-  run_units_.reserve(expected);
-  run_end_.reserve(expected);
-  log_computation_.reserve(expected * 8);
-  log_direction_.reserve(expected * 8);
+  // The log is the only thing the loop appends to; it grows in chunks.
+  run_computation_.reserve(ix(n));
+  run_direction_.reserve(ix(n));
 }
 
 void PhillipsDessouky::touch(Index i) {
@@ -300,13 +292,14 @@ StepStatus PhillipsDessouky::step() {
     run = 1;
   }
   // Log the run.
+  run_computation_.clear();
+  run_direction_.clear();
   for (std::size_t k = 0; k < cut_.size(); ++k) {
     if (cut_direction_[k] == 0) continue;
-    log_computation_.push_back(cut_[k]);
-    log_direction_.push_back(cut_direction_[k]);
+    run_computation_.push_back(cut_[k]);
+    run_direction_.push_back(cut_direction_[k]);
   }
-  run_units_.push_back(run);
-  run_end_.push_back(log_computation_.size());
+  log_.append(run, run_computation_.data(), run_direction_.data(), run_computation_.size());
   units_done_ += run;
   return StepStatus::kShortened;
 }
@@ -328,6 +321,10 @@ void PhillipsDessouky::update_paths() {
 }
 
 StopReason PhillipsDessouky::run(Pacer& pacer) {
+  struct Closer {
+    StepLog& log;
+    ~Closer() { log.close(); }
+  } closer{log_};
   const Units expected = max_units_ - min_units_;
   while (true) {
     pacer.tick(Phase::kMinCut, units_done_, expected);
@@ -347,19 +344,24 @@ void PhillipsDessouky::first_plan(std::vector<Units>& durations, Cursor& cursor)
   cursor = Cursor{};
 }
 
+bool PhillipsDessouky::has_next(Cursor& cursor) const {
+  if (!cursor.loaded) cursor.loaded = log_.wait(cursor.run, cursor.current);
+  return cursor.loaded;
+}
+
 void PhillipsDessouky::advance(Cursor& cursor, std::vector<Units>& durations,
                                std::vector<Index>& changed) const {
   changed.clear();
-  if (cursor.run >= run_units_.size())
-    throw std::logic_error("PhillipsDessouky: no plan after the last");
-  const std::size_t begin = cursor.run == 0 ? 0 : run_end_[cursor.run - 1];
-  for (std::size_t k = begin; k < run_end_[cursor.run]; ++k) {
-    durations[ix(log_computation_[k])] += log_direction_[k];
-    changed.push_back(log_computation_[k]);
+  if (!has_next(cursor)) throw std::logic_error("PhillipsDessouky: no plan after the last");
+  const StepLog::Run& run = cursor.current;
+  for (std::size_t k = 0; k < run.size; ++k) {
+    durations[ix(run.computation[k])] += run.direction[k];
+    changed.push_back(run.computation[k]);
   }
-  if (++cursor.unit == run_units_[cursor.run]) {
+  if (++cursor.unit == run.units) {
     ++cursor.run;
     cursor.unit = 0;
+    cursor.loaded = false;
   }
 }
 

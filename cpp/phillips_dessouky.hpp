@@ -29,7 +29,8 @@
 // while every cut computation stays on one linear piece of its cost curve and
 // no other path becomes critical; the run length is bounded by the pieces
 // and then checked on the longest paths, halving until it holds. All working
-// arrays are allocated once; the step log is sized up front.
+// arrays are allocated once; the step log (StepLog) grows in chunks and can
+// be read on other threads while the loop runs.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,7 @@
 #include "pacer.hpp"
 #include "pipeline.hpp"
 #include "solver_options.hpp"
+#include "step_log.hpp"
 
 namespace perseus {
 
@@ -65,28 +67,38 @@ class PhillipsDessouky {
   PhillipsDessouky(const PhillipsDessouky&) = delete;
   PhillipsDessouky& operator=(const PhillipsDessouky&) = delete;
 
-  // Steps until the minimum time (or a stop); returns why it stopped.
+  // Steps until the minimum time (or a stop); returns why it stopped. The
+  // log is closed when it returns or throws, so readers on other threads
+  // (see Cursor) see the end.
   StopReason run(Pacer& pacer);
+  // Closes the log without running (for a caller unwinding before run()).
+  void close_log() { log_.close(); }
   StepStatus step();
 
   Index num_computations() const { return static_cast<Index>(duration_.size()); }
   Units min_units() const { return min_units_; }  // makespan with every duration shortest
   Units max_units() const { return max_units_; }  // ... longest: the first plan
   // Units the loop shortened the iteration by; plan u (0..units_done()) has
-  // model time max_units() - u.
+  // model time max_units() - u. Only for the thread running the loop, or
+  // after it.
   Units units_done() const { return units_done_; }
-  std::int64_t num_cuts() const { return static_cast<std::int64_t>(run_units_.size()); }
+  std::int64_t num_cuts() const { return static_cast<std::int64_t>(log_.num_runs()); }
   std::int64_t work() const { return work_ + paths_.work() + flow_.work(); }
 
-  // Sequential access to the plans, one cursor per reader (readers may run
-  // on several threads once the loop is done): first_plan() gives plan 0
-  // (every computation longest), then each advance() moves `durations` to
-  // the next plan, writing the computations it changed to `changed`.
+  // Sequential access to the plans, one cursor per reader; readers may run
+  // on other threads while the loop is still going, and then wait for it.
+  // first_plan() gives plan 0 (every computation longest); has_next() says
+  // whether another plan follows (waiting for the loop to take that step or
+  // stop); advance() moves `durations` to the next plan, writing the
+  // computations it changed to `changed`.
   struct Cursor {
     std::size_t run = 0;
     Units unit = 0;
+    bool loaded = false;  // `current` holds run `run`
+    StepLog::Run current;
   };
   void first_plan(std::vector<Units>& durations, Cursor& cursor) const;
+  bool has_next(Cursor& cursor) const;
   void advance(Cursor& cursor, std::vector<Units>& durations, std::vector<Index>& changed) const;
   OptionIndex option_for(Index computation, Units d) const { return quant(computation).option_for(d); }
   // The convex model's cost of one computation at duration d (effective joules).
@@ -139,11 +151,11 @@ class PhillipsDessouky {
   std::vector<std::int8_t> cut_direction_;
   std::vector<Index> changed_;  // scratch for LongestPaths::update
 
-  // Step log: per run, its units and its slice of (computation, direction).
-  std::vector<Units> run_units_;
-  std::vector<std::size_t> run_end_;
-  std::vector<Index> log_computation_;
-  std::vector<std::int8_t> log_direction_;
+  // Step log: per run, its units and its (computation, direction) pairs;
+  // the scratch arrays gather one run's pairs.
+  StepLog log_;
+  std::vector<Index> run_computation_;
+  std::vector<std::int8_t> run_direction_;
   std::int64_t work_ = 0;
 };
 

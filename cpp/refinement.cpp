@@ -24,8 +24,8 @@ void record(const PlanImprover& improver, const Evaluation& before, PlanLog& log
 }  // namespace
 
 void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_s,
-                   const Sampling& sampling, bool refine, UnitRange range, PlanImprover& improver,
-                   PlanLog& log, const Ticker& tick) {
+                   const Sampling& sampling, bool refine, PlanImprover& improver, PlanLog& log,
+                   const Ticker& tick) {
   using Units = PhillipsDessouky::Units;
   const Index n = steps.num_computations();
   const double blocking_w = improver.pipeline_blocking_w();
@@ -43,11 +43,13 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
   for (Index i = 0; i < n; ++i) model_j += steps.model_cost(i, durations[ix(i)]);
   double last_value = 0.0;
   Units last_unit = 0;
+  // The loop may still be running: the total is an estimate for progress,
+  // and the last plan is known when has_next() says so.
+  const Units expected = std::max<Units>(steps.max_units() - steps.min_units(), 1);
   // The improver holds the chain's last candidate; revert() takes it back to
   // the unimproved plan, which the steps since change in a few options.
   bool started = false;
-  const Units units = steps.units_done();
-  for (Units u = 0; u <= units; ++u) {
+  for (Units u = 0;; ++u) {
     if (u > 0) {
       steps.advance(cursor, durations, changed);
       for (const Index i : changed) {
@@ -60,48 +62,49 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
         }
       }
     }
+    const bool last = !steps.has_next(cursor);
     const double deadline = static_cast<double>(steps.max_units() - u) * unit_time_s;
     const double value = model_j + blocking_w * deadline;
-    const bool due = u == 0 || u == units ||
+    const bool due = u == 0 || last ||
                      (u % sampling.stride == 0 &&
                       (std::abs(value - last_value) >= sampling.energy_resolution * std::abs(value) ||
                        u - last_unit >= sampling.max_spacing * sampling.stride));
-    if (!due) continue;
-    last_value = value;
-    last_unit = u;
-    if (u >= range.end) break;
-    if (u < range.begin || !started) {
-      for (const Index i : since) listed[ix(i)] = 0;
+    if (due) {
+      last_value = value;
+      last_unit = u;
+      tick(std::min(u, expected), expected);
+      if (!started) {
+        for (const Index i : since) listed[ix(i)] = 0;
+        since.clear();
+        improver.assign(mapped.data());  // the chain starts here
+        started = true;
+      }
+      improver.revert();
+      for (const Index i : since) {
+        listed[ix(i)] = 0;
+        // The tight chain rounds up to the next option, never slower than its
+        // last plan; the reclaimed chain takes the slowest option that fits.
+        const Index option =
+            chain == Chain::kTight
+                ? std::min<Index>(improver.choice()[ix(i)], steps.option_at_least(i, durations[ix(i)]))
+                : mapped[ix(i)];
+        improver.change(i, option);
+      }
       since.clear();
-      if (u < range.begin) continue;
-      improver.assign(mapped.data());  // the chain starts here
-      started = true;
+      improver.commit();
+      // The deadline is the model time; a plan that runs longer than its
+      // model (durations are rounded to the nearest unit) is reclaimed up to
+      // its own time.
+      if (chain == Chain::kTight && !improver.tighten(deadline)) {
+        improver.assign(mapped.data());  // cannot meet it: restart the chain from the step
+      } else {
+        improver.checkpoint();
+        const Evaluation before = improver.evaluation();
+        if (refine) improver.reclaim(deadline);
+        record(improver, before, log);
+      }
     }
-    tick(u - range.begin, std::min(range.end, units + 1) - range.begin);
-    improver.revert();
-    for (const Index i : since) {
-      listed[ix(i)] = 0;
-      // The tight chain rounds up to the next option, never slower than its
-      // last plan; the reclaimed chain takes the slowest option that fits.
-      const Index option =
-          chain == Chain::kTight
-              ? std::min<Index>(improver.choice()[ix(i)], steps.option_at_least(i, durations[ix(i)]))
-              : mapped[ix(i)];
-      improver.change(i, option);
-    }
-    since.clear();
-    improver.commit();
-    // The deadline is the model time; a plan that runs longer than its
-    // model (durations are rounded to the nearest unit) is reclaimed up to
-    // its own time.
-    if (chain == Chain::kTight && !improver.tighten(deadline)) {
-      improver.assign(mapped.data());  // cannot meet it: restart the chain from the step
-      continue;
-    }
-    improver.checkpoint();
-    const Evaluation before = improver.evaluation();
-    if (refine) improver.reclaim(deadline);
-    record(improver, before, log);
+    if (last) break;
   }
 }
 
@@ -113,8 +116,7 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
   std::vector<Index> changed;
   PhillipsDessouky::Cursor cursor;
   steps.first_plan(durations, cursor);
-  for (PhillipsDessouky::Units u = 0; u < steps.units_done(); ++u)
-    steps.advance(cursor, durations, changed);
+  while (steps.has_next(cursor)) steps.advance(cursor, durations, changed);
   std::vector<OptionIndex> chain(ix(n)), fastest(ix(n), 0);
   for (Index i = 0; i < n; ++i) chain[ix(i)] = steps.option_for(i, durations[ix(i)]);
   // Deadlines fastest + k * spacing below the fastest step plan, slowest
@@ -142,7 +144,7 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
 }
 
 void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
-                      double spacing_s, std::size_t max_grid, std::int64_t max_work,
+                      double spacing_s, std::size_t max_grid, std::int64_t max_work, Share share_of,
                       PlanImprover& improver, PlanLog& log, const Ticker& tick) {
   if (max_work <= 0 || time_s.empty()) return;
   const std::size_t n = improver.choice().size();
@@ -157,6 +159,14 @@ void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<do
     deadlines.push_back(first + static_cast<double>(k) * spacing);
   std::sort(deadlines.begin(), deadlines.end());
   deadlines.erase(std::unique(deadlines.begin(), deadlines.end()), deadlines.end());
+  // This job's share: every parts-th deadline, so each job spans the whole frontier.
+  if (share_of.parts > 1) {
+    std::size_t kept = 0;
+    for (std::size_t d = share_of.part; d < deadlines.size(); d += share_of.parts)
+      deadlines[kept++] = deadlines[d];
+    deadlines.resize(kept);
+    if (deadlines.empty()) return;
+  }
 
   const std::int64_t end = improver.work() + max_work;
   const std::vector<OptionIndex> fastest(n, 0);

@@ -23,8 +23,9 @@
 //                plan that meets it reclaimed into it, the next one tightened
 //                to it and reclaimed, the all-fastest plan reclaimed), then a
 //                local search from the best, the work budget spread evenly.
-// The two chains are independent and may run on two threads; each reports
-// through a Ticker, which throws SolveCancelled to stop.
+// The two chains are independent and run on two threads of their own while
+// the min-cut loop runs on the caller's (they follow it step by step); each
+// reports through a Ticker, which throws SolveCancelled to stop.
 //
 // Selection keeps the plans whose effective energy E - G * P_block * T falls
 // strictly as T grows: a plan that a faster one matches over its own length
@@ -35,7 +36,6 @@
 // moves; memory is O(changes) in the logs.
 #pragma once
 
-#include <climits>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -61,22 +61,15 @@ struct Sampling {
 
 enum class Chain : std::uint8_t { kReclaimed, kTight };
 
-// Units of the walk whose candidates a job takes, [begin, end). A chain can
-// be split into jobs on several threads: sampling is decided over the whole
-// walk, so the jobs together take exactly the candidates one job would; a
-// tight chain restarts from the step's own plan at its job's first candidate.
-struct UnitRange {
-  std::int64_t begin = 0;
-  std::int64_t end = INT64_MAX;
-};
-
 // Called once per candidate with (done, total); may throw SolveCancelled.
 using Ticker = std::function<void(std::int64_t, std::int64_t)>;
 
-// Walks the step plans and records one chain's candidates in `range`.
+// Walks the step plans and records one chain's candidates. It may run on
+// another thread while the min-cut loop is still taking steps: it waits for
+// each step, and ends when the loop has stopped and every step is walked.
 void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_s,
-                   const Sampling& sampling, bool refine, UnitRange range, PlanImprover& improver,
-                   PlanLog& log, const Ticker& tick);
+                   const Sampling& sampling, bool refine, PlanImprover& improver, PlanLog& log,
+                   const Ticker& tick);
 
 // Records the fast-end candidates, at deadlines from fastest_s (the
 // all-fastest plan's time) up to first_step_s (the fastest step plan's), one
@@ -84,11 +77,20 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
 void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fastest_s,
                       double first_step_s, PlanImprover& improver, PlanLog& log, const Ticker& tick);
 
+// Which of the local search's deadlines a job takes: every parts-th one
+// from `part`, so that jobs on several threads split the phase evenly and
+// the result does not depend on their timing.
+struct Share {
+  std::size_t part = 0;
+  std::size_t parts = 1;
+};
+
 // The local-search phase (see above) on a frontier given as rows of options
 // with their times, fastest first; the grid is spacing_s apart, at most
-// max_grid deadlines; stops when max_work is spent. Records into `log`.
+// max_grid deadlines, of which the job takes its share; stops when max_work
+// is spent. Records into `log`.
 void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
-                      double spacing_s, std::size_t max_grid, std::int64_t max_work,
+                      double spacing_s, std::size_t max_grid, std::int64_t max_work, Share share,
                       PlanImprover& improver, PlanLog& log, const Ticker& tick);
 
 // Indices of the plans worth keeping, fastest first: strictly increasing

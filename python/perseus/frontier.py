@@ -104,7 +104,9 @@ class Frontier(Sequence[Plan]):
         shortest iteration is reached), ``"no_progress"`` or
         ``"infeasible_flow"`` (numerical trouble; the frontier ends early).
     phase_times_s : dict
-        Wall time of each phase of the solve, seconds.
+        Wall time of each phase of the solve, seconds. The candidate chains
+        run on threads of their own while the min-cut loop does, so
+        ``"reclamation"`` is only what is left of them after the loop.
     blocking_power_w : float
         Watts drawn by a GPU while it waits.
     solve_time_s : float
