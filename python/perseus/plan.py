@@ -227,6 +227,31 @@ class Plan:
         self._blocking_power_w = float(blocking_power_w)
         self._profile = None if profile is None else _check_profile_fits(profile, spec)
 
+    @classmethod
+    def _from_solver(
+        cls,
+        spec: PipelineSpec,
+        frequencies_mhz: np.ndarray,
+        iteration_time_s: float,
+        energy_j: float,
+        energy_before_reclaim_j: float,
+        blocking_power_w: float,
+        profile: Profile,
+    ) -> Plan:
+        """A plan from the solver: `frequencies_mhz` is a read-only int32 row
+        of clocks the profile measured and `profile` was checked against
+        `spec`, so the constructor's checks (a few ms per thousand plans)
+        are skipped."""
+        plan = cls.__new__(cls)
+        plan._spec = spec
+        plan._frequencies = frequencies_mhz
+        plan._iteration_time_s = float(iteration_time_s)
+        plan._energy_j = float(energy_j)
+        plan._energy_before_reclaim_j = float(energy_before_reclaim_j)
+        plan._blocking_power_w = float(blocking_power_w)
+        plan._profile = profile
+        return plan
+
     def _with_profile(self, profile: Optional[Profile]) -> Plan:
         if profile is self._profile:
             return self
