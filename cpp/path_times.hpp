@@ -42,7 +42,8 @@ class PathTimes {
         duration_(ix(dag.num_nodes()), Value{}),
         dirty_head_((ix(dag.num_nodes()) + 63) / 64, 0),
         dirty_tail_((ix(dag.num_nodes()) + 63) / 64, 0),
-        is_moved_(ix(dag.num_nodes()), 0) {
+        is_moved_(ix(dag.num_nodes()), 0),
+        grew_(ix(dag.num_nodes()), 0) {
     const auto n = ix(num_nodes_);
     for (std::size_t k = 0; k < n; ++k) position_[ix(node_[k])] = static_cast<Index>(k);
     pred_.reserve(ix(dag.num_edges()));
@@ -78,6 +79,13 @@ class PathTimes {
   void update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
     for (const Index v : moved_) is_moved_[ix(position_[ix(v)])] = 0;
     moved_.clear();
+    bool slower = true;
+    for (const Index* it = changed_begin; it != changed_end && slower; ++it)
+      slower = duration[*it] >= duration_[ix(position_[ix(*it)])];
+    if (slower) {
+      update_slower(duration, changed_begin, changed_end);
+      return;
+    }
     // Dirty bits, with the range of words that hold any: only that range is
     // scanned. Heads only ever mark later positions and tails earlier ones,
     // so each pass needs one end of its range tracked as it goes.
@@ -155,6 +163,65 @@ class PathTimes {
     lo = std::min(lo, word);
     hi = std::max(hi, word);
   }
+  // update() when no duration fell (slack reclamation, the common case):
+  // times only grow, so a node that moves pushes its new finish to its
+  // successors (and its new tail to its predecessors) instead of each
+  // dirty node scanning all of its neighbours. A bit in dirty_head_ here
+  // means "push my finish on", in dirty_tail_ "push my tail back"; the
+  // result equals update()'s, which is the same maximum taken in another order.
+  void update_slower(const Value* duration, const Index* changed_begin, const Index* changed_end) {
+    std::size_t head_lo = dirty_head_.size(), head_hi = 0, tail_lo = dirty_tail_.size(), tail_hi = 0;
+    for (const Index* it = changed_begin; it != changed_end; ++it) {
+      const auto p = ix(position_[ix(*it)]);
+      duration_[p] = duration[*it];
+      tail_[p] = duration_[p] + after(p);  // its successors' tails may still grow it below
+      move(p);
+      mark(dirty_head_, p, head_lo, head_hi);
+      mark(dirty_tail_, p, tail_lo, tail_hi);
+    }
+    for (std::size_t word = head_lo; word <= head_hi && word < dirty_head_.size(); ++word) {
+      while (dirty_head_[word] != 0) {
+        const auto bit = static_cast<std::size_t>(__builtin_ctzll(dirty_head_[word]));
+        dirty_head_[word] &= dirty_head_[word] - 1;
+        const std::size_t p = (word << 6) + bit;
+        if (grew_[p]) {  // listed when it comes up, in the order update() lists it
+          grew_[p] = 0;
+          move(p);
+        }
+        const Value finish = head_[p] + duration_[p];
+        ++work_;
+        for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) {
+          const auto s = ix(succ_[ix(k)]);
+          if (finish <= head_[s]) continue;
+          head_[s] = finish;
+          grew_[s] = 1;
+          dirty_head_[s >> 6] |= std::uint64_t{1} << (s & 63);
+          head_hi = std::max(head_hi, s >> 6);
+        }
+      }
+    }
+    for (std::size_t word = tail_hi + 1; word-- > tail_lo;) {
+      while (dirty_tail_[word] != 0) {
+        const auto bit = static_cast<std::size_t>(63 - __builtin_clzll(dirty_tail_[word]));
+        dirty_tail_[word] &= ~(std::uint64_t{1} << bit);
+        const std::size_t p = (word << 6) + bit;
+        if (grew_[p]) {
+          grew_[p] = 0;
+          move(p);
+        }
+        ++work_;
+        for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
+          const auto q = ix(pred_[ix(k)]);
+          const Value tail = duration_[q] + tail_[p];
+          if (tail <= tail_[q]) continue;
+          tail_[q] = tail;
+          grew_[q] = 1;
+          dirty_tail_[q >> 6] |= std::uint64_t{1} << (q & 63);
+          tail_lo = std::min(tail_lo, q >> 6);
+        }
+      }
+    }
+  }
   // The earliest start at position p: the latest finish of its predecessors.
   Value start_of(std::size_t p) const {
     Value start{};
@@ -187,6 +254,7 @@ class PathTimes {
   std::vector<std::uint64_t> dirty_head_, dirty_tail_;
   std::vector<Index> moved_;    // node ids
   std::vector<char> is_moved_;  // per position
+  std::vector<char> grew_;      // per position: update_slower() raised its time, not yet listed
   std::int64_t work_ = 0;
 };
 

@@ -117,16 +117,18 @@ double PlanImprover::best_move(Index i, double limit_s, ReclaimOrder order, Inde
   const Index g = group_[s];
   const Index current = choice_[s];
   const double room = limit_s - times_.through(i) + duration_[s];  // longest time i may take
-  // Options are sorted by time: the slowest one that fits, by bisection.
-  Index lo = current, hi = table_.num_options(g) - 1;
+  // Options are sorted by time: the slowest one that fits, by bisection
+  // (most computations have no room at all: one look settles those).
+  ++work_;
+  option = current;
+  const Index slowest = table_.num_options(g) - 1;
+  if (current == slowest || table_.time_s(g, current + 1) > room) return 0.0;
+  Index lo = current, hi = slowest;
   while (lo < hi) {
     const Index mid = lo + (hi - lo + 1) / 2;
     if (table_.time_s(g, mid) <= room) lo = mid;
     else hi = mid - 1;
   }
-  ++work_;
-  option = current;
-  if (lo == current) return 0.0;
   // Effective energy falls strictly with every slower option: the slowest
   // that fits saves most.
   if (order == ReclaimOrder::kSaving) {

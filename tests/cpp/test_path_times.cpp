@@ -54,12 +54,15 @@ void check_against_recompute(const Pipeline& p, Draw draw, std::mt19937& rng) {
       head_before[v] = incremental.head(static_cast<Index>(v));
       tail_before[v] = incremental.tail(static_cast<Index>(v));
     }
-    // A batch of 1..8 changes (repeats and no-op changes included).
+    // A batch of 1..8 changes (repeats and no-op changes included); every
+    // third batch only slows nodes down (update()'s path for reclamation).
     std::vector<Index> changed;
     const auto batch = 1 + rng() % 8;
+    const bool slower_only = round % 3 == 0;
     for (std::size_t k = 0; k < batch; ++k) {
       const auto v = static_cast<Index>(rng() % n);
-      duration[ix(v)] = rng() % 5 == 0 ? duration[ix(v)] : draw(rng);
+      const Value drawn = draw(rng);
+      if (rng() % 5 != 0) duration[ix(v)] = slower_only ? std::max(duration[ix(v)], drawn) : drawn;
       if (std::find(changed.begin(), changed.end(), v) == changed.end()) changed.push_back(v);
     }
     incremental.update(duration.data(), changed.data(), changed.data() + changed.size());
