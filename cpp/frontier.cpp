@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -53,14 +54,16 @@ std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const Option
   return static_cast<std::int64_t>(std::max(1.0, divisor));
 }
 
-// Runs a chain on a thread of its own. Only the calling thread may call the
+// Runs a job on a thread of its own. Only the calling thread may call the
 // user's hooks (Python handles signals on its main thread), so the worker
 // polls a flag and posts how far it is, and the caller reports that while it
-// waits. The destructor stops and joins the worker, however the caller leaves.
+// waits. The destructor stops and joins the worker, however the caller
+// leaves; `release` (if given) runs first and wakes a job that may be
+// waiting for something the caller will no longer produce.
 class Worker {
  public:
   template <typename Job>
-  explicit Worker(Job job) {
+  explicit Worker(Job job, std::function<void()> release = {}) : release_(std::move(release)) {
     result_ = std::async(std::launch::async, [this, job]() {
       job([this](std::int64_t done, std::int64_t total) {
         done_.store(done, std::memory_order_relaxed);
@@ -73,6 +76,7 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
   ~Worker() {
     stop_ = true;
+    if (release_) release_();
     if (result_.valid()) result_.wait();
   }
   // Waits for the job, calling poll(done, total) now and then with its last
@@ -86,6 +90,7 @@ class Worker {
   }
 
  private:
+  std::function<void()> release_;
   std::atomic<bool> stop_{false};
   std::atomic<std::int64_t> done_{0}, total_{1};
   std::future<void> result_;
@@ -143,22 +148,21 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     sparse.energy_resolution *= static_cast<double>(budgets.tight_chain_coarsening);
     sparse.max_spacing *= std::max<std::int64_t>(1, budgets.tight_chain_coarsening);
     PlanImprover reclaimed_improver(pipeline, dag, table), tight_improver(pipeline, dag, table);
-    Worker reclaimed([&](const Ticker& worker_tick) {
-      collect_chain(steps, Chain::kReclaimed, unit, sampling, true, reclaimed_improver, logs[0],
-                    worker_tick);
-    });
-    Worker tight([&](const Ticker& worker_tick) {
-      collect_chain(steps, Chain::kTight, unit, sparse, true, tight_improver, logs[1], worker_tick);
-    });
-    {
-      // However this block is left, the log is closed before the workers are
-      // joined (they may be waiting for the next step).
-      struct Closer {
-        PhillipsDessouky& steps;
-        ~Closer() { steps.close_log(); }
-      } closer{steps};
-      result.stop_reason = steps.run(pacer);
-    }
+    // run() closes the log when it ends; a chain joined before that (an
+    // exception on the way) is released by closing it first.
+    const auto close_log = [&steps] { steps.close_log(); };
+    Worker reclaimed(
+        [&](const Ticker& worker_tick) {
+          collect_chain(steps, Chain::kReclaimed, unit, sampling, true, reclaimed_improver, logs[0],
+                        worker_tick);
+        },
+        close_log);
+    Worker tight(
+        [&](const Ticker& worker_tick) {
+          collect_chain(steps, Chain::kTight, unit, sparse, true, tight_improver, logs[1], worker_tick);
+        },
+        close_log);
+    result.stop_reason = steps.run(pacer);
     result.phase_seconds[static_cast<int>(Phase::kMinCut)] = seconds_since(started);
     started = Clock::now();
     // The chains follow the loop; what is left of them now runs on both cores.
@@ -254,7 +258,9 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
                          found, [&](std::int64_t done, std::int64_t total) {
                            pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
                          });
-        other.finish([&](std::int64_t, std::int64_t) { pacer.tick(Phase::kLocalSearch, 1, 1); });
+        other.finish([&](std::int64_t done, std::int64_t total) {  // the other half's progress
+          pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
+        });
       }
       searched += static_cast<std::int64_t>(found.size() + found_second.size());
       gather(found, Phase::kLocalSearch);

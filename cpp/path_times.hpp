@@ -28,6 +28,49 @@
 
 namespace perseus {
 
+// Positions waiting to be visited, as a bitset with the range of words that
+// hold any, so a pass scans only that range. A forward pass visits them in
+// increasing order and a visit may add later positions (a backward pass:
+// earlier ones), which the same pass then visits.
+class DirtyPositions {
+ public:
+  explicit DirtyPositions(std::size_t count) : bits_((count + 63) / 64, 0), lo_(bits_.size()) {}
+  void mark(std::size_t position) {
+    const std::size_t word = position >> 6;
+    bits_[word] |= std::uint64_t{1} << (position & 63);
+    lo_ = std::min(lo_, word);
+    hi_ = std::max(hi_, word);
+  }
+  template <typename Visit>
+  void drain_forward(Visit visit) {
+    for (std::size_t word = lo_; word <= hi_ && word < bits_.size(); ++word)
+      while (bits_[word] != 0) {
+        const auto bit = static_cast<std::size_t>(__builtin_ctzll(bits_[word]));
+        bits_[word] &= bits_[word] - 1;
+        visit((word << 6) + bit);
+      }
+    clear_range();
+  }
+  template <typename Visit>
+  void drain_backward(Visit visit) {
+    for (std::size_t word = std::min(hi_ + 1, bits_.size()); word-- > lo_;)
+      while (bits_[word] != 0) {
+        const auto bit = static_cast<std::size_t>(63 - __builtin_clzll(bits_[word]));
+        bits_[word] &= ~(std::uint64_t{1} << bit);
+        visit((word << 6) + bit);
+      }
+    clear_range();
+  }
+
+ private:
+  void clear_range() {
+    lo_ = bits_.size();
+    hi_ = 0;
+  }
+  std::vector<std::uint64_t> bits_;
+  std::size_t lo_, hi_ = 0;
+};
+
 template <typename Value>
 class PathTimes {
  public:
@@ -40,8 +83,8 @@ class PathTimes {
         head_(ix(dag.num_nodes()), Value{}),
         tail_(ix(dag.num_nodes()), Value{}),
         duration_(ix(dag.num_nodes()), Value{}),
-        dirty_head_((ix(dag.num_nodes()) + 63) / 64, 0),
-        dirty_tail_((ix(dag.num_nodes()) + 63) / 64, 0),
+        dirty_head_(ix(dag.num_nodes())),
+        dirty_tail_(ix(dag.num_nodes())),
         is_moved_(ix(dag.num_nodes()), 0),
         grew_(ix(dag.num_nodes()), 0) {
     const auto n = ix(num_nodes_);
@@ -86,54 +129,31 @@ class PathTimes {
       update_slower(duration, changed_begin, changed_end);
       return;
     }
-    // Dirty bits, with the range of words that hold any: only that range is
-    // scanned. Heads only ever mark later positions and tails earlier ones,
-    // so each pass needs one end of its range tracked as it goes.
-    std::size_t head_lo = dirty_head_.size(), head_hi = 0, tail_lo = dirty_tail_.size(), tail_hi = 0;
     for (const Index* it = changed_begin; it != changed_end; ++it) {
       const auto p = ix(position_[ix(*it)]);
       duration_[p] = duration[*it];
       move(p);  // its tail includes its own duration
-      mark(dirty_tail_, p, tail_lo, tail_hi);
-      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k)
-        mark(dirty_head_, ix(succ_[ix(k)]), head_lo, head_hi);
+      dirty_tail_.mark(p);
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty_head_.mark(ix(succ_[ix(k)]));
     }
-    // Heads, forward: successors sit later in the order, in this word or a later one.
-    for (std::size_t word = head_lo; word <= head_hi && word < dirty_head_.size(); ++word) {
-      while (dirty_head_[word] != 0) {
-        const auto bit = static_cast<std::size_t>(__builtin_ctzll(dirty_head_[word]));
-        dirty_head_[word] &= dirty_head_[word] - 1;
-        const std::size_t p = (word << 6) + bit;
-        const Value start = start_of(p);
-        ++work_;
-        if (start == head_[p]) continue;
-        head_[p] = start;
-        move(p);
-        for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) {
-          const auto s = ix(succ_[ix(k)]);
-          dirty_head_[s >> 6] |= std::uint64_t{1} << (s & 63);
-          head_hi = std::max(head_hi, s >> 6);
-        }
-      }
-    }
-    // Tails, backward: predecessors sit earlier, in this word or an earlier one.
-    for (std::size_t word = tail_hi + 1; word-- > tail_lo;) {
-      while (dirty_tail_[word] != 0) {
-        const auto bit = static_cast<std::size_t>(63 - __builtin_clzll(dirty_tail_[word]));
-        dirty_tail_[word] &= ~(std::uint64_t{1} << bit);
-        const std::size_t p = (word << 6) + bit;
-        const Value tail = duration_[p] + after(p);
-        ++work_;
-        if (tail == tail_[p]) continue;
-        tail_[p] = tail;
-        move(p);
-        for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
-          const auto q = ix(pred_[ix(k)]);
-          dirty_tail_[q >> 6] |= std::uint64_t{1} << (q & 63);
-          tail_lo = std::min(tail_lo, q >> 6);
-        }
-      }
-    }
+    // Heads, forward: a node whose head moved dirties its successors.
+    dirty_head_.drain_forward([&](std::size_t p) {
+      const Value start = start_of(p);
+      ++work_;
+      if (start == head_[p]) return;
+      head_[p] = start;
+      move(p);
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty_head_.mark(ix(succ_[ix(k)]));
+    });
+    // Tails, backward: a node whose tail moved dirties its predecessors.
+    dirty_tail_.drain_backward([&](std::size_t p) {
+      const Value tail = duration_[p] + after(p);
+      ++work_;
+      if (tail == tail_[p]) return;
+      tail_[p] = tail;
+      move(p);
+      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) dirty_tail_.mark(ix(pred_[ix(k)]));
+    });
   }
 
   Value head(Index v) const { return head_[ix(position_[ix(v)])]; }
@@ -156,13 +176,6 @@ class PathTimes {
   std::int64_t work() const { return work_; }
 
  private:
-  static void mark(std::vector<std::uint64_t>& bits, std::size_t position, std::size_t& lo,
-                   std::size_t& hi) {
-    const std::size_t word = position >> 6;
-    bits[word] |= std::uint64_t{1} << (position & 63);
-    lo = std::min(lo, word);
-    hi = std::max(hi, word);
-  }
   // update() when no duration fell (slack reclamation, the common case):
   // times only grow, so a node that moves pushes its new finish to its
   // successors (and its new tail to its predecessors) instead of each
@@ -170,57 +183,44 @@ class PathTimes {
   // means "push my finish on", in dirty_tail_ "push my tail back"; the
   // result equals update()'s, which is the same maximum taken in another order.
   void update_slower(const Value* duration, const Index* changed_begin, const Index* changed_end) {
-    std::size_t head_lo = dirty_head_.size(), head_hi = 0, tail_lo = dirty_tail_.size(), tail_hi = 0;
     for (const Index* it = changed_begin; it != changed_end; ++it) {
       const auto p = ix(position_[ix(*it)]);
       duration_[p] = duration[*it];
       tail_[p] = duration_[p] + after(p);  // its successors' tails may still grow it below
       move(p);
-      mark(dirty_head_, p, head_lo, head_hi);
-      mark(dirty_tail_, p, tail_lo, tail_hi);
+      dirty_head_.mark(p);
+      dirty_tail_.mark(p);
     }
-    for (std::size_t word = head_lo; word <= head_hi && word < dirty_head_.size(); ++word) {
-      while (dirty_head_[word] != 0) {
-        const auto bit = static_cast<std::size_t>(__builtin_ctzll(dirty_head_[word]));
-        dirty_head_[word] &= dirty_head_[word] - 1;
-        const std::size_t p = (word << 6) + bit;
-        if (grew_[p]) {  // listed when it comes up, in the order update() lists it
-          grew_[p] = 0;
-          move(p);
-        }
-        const Value finish = head_[p] + duration_[p];
-        ++work_;
-        for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) {
-          const auto s = ix(succ_[ix(k)]);
-          if (finish <= head_[s]) continue;
-          head_[s] = finish;
-          grew_[s] = 1;
-          dirty_head_[s >> 6] |= std::uint64_t{1} << (s & 63);
-          head_hi = std::max(head_hi, s >> 6);
-        }
+    dirty_head_.drain_forward([&](std::size_t p) {
+      if (grew_[p]) {  // listed when it comes up, in the order update() lists it
+        grew_[p] = 0;
+        move(p);
       }
-    }
-    for (std::size_t word = tail_hi + 1; word-- > tail_lo;) {
-      while (dirty_tail_[word] != 0) {
-        const auto bit = static_cast<std::size_t>(63 - __builtin_clzll(dirty_tail_[word]));
-        dirty_tail_[word] &= ~(std::uint64_t{1} << bit);
-        const std::size_t p = (word << 6) + bit;
-        if (grew_[p]) {
-          grew_[p] = 0;
-          move(p);
-        }
-        ++work_;
-        for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
-          const auto q = ix(pred_[ix(k)]);
-          const Value tail = duration_[q] + tail_[p];
-          if (tail <= tail_[q]) continue;
-          tail_[q] = tail;
-          grew_[q] = 1;
-          dirty_tail_[q >> 6] |= std::uint64_t{1} << (q & 63);
-          tail_lo = std::min(tail_lo, q >> 6);
-        }
+      const Value finish = head_[p] + duration_[p];
+      ++work_;
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) {
+        const auto s = ix(succ_[ix(k)]);
+        if (finish <= head_[s]) continue;
+        head_[s] = finish;
+        grew_[s] = 1;
+        dirty_head_.mark(s);
       }
-    }
+    });
+    dirty_tail_.drain_backward([&](std::size_t p) {
+      if (grew_[p]) {
+        grew_[p] = 0;
+        move(p);
+      }
+      ++work_;
+      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
+        const auto q = ix(pred_[ix(k)]);
+        const Value tail = duration_[q] + tail_[p];
+        if (tail <= tail_[q]) continue;
+        tail_[q] = tail;
+        grew_[q] = 1;
+        dirty_tail_.mark(q);
+      }
+    });
   }
   // The earliest start at position p: the latest finish of its predecessors.
   Value start_of(std::size_t p) const {
@@ -251,7 +251,7 @@ class PathTimes {
   // Adjacency by position, CSR: positions of each position's neighbours.
   std::vector<Index> pred_offset_, pred_, succ_offset_, succ_;
   std::vector<Value> head_, tail_, duration_;  // per position
-  std::vector<std::uint64_t> dirty_head_, dirty_tail_;
+  DirtyPositions dirty_head_, dirty_tail_;
   std::vector<Index> moved_;    // node ids
   std::vector<char> is_moved_;  // per position
   std::vector<char> grew_;      // per position: update_slower() raised its time, not yet listed

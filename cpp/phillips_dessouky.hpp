@@ -71,7 +71,8 @@ class PhillipsDessouky {
   // log is closed when it returns or throws, so readers on other threads
   // (see Cursor) see the end.
   StopReason run(Pacer& pacer);
-  // Closes the log without running (for a caller unwinding before run()).
+  // Closes the log without running: wakes readers that wait for a step
+  // that will not come (a caller unwinding before or around run()).
   void close_log() { log_.close(); }
   StepStatus step();
 

@@ -239,9 +239,9 @@ class Plan:
         profile: Profile,
     ) -> Plan:
         """A plan from the solver: `frequencies_mhz` is a read-only int32 row
-        of clocks the profile measured and `profile` was checked against
-        `spec`, so the constructor's checks (a few ms per thousand plans)
-        are skipped."""
+        of clocks `profile` measured (checked when it was read) and `profile`
+        has `spec`'s stages (the core checked), so the constructor's checks,
+        a few ms per thousand plans, are skipped."""
         plan = cls.__new__(cls)
         plan._spec = spec
         plan._frequencies = frequencies_mhz
