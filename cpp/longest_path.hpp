@@ -37,8 +37,8 @@ class LongestPaths {
   void for_each_critical(Visit visit) const {
     times_.for_each_through(makespan_, visit);
   }
-  // Nodes whose head or tail changed in the last reset() or update().
-  const std::vector<Index>& moved() const { return times_.moved(); }
+  // The times by topological position (see PathTimes).
+  const PathTimes<Units>& times() const { return times_; }
   std::int64_t work() const { return times_.work(); }
 
  private:

@@ -172,6 +172,21 @@ class PathTimes {
       if (head_[p] + tail_[p] == length) visit(node_[p]);
   }
   const std::vector<Index>& moved() const { return moved_; }
+
+  // The same times by topological position, for callers that sweep every
+  // node front to back: position p holds node node_at(p), and its
+  // successors are the positions successor_positions()[k] for k in
+  // [successors_begin(p), successors_end(p)).
+  Index node_at(std::size_t p) const { return node_[p]; }
+  Index position_of(Index v) const { return position_[ix(v)]; }
+  Value head_at(std::size_t p) const { return head_[p]; }
+  Value tail_at(std::size_t p) const { return tail_[p]; }
+  Value duration_at(std::size_t p) const { return duration_[p]; }
+  Index successors_begin(std::size_t p) const { return succ_offset_[p]; }
+  Index successors_end(std::size_t p) const { return succ_offset_[p + 1]; }
+  Index predecessors_begin(std::size_t p) const { return pred_offset_[p]; }
+  Index predecessors_end(std::size_t p) const { return pred_offset_[p + 1]; }
+  const std::vector<Index>& successor_positions() const { return succ_; }
   // Node visits so far: a machine-independent measure of effort.
   std::int64_t work() const { return work_; }
 

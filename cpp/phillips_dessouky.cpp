@@ -82,51 +82,33 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
   tolerance_ = 1e-10 * std::max(scale, 1e-300);
 
   const Index n = pipeline.size();
+  for (Index i = 0; i < n; ++i) duration_[ix(i)] = groups_[ix(group_[ix(i)])].max_duration();
+  paths_.reset(duration_);
+  const PathTimes<Units>& times = paths_.times();
   flow_.reset(2 + 2 * n);
   work_arc_.assign(ix(n), -1);
   source_arc_.assign(ix(n), -1);
   sink_arc_.assign(ix(n), -1);
-  for (Index i = 0; i < n; ++i) {
-    work_arc_[ix(i)] = flow_.add_arc(node_a(i), node_b(i));
-    if (dag.predecessors_begin(i) == dag.predecessors_end(i))
-      source_arc_[ix(i)] = flow_.add_arc(kSource, node_a(i));
-    if (dag.successors_begin(i) == dag.successors_end(i))
-      sink_arc_[ix(i)] = flow_.add_arc(node_b(i), kSink);
-    for (const Index* v = dag.successors_begin(i); v != dag.successors_end(i); ++v)
-      dep_arc_.push_back(flow_.add_arc(node_b(i), node_a(*v)));
-  }
-  // The same dependency arcs in predecessor order: the edge u -> v is the
-  // k-th successor of u.
-  {
-    std::vector<Index> first_succ(ix(n) + 1, 0);
-    for (Index u = 0; u < n; ++u)
-      first_succ[ix(u) + 1] =
-          first_succ[ix(u)] + static_cast<Index>(dag.successors_end(u) - dag.successors_begin(u));
-    dep_arc_of_pred_.reserve(dep_arc_.size());
-    dep_index_of_pred_.reserve(dep_arc_.size());
-    for (Index v = 0; v < n; ++v)
-      for (const Index* u = dag.predecessors_begin(v); u != dag.predecessors_end(v); ++u) {
-        const Index* begin = dag.successors_begin(*u);
-        const Index k = static_cast<Index>(std::find(begin, dag.successors_end(*u), v) - begin);
-        dep_index_of_pred_.push_back(first_succ[ix(*u)] + k);
-        dep_arc_of_pred_.push_back(dep_arc_[ix(first_succ[ix(*u)] + k)]);
-      }
+  const std::vector<Index>& successor = times.successor_positions();
+  dep_arc_.assign(successor.size(), -1);
+  for (Index p = 0; p < n; ++p) {
+    work_arc_[ix(p)] = flow_.add_arc(node_a(p), node_b(p));
+    if (times.predecessors_begin(ix(p)) == times.predecessors_end(ix(p)))
+      source_arc_[ix(p)] = flow_.add_arc(kSource, node_a(p));
+    if (times.successors_begin(ix(p)) == times.successors_end(ix(p)))
+      sink_arc_[ix(p)] = flow_.add_arc(node_b(p), kSink);
+    for (Index k = times.successors_begin(ix(p)); k < times.successors_end(ix(p)); ++k)
+      dep_arc_[ix(k)] = flow_.add_arc(node_b(p), node_a(successor[ix(k)]));
   }
   dep_tight_.assign(dep_arc_.size(), 0);
   return_arc_ = flow_.add_arc(kSink, kSource);
   flow_.finalize();
   flow_.set_bounds(return_arc_, 0.0, kInfinity);
 
-  for (Index i = 0; i < n; ++i) duration_[ix(i)] = groups_[ix(group_[ix(i)])].max_duration();
-  paths_.reset(duration_);
   is_critical_.assign(ix(n), 0);
   arcs_open_.assign(ix(n), 0);
   bounds_duration_.assign(ix(n), 0);
   critical_.reserve(ix(n));
-  next_critical_.reserve(ix(n));
-  touched_.reserve(ix(n));
-  touched_at_.assign(ix(n), 0);
-  for (Index i = 0; i < n; ++i) touch(i);
   cut_.reserve(ix(n));
   cut_direction_.reserve(ix(n));
   changed_.reserve(ix(n));
@@ -135,86 +117,55 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
   run_direction_.reserve(ix(n));
 }
 
-void PhillipsDessouky::touch(Index i) {
-  if (touched_at_[ix(i)] == stamp_) return;
-  touched_at_[ix(i)] = stamp_;
-  touched_.push_back(i);
-}
-
-void PhillipsDessouky::refresh_arcs(Index i) {
-  const bool critical = is_critical_[ix(i)] != 0;
-  const bool was = arcs_open_[ix(i)] != 0;
-  // Every arc of a computation off the critical subgraph stays closed.
-  if (!critical && !was) return;
-  arcs_open_[ix(i)] = critical;
-  const QuantisedGroup& q = quant(i);
-  const Units d = duration_[ix(i)];
-  if (critical && (!was || bounds_duration_[ix(i)] != d)) {
-    bounds_duration_[ix(i)] = d;
-    // Lower: the refund for lengthening by one unit; upper: the cost of
-    // shortening by one (infinite at the shortest duration).
-    const double lower = d < q.max_duration() ? q.cost(d) - q.cost(d + 1) : 0.0;
-    const double upper = d > q.min_duration() ? q.cost(d - 1) - q.cost(d) : kInfinity;
-    flow_.set_bounds(work_arc_[ix(i)], std::max(lower, 0.0), std::max(upper, std::max(lower, 0.0)));
-  } else if (!critical) {
-    flow_.set_bounds(work_arc_[ix(i)], 0.0, 0.0);
-  }
-  if (critical != was) {
-    const double open = critical ? kInfinity : 0.0;
-    if (source_arc_[ix(i)] >= 0) flow_.set_bounds(source_arc_[ix(i)], 0.0, open);
-    if (sink_arc_[ix(i)] >= 0) flow_.set_bounds(sink_arc_[ix(i)], 0.0, open);
-  }
-  // A dependency u -> v is critical when both are and v starts as u ends.
-  // Both ends of an arc are often touched in one sync: a touched node sees
-  // to its outgoing arcs, and to an incoming one only if its tail end was
-  // not touched too. Bounds are set only when the arc's state flips.
-  const Units finish = paths_.head(i) + duration_[ix(i)];
-  const Index* first_succ = dag_.successors_begin(0);
-  for (const Index* v = dag_.successors_begin(i); v != dag_.successors_end(i); ++v) {
-    const bool tight = critical && is_critical_[ix(*v)] && finish == paths_.head(*v);
-    set_dependency(ix(static_cast<Index>(v - first_succ)),
-                   dep_arc_[ix(static_cast<Index>(v - first_succ))], tight);
-  }
-  const Units start = paths_.head(i);
-  const Index* first_pred = dag_.predecessors_begin(0);
-  for (const Index* u = dag_.predecessors_begin(i); u != dag_.predecessors_end(i); ++u) {
-    if (touched_at_[ix(*u)] == stamp_) continue;  // its own refresh sees to the arc
-    const bool tight = critical && is_critical_[ix(*u)] && paths_.head(*u) + duration_[ix(*u)] == start;
-    const auto k = ix(static_cast<Index>(u - first_pred));
-    set_dependency(ix(dep_index_of_pred_[k]), dep_arc_of_pred_[k], tight);
-  }
-  work_ += 1 + (dag_.successors_end(i) - dag_.successors_begin(i)) +
-           (dag_.predecessors_end(i) - dag_.predecessors_begin(i));
-}
-
-void PhillipsDessouky::set_dependency(std::size_t edge, Index arc, bool tight) {
+void PhillipsDessouky::set_dependency(std::size_t edge, bool tight) {
   if ((dep_tight_[edge] != 0) == tight) return;
   dep_tight_[edge] = tight;
-  flow_.set_bounds(arc, 0.0, tight ? kInfinity : 0.0);
+  flow_.set_bounds(dep_arc_[edge], 0.0, tight ? kInfinity : 0.0);
 }
 
 void PhillipsDessouky::sync_network() {
-  // The critical set now, and who joined or left it.
-  next_critical_.clear();
-  paths_.for_each_critical([&](Index v) { next_critical_.push_back(v); });
-  for (const Index v : critical_) is_critical_[ix(v)] = 2;  // 2: was critical, not yet seen
-  for (const Index v : next_critical_) {
-    if (is_critical_[ix(v)] != 2) touch(v);  // joined
-    is_critical_[ix(v)] = 1;
-  }
-  for (const Index v : critical_)
-    if (is_critical_[ix(v)] == 2) {  // left
-      is_critical_[ix(v)] = 0;
-      touch(v);
+  const PathTimes<Units>& times = paths_.times();
+  const std::vector<Index>& successor = times.successor_positions();
+  const Units T = paths_.makespan();
+  const std::size_t n = duration_.size();
+  for (std::size_t p = 0; p < n; ++p) is_critical_[p] = times.head_at(p) + times.tail_at(p) == T;
+  critical_.clear();
+  for (std::size_t p = 0; p < n; ++p) {
+    const bool critical = is_critical_[p] != 0;
+    const bool was = arcs_open_[p] != 0;
+    // Off the critical subgraph now and at the last sync: its work arc and
+    // its outgoing dependencies (which need both ends critical) are closed.
+    if (!critical && !was) continue;
+    arcs_open_[p] = critical;
+    const Units d = times.duration_at(p);
+    if (critical) {
+      critical_.push_back(static_cast<Index>(p));
+      if (!was || bounds_duration_[p] != d) {
+        bounds_duration_[p] = d;
+        // Lower: the refund for lengthening by one unit; upper: the cost of
+        // shortening by one (infinite at the shortest duration).
+        const QuantisedGroup& q = quant(times.node_at(p));
+        const double lower = d < q.max_duration() ? q.cost(d) - q.cost(d + 1) : 0.0;
+        const double upper = d > q.min_duration() ? q.cost(d - 1) - q.cost(d) : kInfinity;
+        flow_.set_bounds(work_arc_[p], std::max(lower, 0.0), std::max(upper, std::max(lower, 0.0)));
+      }
+    } else {
+      flow_.set_bounds(work_arc_[p], 0.0, 0.0);
     }
-  critical_.swap(next_critical_);
-  work_ += static_cast<std::int64_t>(critical_.size());
-  for (const Index i : touched_) refresh_arcs(i);
-  touched_.clear();
-  if (++stamp_ == 0) {
-    std::fill(touched_at_.begin(), touched_at_.end(), 0);
-    stamp_ = 1;
+    if (critical != was) {
+      const double open = critical ? kInfinity : 0.0;
+      if (source_arc_[p] >= 0) flow_.set_bounds(source_arc_[p], 0.0, open);
+      if (sink_arc_[p] >= 0) flow_.set_bounds(sink_arc_[p], 0.0, open);
+    }
+    // A dependency p -> s is critical when both ends are and s starts as p ends.
+    const Units finish = times.head_at(p) + d;
+    for (Index k = times.successors_begin(p); k < times.successors_end(p); ++k) {
+      const auto s = ix(successor[ix(k)]);
+      set_dependency(ix(k), critical && is_critical_[s] != 0 && finish == times.head_at(s));
+    }
+    work_ += 1 + (times.successors_end(p) - times.successors_begin(p));
   }
+  work_ += static_cast<std::int64_t>(n);
 }
 
 StepStatus PhillipsDessouky::step() {
@@ -235,9 +186,10 @@ StepStatus PhillipsDessouky::step() {
   cut_.clear();
   cut_direction_.clear();
   Units run = budgets_.multi_unit_steps ? T - min_units_ : 1;
-  for (const Index i : critical_) {
-    const bool a_in = flow_.marked(node_a(i));
-    const bool b_in = flow_.marked(node_b(i));
+  for (const Index p : critical_) {
+    const bool a_in = flow_.marked(node_a(p));
+    const bool b_in = flow_.marked(node_b(p));
+    const Index i = paths_.times().node_at(ix(p));
     const QuantisedGroup& q = quant(i);
     const Units d = duration_[ix(i)];
     if (a_in && !b_in) {
@@ -313,12 +265,7 @@ void PhillipsDessouky::apply_cut(Units units) {
   update_paths();
 }
 
-void PhillipsDessouky::update_paths() {
-  paths_.update(duration_, changed_);
-  // Whatever moved may change its arcs' bounds: refresh them next step.
-  for (const Index i : changed_) touch(i);
-  for (const Index i : paths_.moved()) touch(i);
-}
+void PhillipsDessouky::update_paths() { paths_.update(duration_, changed_); }
 
 StopReason PhillipsDessouky::run(Pacer& pacer) {
   struct Closer {

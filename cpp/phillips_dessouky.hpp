@@ -19,7 +19,10 @@
 // It stops when the cut is infinite: the shortest iteration is reached.
 //
 // Costs per step. The longest paths are updated for the computations that
-// changed only (LongestPaths), and the critical set is read off a bucket.
+// changed only (LongestPaths). On pipelines nearly every computation is
+// critical and nearly every head or tail moves at every step, so the
+// critical set and the flow bounds are brought up to date by one sweep over
+// the topological order, not by following the moved nodes one by one.
 // The flow lives on a network of the whole DAG whose non-critical arcs have
 // bounds [0, 0], and it persists from step to step (BoundedFlow): a step
 // changes the bounds of the arcs it touched, routes the imbalance this
@@ -111,11 +114,9 @@ class PhillipsDessouky {
  private:
   const QuantisedGroup& quant(Index i) const { return groups_[ix(group_[ix(i)])]; }
   // Brings the flow bounds up to date with the durations and the critical
-  // set, for every computation touched since the last step.
+  // set: one sweep over the topological positions (see sync_network()).
   void sync_network();
-  void touch(Index i);
-  void refresh_arcs(Index i);
-  void set_dependency(std::size_t edge, Index arc, bool tight);
+  void set_dependency(std::size_t edge, bool tight);
   // Applies `units` times the cut's direction to the cut computations.
   void apply_cut(Units units);
   void update_paths();
@@ -129,24 +130,24 @@ class PhillipsDessouky {
   double tolerance_ = 0.0;
   LongestPaths paths_;
 
-  // The flow network over the whole DAG: s = 0, t = 1, a_i = 2 + 2i,
-  // b_i = 3 + 2i; arcs of non-critical computations and dependencies have
-  // bounds [0, 0].
+  // The flow network over the whole DAG, numbered by topological position p
+  // (LongestPaths' order, so that searches and sweeps walk memory forward):
+  // s = 0, t = 1, a_p = 2 + 2p, b_p = 3 + 2p. Arcs of non-critical
+  // computations and dependencies have bounds [0, 0]. Everything below is
+  // indexed by position, and dependencies by their index in
+  // PathTimes::successor_positions().
   BoundedFlow flow_;
-  std::vector<Index> work_arc_, source_arc_, sink_arc_;  // per computation (-1: none)
-  std::vector<Index> dep_arc_;                           // per DAG edge, in successor order
-  std::vector<Index> dep_arc_of_pred_;                   // the same arcs, in predecessor order
-  std::vector<Index> dep_index_of_pred_;                 // ... and their DAG edge (successor order)
-  std::vector<char> dep_tight_;                          // per DAG edge: its arc is open
+  std::vector<Index> work_arc_, source_arc_, sink_arc_;  // per position (-1: none)
+  std::vector<Index> dep_arc_;                           // per dependency
+  std::vector<char> dep_tight_;                          // per dependency: its arc is open
   Index return_arc_ = -1;                                // t -> s
-  // The critical set, and the computations touched since the last sync.
-  std::vector<Index> critical_, next_critical_;
+  // The critical positions (topological order), whether each is critical
+  // now, whether its arcs were last set as critical, and the duration its
+  // work-arc bounds were set for.
+  std::vector<Index> critical_;
   std::vector<char> is_critical_;
-  std::vector<char> arcs_open_;         // whether i's arcs were last set as critical
-  std::vector<Units> bounds_duration_;  // the duration i's work-arc bounds were set for
-  std::vector<Index> touched_;
-  std::vector<std::uint32_t> touched_at_;  // step stamp
-  std::uint32_t stamp_ = 1;
+  std::vector<char> arcs_open_;
+  std::vector<Units> bounds_duration_;
   // The cut: computations and direction (-1 shorten, +1 lengthen).
   std::vector<Index> cut_;
   std::vector<std::int8_t> cut_direction_;
