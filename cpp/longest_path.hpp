@@ -1,9 +1,7 @@
 // The min-cut loop's view of the longest paths: PathTimes over quantised
 // durations, plus the makespan (the longest path through a sink) and the
 // set of critical computations (those on a longest path, head + tail ==
-// makespan). On a pipeline most computations are critical and most move at
-// every step, so the critical set is read off one pass over the times
-// rather than kept filed by length.
+// makespan).
 #pragma once
 
 #include <cstdint>
@@ -32,11 +30,6 @@ class LongestPaths {
   Units makespan() const { return makespan_; }
   Units head(Index v) const { return times_.head(v); }
   Units tail(Index v) const { return times_.tail(v); }
-  // Visits every node with head + tail == makespan, in topological order.
-  template <typename Visit>
-  void for_each_critical(Visit visit) const {
-    times_.for_each_through(makespan_, visit);
-  }
   // The times by topological position (see PathTimes).
   const PathTimes<Units>& times() const { return times_; }
   std::int64_t work() const { return times_.work(); }

@@ -122,39 +122,20 @@ class PathTimes {
   void update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
     for (const Index v : moved_) is_moved_[ix(position_[ix(v)])] = 0;
     moved_.clear();
-    bool slower = true;
-    for (const Index* it = changed_begin; it != changed_end && slower; ++it)
-      slower = duration[*it] >= duration_[ix(position_[ix(*it)])];
-    if (slower) {
-      update_slower(duration, changed_begin, changed_end);
-      return;
-    }
-    for (const Index* it = changed_begin; it != changed_end; ++it) {
-      const auto p = ix(position_[ix(*it)]);
-      duration_[p] = duration[*it];
-      move(p);  // its tail includes its own duration
-      dirty_tail_.mark(p);
-      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty_head_.mark(ix(succ_[ix(k)]));
-    }
-    // Heads, forward: a node whose head moved dirties its successors.
-    dirty_head_.drain_forward([&](std::size_t p) {
-      const Value start = start_of(p);
-      ++work_;
-      if (start == head_[p]) return;
-      head_[p] = start;
-      move(p);
-      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty_head_.mark(ix(succ_[ix(k)]));
-    });
-    // Tails, backward: a node whose tail moved dirties its predecessors.
-    dirty_tail_.drain_backward([&](std::size_t p) {
-      const Value tail = duration_[p] + after(p);
-      ++work_;
-      if (tail == tail_[p]) return;
-      tail_[p] = tail;
-      move(p);
-      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) dirty_tail_.mark(ix(pred_[ix(k)]));
-    });
+    bool& sweep = sweep_[changed_end - changed_begin == 1];
+    if (sweep) sweep_update(duration, changed_begin, changed_end);
+    else follow_update(duration, changed_begin, changed_end);
+    // Sweep the next batch of this kind when more than half the nodes
+    // moved; follow again when fewer than a quarter did (the gap keeps the
+    // mode from flapping).
+    const std::size_t moved = moved_.size(), n = ix(num_nodes_);
+    sweep = sweep ? 4 * moved >= n : 2 * moved > n;
+    // Charged by what moved, so that the work (and the budgets spent in
+    // it) does not depend on the mode.
+    work_ += 1 + static_cast<std::int64_t>(moved);
   }
+  // Whether the next update() of a batch of `size` changes sweeps (tests).
+  bool sweeps_next(std::size_t size) const { return sweep_[size == 1]; }
 
   Value head(Index v) const { return head_[ix(position_[ix(v)])]; }
   Value tail(Index v) const { return tail_[ix(position_[ix(v)])]; }
@@ -162,14 +143,6 @@ class PathTimes {
   Value through(Index v) const {
     const auto p = ix(position_[ix(v)]);
     return head_[p] + tail_[p];
-  }
-  // Visits every node whose longest path is `length` long, in topological
-  // order: one pass over two arrays, cheaper than keeping the nodes filed
-  // by length when most of them move at every change.
-  template <typename Visit>
-  void for_each_through(Value length, Visit visit) const {
-    for (std::size_t p = 0; p < head_.size(); ++p)
-      if (head_[p] + tail_[p] == length) visit(node_[p]);
   }
   const std::vector<Index>& moved() const { return moved_; }
 
@@ -187,10 +160,70 @@ class PathTimes {
   Index predecessors_begin(std::size_t p) const { return pred_offset_[p]; }
   Index predecessors_end(std::size_t p) const { return pred_offset_[p + 1]; }
   const std::vector<Index>& successor_positions() const { return succ_; }
-  // Node visits so far: a machine-independent measure of effort.
+  // Effort so far, machine-independent: a reset() costs two passes over
+  // nodes and edges, an update() one unit plus the nodes it moved.
   std::int64_t work() const { return work_; }
 
  private:
+  // update() by following the moves: only dirty nodes are visited.
+  void follow_update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
+    bool slower = true;
+    for (const Index* it = changed_begin; it != changed_end && slower; ++it)
+      slower = duration[*it] >= duration_[ix(position_[ix(*it)])];
+    if (slower) {
+      update_slower(duration, changed_begin, changed_end);
+      return;
+    }
+    for (const Index* it = changed_begin; it != changed_end; ++it) {
+      const auto p = ix(position_[ix(*it)]);
+      duration_[p] = duration[*it];
+      move(p);  // its tail includes its own duration
+      dirty_tail_.mark(p);
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty_head_.mark(ix(succ_[ix(k)]));
+    }
+    // Heads, forward: a node whose head moved dirties its successors.
+    dirty_head_.drain_forward([&](std::size_t p) {
+      const Value start = start_of(p);
+      if (start == head_[p]) return;
+      head_[p] = start;
+      move(p);
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty_head_.mark(ix(succ_[ix(k)]));
+    });
+    // Tails, backward: a node whose tail moved dirties its predecessors.
+    dirty_tail_.drain_backward([&](std::size_t p) {
+      const Value tail = duration_[p] + after(p);
+      if (tail == tail_[p]) return;
+      tail_[p] = tail;
+      move(p);
+      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) dirty_tail_.mark(ix(pred_[ix(k)]));
+    });
+  }
+  // update() by sweeping: every head forward, every tail backward, in two
+  // straight passes with no dirty bookkeeping; cheaper than following when
+  // most nodes move (a change early in a pipeline moves every head after
+  // it). Times and moved() come out as following gives them, in the same
+  // order: the changed nodes, then moved heads forward, then moved tails
+  // backward.
+  void sweep_update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
+    for (const Index* it = changed_begin; it != changed_end; ++it) {
+      const auto p = ix(position_[ix(*it)]);
+      duration_[p] = duration[*it];
+      move(p);
+    }
+    const auto n = ix(num_nodes_);
+    for (std::size_t p = 0; p < n; ++p) {
+      const Value start = start_of(p);
+      if (start == head_[p]) continue;
+      head_[p] = start;
+      move(p);
+    }
+    for (std::size_t p = n; p-- > 0;) {
+      const Value tail = duration_[p] + after(p);
+      if (tail == tail_[p]) continue;
+      tail_[p] = tail;
+      move(p);
+    }
+  }
   // update() when no duration fell (slack reclamation, the common case):
   // times only grow, so a node that moves pushes its new finish to its
   // successors (and its new tail to its predecessors) instead of each
@@ -212,7 +245,6 @@ class PathTimes {
         move(p);
       }
       const Value finish = head_[p] + duration_[p];
-      ++work_;
       for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) {
         const auto s = ix(succ_[ix(k)]);
         if (finish <= head_[s]) continue;
@@ -226,7 +258,6 @@ class PathTimes {
         grew_[p] = 0;
         move(p);
       }
-      ++work_;
       for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
         const auto q = ix(pred_[ix(k)]);
         const Value tail = duration_[q] + tail_[p];
@@ -267,9 +298,10 @@ class PathTimes {
   std::vector<Index> pred_offset_, pred_, succ_offset_, succ_;
   std::vector<Value> head_, tail_, duration_;  // per position
   DirtyPositions dirty_head_, dirty_tail_;
-  std::vector<Index> moved_;    // node ids
-  std::vector<char> is_moved_;  // per position
-  std::vector<char> grew_;      // per position: update_slower() raised its time, not yet listed
+  std::vector<Index> moved_;        // node ids
+  std::vector<char> is_moved_;      // per position
+  std::vector<char> grew_;          // per position: update_slower() raised its time, not yet listed
+  bool sweep_[2] = {false, false};  // update()'s mode for batches of several changes, and of one
   std::int64_t work_ = 0;
 };
 

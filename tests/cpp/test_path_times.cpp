@@ -1,7 +1,9 @@
 // Incremental longest paths (cpp/path_times.hpp, cpp/longest_path.hpp):
 // after random batches of duration changes, update() agrees exactly with a
-// recompute from scratch, moved() lists every node whose head or tail
-// changed, and LongestPaths' makespan and critical set match.
+// recompute from scratch in both of its modes (following the moves and
+// sweeping), moved() lists exactly the changed nodes and those whose head
+// or tail changed, in its documented order, and LongestPaths' makespan and
+// position view match.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,8 +42,10 @@ TEST(PathTimes, HandComputedChain) {
   EXPECT_EQ(times.moved().size(), 4u);
 }
 
+// Checks random batches on one pipeline; marks in mode_seen which update()
+// modes ran ([0] following, [1] sweeping).
 template <typename Value, typename Draw>
-void check_against_recompute(const Pipeline& p, Draw draw, std::mt19937& rng) {
+void check_against_recompute(const Pipeline& p, Draw draw, std::mt19937& rng, bool* mode_seen) {
   const Dag dag(p);
   const auto n = ix(p.size());
   std::vector<Value> duration(n);
@@ -55,9 +59,11 @@ void check_against_recompute(const Pipeline& p, Draw draw, std::mt19937& rng) {
       tail_before[v] = incremental.tail(static_cast<Index>(v));
     }
     // A batch of 1..8 changes (repeats and no-op changes included); every
-    // third batch only slows nodes down (update()'s path for reclamation).
+    // third batch only slows nodes down (update()'s path for reclamation);
+    // every seventh redraws most nodes, so that most times move and the
+    // next batches sweep.
     std::vector<Index> changed;
-    const auto batch = 1 + rng() % 8;
+    const auto batch = round % 7 == 6 ? 2 * n : 1 + rng() % 8;
     const bool slower_only = round % 3 == 0;
     for (std::size_t k = 0; k < batch; ++k) {
       const auto v = static_cast<Index>(rng() % n);
@@ -65,43 +71,55 @@ void check_against_recompute(const Pipeline& p, Draw draw, std::mt19937& rng) {
       if (rng() % 5 != 0) duration[ix(v)] = slower_only ? std::max(duration[ix(v)], drawn) : drawn;
       if (std::find(changed.begin(), changed.end(), v) == changed.end()) changed.push_back(v);
     }
+    mode_seen[incremental.sweeps_next(changed.size())] = true;
     incremental.update(duration.data(), changed.data(), changed.data() + changed.size());
     PathTimes<Value> scratch(dag);
     scratch.reset(duration.data());
-    const std::set<Index> moved(incremental.moved().begin(), incremental.moved().end());
-    ASSERT_EQ(moved.size(), incremental.moved().size()) << "moved() lists a node twice";
     for (Index v = 0; v < p.size(); ++v) {
       ASSERT_EQ(incremental.head(v), scratch.head(v)) << "head of " << v << " in round " << round;
       ASSERT_EQ(incremental.tail(v), scratch.tail(v)) << "tail of " << v << " in round " << round;
-      const bool changed_times =
-          incremental.head(v) != head_before[ix(v)] || incremental.tail(v) != tail_before[ix(v)];
-      if (changed_times) {
-        EXPECT_TRUE(moved.count(v)) << "node " << v << " moved but is not listed";
+    }
+    // moved(): the changed nodes as given, then the nodes whose head moved
+    // in topological order, then those whose tail alone moved, in reverse.
+    std::vector<Index> expected(changed);
+    std::vector<char> listed(n, 0);
+    for (const Index v : changed) listed[ix(v)] = 1;
+    for (std::size_t q = 0; q < n; ++q) {
+      const Index v = scratch.node_at(q);
+      if (!listed[ix(v)] && scratch.head(v) != head_before[ix(v)]) {
+        listed[ix(v)] = 1;
+        expected.push_back(v);
       }
     }
-    for (const Index v : changed) {
-      EXPECT_TRUE(moved.count(v)) << "changed node " << v << " not listed";
+    for (std::size_t q = n; q-- > 0;) {
+      const Index v = scratch.node_at(q);
+      if (!listed[ix(v)] && scratch.tail(v) != tail_before[ix(v)]) expected.push_back(v);
     }
+    ASSERT_EQ(incremental.moved(), expected) << "round " << round;
   }
 }
 
 TEST(PathTimes, IncrementalUpdatesMatchARecomputeOnMeasuredTimes) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<double> seconds(0.1, 3.0);
+  bool mode_seen[2] = {false, false};
   for (const Pipeline& p : pipelines())
     check_against_recompute<double>(
-        p, [&](std::mt19937& r) { return seconds(r); }, rng);
+        p, [&](std::mt19937& r) { return seconds(r); }, rng, mode_seen);
+  EXPECT_TRUE(mode_seen[0] && mode_seen[1]) << "both update modes should have run";
 }
 
 TEST(PathTimes, IncrementalUpdatesMatchARecomputeOnUnits) {
   std::mt19937 rng(2);
   // Few distinct values: many ties between paths.
+  bool mode_seen[2] = {false, false};
   for (const Pipeline& p : pipelines())
     check_against_recompute<std::int64_t>(
-        p, [](std::mt19937& r) { return static_cast<std::int64_t>(1 + r() % 4); }, rng);
+        p, [](std::mt19937& r) { return static_cast<std::int64_t>(1 + r() % 4); }, rng, mode_seen);
+  EXPECT_TRUE(mode_seen[0] && mode_seen[1]) << "both update modes should have run";
 }
 
-TEST(LongestPaths, MakespanAndCriticalSetFollowTheChanges) {
+TEST(LongestPaths, TimesFollowTheChangesInBothModes) {
   std::mt19937 rng(3);
   for (const Pipeline& p : pipelines()) {
     const Dag dag(p);
@@ -112,28 +130,48 @@ TEST(LongestPaths, MakespanAndCriticalSetFollowTheChanges) {
     std::vector<std::int64_t> duration(n);
     for (auto& d : duration) d = kShortest + static_cast<std::int64_t>(rng() % kLongest);
     paths.reset(duration);
-    for (int round = 0; round < 60; ++round) {
+    bool followed = false, swept = false;
+    for (int round = 0; round < 90; ++round) {
+      // Thirty rounds of a few random changes, thirty that redraw every
+      // duration (most times move: the sweeping mode), thirty that rewrite
+      // one duration with its own value (nothing moves: back to following).
       std::vector<Index> changed;
-      for (std::size_t k = 0; k < 1 + rng() % 6; ++k) {
-        const auto v = static_cast<Index>(rng() % n);
-        duration[ix(v)] = kShortest + static_cast<std::int64_t>(rng() % kLongest);
-        if (std::find(changed.begin(), changed.end(), v) == changed.end()) changed.push_back(v);
+      if (round / 30 == 1) {
+        for (Index v = 0; v < p.size(); ++v) {
+          duration[ix(v)] = kShortest + static_cast<std::int64_t>(rng() % kLongest);
+          changed.push_back(v);
+        }
+      } else if (round / 30 == 2) {
+        changed.push_back(static_cast<Index>(rng() % n));
+      } else {
+        for (std::size_t k = 0; k < 1 + rng() % 6; ++k) {
+          const auto v = static_cast<Index>(rng() % n);
+          duration[ix(v)] = kShortest + static_cast<std::int64_t>(rng() % kLongest);
+          if (std::find(changed.begin(), changed.end(), v) == changed.end()) changed.push_back(v);
+        }
       }
+      (paths.times().sweeps_next(changed.size()) ? swept : followed) = true;
       paths.update(duration, changed);
       PathTimes<std::int64_t> scratch(dag);
       scratch.reset(duration.data());
       std::int64_t makespan = 0;
       for (Index v = 0; v < p.size(); ++v) makespan = std::max(makespan, scratch.through(v));
       ASSERT_EQ(paths.makespan(), makespan) << "round " << round;
-      std::set<Index> critical, expected;
-      paths.for_each_critical([&](Index v) { EXPECT_TRUE(critical.insert(v).second); });
       for (Index v = 0; v < p.size(); ++v) {
-        EXPECT_EQ(paths.head(v), scratch.head(v));
-        EXPECT_EQ(paths.tail(v), scratch.tail(v));
-        if (scratch.through(v) == makespan) expected.insert(v);
+        ASSERT_EQ(paths.head(v), scratch.head(v)) << "round " << round;
+        ASSERT_EQ(paths.tail(v), scratch.tail(v)) << "round " << round;
       }
-      EXPECT_EQ(critical, expected) << "round " << round;
+      // The position view agrees with the node view.
+      const PathTimes<std::int64_t>& times = paths.times();
+      for (std::size_t q = 0; q < n; ++q) {
+        const Index v = times.node_at(q);
+        ASSERT_EQ(times.position_of(v), static_cast<Index>(q));
+        ASSERT_EQ(times.head_at(q), scratch.head(v));
+        ASSERT_EQ(times.tail_at(q), scratch.tail(v));
+        ASSERT_EQ(times.duration_at(q), duration[ix(v)]);
+      }
     }
+    EXPECT_TRUE(followed && swept) << "both update modes should have run";
   }
 }
 
