@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <stdexcept>
 
 namespace perseus {
 namespace {
@@ -78,7 +79,7 @@ void PlanImprover::commit() {
   pending_.clear();
 }
 
-void PlanImprover::rollback(std::size_t mark) {
+void PlanImprover::undo(std::size_t mark) {
   while (journal_.size() > mark) {
     const auto [i, option] = journal_.back();
     journal_.pop_back();
@@ -91,7 +92,6 @@ void PlanImprover::rollback(std::size_t mark) {
       pending_.push_back(i);
     }
   }
-  commit();
 }
 
 void PlanImprover::assign(const OptionIndex* choice) {
@@ -103,6 +103,7 @@ void PlanImprover::assign(const OptionIndex* choice) {
 }
 
 double PlanImprover::makespan() const {
+  if (!pending_.empty()) throw std::logic_error("PlanImprover: times read before commit()");
   double longest = 0.0;
   for (const Index v : sinks_) longest = std::max(longest, times_.through(v));
   return longest;

@@ -73,9 +73,11 @@ class PlanImprover {
   void commit();
   // The current plan becomes the one revert() returns to; revert() undoes
   // every change since (including what reclaim, tighten and the local
-  // search did), in O(changes) instead of an O(n) assign.
+  // search did), in O(changes) instead of an O(n) assign. Like change(), it
+  // leaves the times to commit(), so that a revert and the changes after it
+  // cost one update.
   void checkpoint() { journal_.clear(); }
-  void revert() { rollback(0); }
+  void revert() { undo(0); }
   const std::vector<OptionIndex>& choice() const { return choice_; }
   // Current iteration time (s) and the energy of an iteration lasting
   // max(deadline_s, that time) (J).
@@ -105,8 +107,13 @@ class PlanImprover {
   double effective_of(Index i, Index option) const { return table_.effective_j(group_[ix(i)], option); }
   // Changes one computation's option, journalled.
   void set_option(Index i, Index option);
-  // Undoes every change journalled since `mark` (a journal size).
-  void rollback(std::size_t mark);
+  // Undoes every change journalled since `mark` (a journal size); rollback
+  // also commits.
+  void undo(std::size_t mark);
+  void rollback(std::size_t mark) {
+    undo(mark);
+    commit();
+  }
   // Reclaims in one order; seeds: the computations that may have room (all
   // of them when null).
   void reclaim_seeded(double limit_s, ReclaimOrder order, const std::vector<Index>* seeds);

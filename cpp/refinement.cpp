@@ -47,7 +47,8 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
   // and the last plan is known when has_next() says so.
   const Units expected = std::max<Units>(steps.max_units() - steps.min_units(), 1);
   // The improver holds the chain's last candidate; revert() takes it back to
-  // the unimproved plan, which the steps since change in a few options.
+  // the unimproved plan, which the steps since change in a few options, and
+  // one commit() updates the times for both.
   bool started = false;
   for (Units u = 0;; ++u) {
     if (u > 0) {

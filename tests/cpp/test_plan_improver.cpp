@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -166,6 +167,8 @@ TEST(PlanImprover, RevertRestoresThePlanExactly) {
       improver.reclaim(t0 * 1.1);
       improver.local_search(t0, 20000);
       improver.revert();
+      EXPECT_THROW((void)improver.makespan(), std::logic_error) << "times read before commit()";
+      improver.commit();
       EXPECT_EQ(improver.choice(), plan) << "trial " << trial;
       EXPECT_EQ(improver.makespan(), t0) << "trial " << trial;
       EXPECT_NEAR(improver.energy_at(0.0), e0, 1e-9 * std::abs(e0)) << "trial " << trial;
@@ -191,6 +194,7 @@ TEST(PlanImprover, RevertGoesBackToTheLastCheckpoint) {
   improver.tighten(reclaimed_s * 0.9);
   ASSERT_NE(improver.choice(), reclaimed);
   improver.revert();
+  improver.commit();
   EXPECT_EQ(improver.choice(), reclaimed);
   EXPECT_EQ(improver.makespan(), reclaimed_s);
 }
