@@ -9,7 +9,11 @@
 // tail actually moves: dirty nodes are processed in topological order
 // (forward for heads, backward for tails) from a bitset over topological
 // positions, so an update costs O(moved nodes and their edges + n / 64)
-// instead of two passes over the whole DAG. Value is std::int64_t for the
+// instead of two passes over the whole DAG. When most of the DAG moves
+// anyway (on a pipeline, a cut or a new plan moves nearly every head or
+// tail), two straight passes cost less than following the moves, and
+// update() switches to them for batches of several changes; both modes give
+// the same times and the same moved() list. Value is std::int64_t for the
 // min-cut loop's quantised durations and double for measured times.
 //
 // Inside, every array is indexed by topological position, not by node id,
@@ -122,20 +126,25 @@ class PathTimes {
   void update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
     for (const Index v : moved_) is_moved_[ix(position_[ix(v)])] = 0;
     moved_.clear();
-    bool& sweep = sweep_[changed_end - changed_begin == 1];
+    // A single change (a reclamation move) is always followed: its region
+    // is usually small, and when it is not, following costs about two
+    // sweeps, whereas sweeping after a large one would charge the next,
+    // usually small, move a whole pass. Batches of several changes (a cut,
+    // a new plan) sweep while most nodes move: sweep the next batch when
+    // more than half the nodes moved, follow again when fewer than a
+    // quarter did (the gap keeps the mode from flapping).
+    const bool single = changed_end - changed_begin == 1;
+    const bool sweep = !single && sweep_;
     if (sweep) sweep_update(duration, changed_begin, changed_end);
     else follow_update(duration, changed_begin, changed_end);
-    // Sweep the next batch of this kind when more than half the nodes
-    // moved; follow again when fewer than a quarter did (the gap keeps the
-    // mode from flapping).
     const std::size_t moved = moved_.size(), n = ix(num_nodes_);
-    sweep = sweep ? 4 * moved >= n : 2 * moved > n;
+    if (!single) sweep_ = sweep ? 4 * moved >= n : 2 * moved > n;
     // Charged by what moved, so that the work (and the budgets spent in
     // it) does not depend on the mode.
     work_ += 1 + static_cast<std::int64_t>(moved);
   }
   // Whether the next update() of a batch of `size` changes sweeps (tests).
-  bool sweeps_next(std::size_t size) const { return sweep_[size == 1]; }
+  bool sweeps_next(std::size_t size) const { return size != 1 && sweep_; }
 
   Value head(Index v) const { return head_[ix(position_[ix(v)])]; }
   Value tail(Index v) const { return tail_[ix(position_[ix(v)])]; }
@@ -298,10 +307,10 @@ class PathTimes {
   std::vector<Index> pred_offset_, pred_, succ_offset_, succ_;
   std::vector<Value> head_, tail_, duration_;  // per position
   DirtyPositions dirty_head_, dirty_tail_;
-  std::vector<Index> moved_;        // node ids
-  std::vector<char> is_moved_;      // per position
-  std::vector<char> grew_;          // per position: update_slower() raised its time, not yet listed
-  bool sweep_[2] = {false, false};  // update()'s mode for batches of several changes, and of one
+  std::vector<Index> moved_;    // node ids
+  std::vector<char> is_moved_;  // per position
+  std::vector<char> grew_;      // per position: update_slower() raised its time, not yet listed
+  bool sweep_ = false;          // update()'s mode for batches of several changes
   std::int64_t work_ = 0;
 };
 
