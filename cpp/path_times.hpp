@@ -114,7 +114,7 @@ class PathTimes {
     for (std::size_t p = 0; p < n; ++p) duration_[p] = duration[node_[p]];
     for (std::size_t p = 0; p < n; ++p) head_[p] = start_of(p);
     for (std::size_t p = n; p-- > 0;) tail_[p] = duration_[p] + after(p);
-    for (const Index v : moved_) is_moved_[ix(position_[ix(v)])] = 0;
+    clear_moved();
     moved_.assign(node_.begin(), node_.end());
     for (std::size_t p = 0; p < n; ++p) is_moved_[p] = 1;
     work_ += 2 * (num_nodes_ + static_cast<Index>(succ_.size()));
@@ -124,8 +124,7 @@ class PathTimes {
   // in `changed` (already written). Afterwards moved() lists the nodes whose
   // head or tail changed (the changed nodes among them).
   void update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
-    for (const Index v : moved_) is_moved_[ix(position_[ix(v)])] = 0;
-    moved_.clear();
+    clear_moved();
     // A single change (a reclamation move) is always followed: its region
     // is usually small, and when it is not, following costs about two
     // sweeps, whereas sweeping after a large one would charge the next,
@@ -292,6 +291,17 @@ class PathTimes {
     for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k)
       longest = std::max(longest, tail_[ix(succ_[ix(k)])]);
     return longest;
+  }
+  // Empties moved(): one fill when it lists many nodes, else one store each.
+  void clear_moved() {
+    if (8 * moved_.size() > is_moved_.size()) {
+      std::fill(is_moved_.begin(), is_moved_.end(), 0);
+    } else {
+      char* flag = is_moved_.data();
+      const Index* position = position_.data();
+      for (const Index v : moved_) flag[position[v]] = 0;
+    }
+    moved_.clear();
   }
   void move(std::size_t p) {
     if (!is_moved_[p]) {
