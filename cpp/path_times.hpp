@@ -213,19 +213,24 @@ class PathTimes {
   // order: the changed nodes, then moved heads forward, then moved tails
   // backward.
   void sweep_update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
+    const auto n = ix(num_nodes_);
+    // Heads before the first changed position and tails after the last one
+    // cannot move: the passes start there.
+    std::size_t first = n, last = 0;
     for (const Index* it = changed_begin; it != changed_end; ++it) {
       const auto p = ix(position_[ix(*it)]);
       duration_[p] = duration[*it];
       move(p);
+      first = std::min(first, p);
+      last = std::max(last, p);
     }
-    const auto n = ix(num_nodes_);
-    for (std::size_t p = 0; p < n; ++p) {
+    for (std::size_t p = first; p < n; ++p) {
       const Value start = start_of(p);
       if (start == head_[p]) continue;
       head_[p] = start;
       move(p);
     }
-    for (std::size_t p = n; p-- > 0;) {
+    for (std::size_t p = std::min(last + 1, n); p-- > 0;) {
       const Value tail = duration_[p] + after(p);
       if (tail == tail_[p]) continue;
       tail_[p] = tail;
