@@ -47,8 +47,7 @@ Units makespan(const Dag& dag, const std::vector<Index>& group, Pick pick) {
 
 PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
                                    double unit_time_s, const SolverBudgets& budgets)
-    : dag_(dag),
-      budgets_(budgets),
+    : budgets_(budgets),
       groups_(quantise(table, unit_time_s)),
       group_(groups_of(pipeline)),
       duration_(ix(pipeline.size())),

@@ -62,7 +62,7 @@ class PhillipsDessouky {
  public:
   using Units = std::int64_t;
 
-  // Keeps references to the pipeline, dag and table. Throws
+  // Keeps a reference to the budgets; pipeline, dag and table are read here. Throws
   // std::invalid_argument if the unit is so coarse that every group has a
   // single duration.
   PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
@@ -121,7 +121,6 @@ class PhillipsDessouky {
   void apply_cut(Units units);
   void update_paths();
 
-  const Dag& dag_;
   const SolverBudgets& budgets_;
   std::vector<QuantisedGroup> groups_;
   std::vector<Index> group_;
