@@ -78,6 +78,14 @@ class DirtyPositions {
 template <typename Value>
 class PathTimes {
  public:
+  // update()'s hand-over between following and sweeping, as shares of the
+  // nodes moved by the last batch of several changes: sweep after more
+  // than 1/kSweepAbove, follow again after fewer than 1/kFollowBelow. On
+  // pipelines a cut or a new plan moves 90-99 % of the nodes and a
+  // reclamation move a few dozen, so the exact shares matter little; the
+  // gap between them keeps the mode from flapping.
+  static constexpr std::size_t kSweepAbove = 2, kFollowBelow = 4;
+
   explicit PathTimes(const Dag& dag)
       : num_nodes_(dag.num_nodes()),
         node_(dag.topological_order()),
@@ -129,15 +137,13 @@ class PathTimes {
     // is usually small, and when it is not, following costs about two
     // sweeps, whereas sweeping after a large one would charge the next,
     // usually small, move a whole pass. Batches of several changes (a cut,
-    // a new plan) sweep while most nodes move: sweep the next batch when
-    // more than half the nodes moved, follow again when fewer than a
-    // quarter did (the gap keeps the mode from flapping).
+    // a new plan) sweep while most nodes move (kSweepAbove, kFollowBelow).
     const bool single = changed_end - changed_begin == 1;
     const bool sweep = !single && sweep_;
     if (sweep) sweep_update(duration, changed_begin, changed_end);
     else follow_update(duration, changed_begin, changed_end);
     const std::size_t moved = moved_.size(), n = ix(num_nodes_);
-    if (!single) sweep_ = sweep ? 4 * moved >= n : 2 * moved > n;
+    if (!single) sweep_ = sweep ? kFollowBelow * moved >= n : kSweepAbove * moved > n;
     // Charged by what moved, so that the work (and the budgets spent in
     // it) does not depend on the mode.
     work_ += 1 + static_cast<std::int64_t>(moved);

@@ -18,11 +18,12 @@
 //      ones, which shortens the iteration at the least extra cost.
 // It stops when the cut is infinite: the shortest iteration is reached.
 //
-// Costs per step. The longest paths are updated for the computations that
-// changed only (LongestPaths). On pipelines nearly every computation is
-// critical and nearly every head or tail moves at every step, so the
-// critical set and the flow bounds are brought up to date by one sweep over
-// the topological order, not by following the moved nodes one by one.
+// Costs per step. On pipelines nearly every computation is critical and
+// nearly every head or tail moves at every step (measured: 3,640 of 4,096
+// critical at 16 x 128), so a step costs O(n): the longest paths are
+// updated by two straight passes from the first and last cut positions
+// (LongestPaths, which follows the moves instead when few move), and the
+// critical set and the flow bounds by one sweep over the topological order.
 // The flow lives on a network of the whole DAG whose non-critical arcs have
 // bounds [0, 0], and it persists from step to step (BoundedFlow): a step
 // changes the bounds of the arcs it touched, routes the imbalance this
