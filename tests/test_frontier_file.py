@@ -56,6 +56,34 @@ def test_version_2_is_readable_without_perseus(tmp_path, frontier):
     )
 
 
+def test_a_warning_about_a_stored_row_names_the_file_and_row(tmp_path):
+    # Stage 0's slowest forward row made 30x slower (a likely unit slip): no
+    # plan uses it (it is slower and costlier than its neighbours), so the
+    # file stays valid and only warns when it is read back.
+    with open(EXAMPLES / "small-4stage.csv") as file:
+        rows = [line.strip().split(",") for line in file][1:]
+    slowest = min(
+        (k for k, r in enumerate(rows) if r[0] == "0" and r[1] == "forward"),
+        key=lambda k: int(rows[k][2]),
+    )
+    rows[slowest][3] = repr(30 * float(rows[slowest][3]))
+    rows[slowest][4] = repr(2 * float(rows[slowest][4]))
+    with pytest.warns(perseus.ProfileWarning, match=r"records\[\d+\]: stage 0 forward"):
+        odd = Profile.from_records(rows, blocking_power_w=70.0)
+    path = tmp_path / "odd.json"
+    perseus.optimize(odd, microbatches=4).save(path)
+    stored = json.loads(path.read_text())["profile"]["rows"]
+    index = next(k for k, r in enumerate(stored) if r[3] == float(rows[slowest][3]))
+    with pytest.warns(perseus.ProfileWarning) as caught:
+        Frontier.load(path)
+    messages = [str(w.message) for w in caught]
+    assert any(
+        m.startswith(f"{path}: profile.rows[{index}]: stage 0 forward") and "unit slip" in m
+        for m in messages
+    ), messages
+    assert not any("records[" in m for m in messages), messages
+
+
 def test_round_trip_keeps_everything(tmp_path, frontier):
     frontier.save(tmp_path / "f.json")
     loaded = Frontier.load(tmp_path / "f.json")

@@ -128,8 +128,10 @@ def mutated_document(draw) -> bytes:
                     target[path[-1]] = (
                         type(old)(old * factor) if math.isfinite(old * factor) else old
                     )
-        except (KeyError, IndexError, TypeError):
-            pass  # an earlier change moved the structure; the case is still a mutation
+        except (KeyError, IndexError, TypeError, AttributeError):
+            # An earlier change moved the structure (or put a scalar where a
+            # list was, which has no append); the case is still a mutation.
+            pass
     return json.dumps(document).encode()
 
 

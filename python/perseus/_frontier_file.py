@@ -28,6 +28,7 @@ import math
 import numbers
 import os
 import stat
+import warnings
 from typing import Any, NoReturn, Optional
 
 import numpy as np
@@ -44,7 +45,7 @@ from .frontier import (
 )
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan
-from .profile import LIMITS, Profile
+from .profile import LIMITS, Profile, ProfileWarning
 from .schedule import SCHEDULES
 
 __all__ = ["decode", "encode"]
@@ -435,10 +436,23 @@ def decode(cls: type[Frontier], name: str, profile: Optional[Profile], max_bytes
             f"{name}: frontier format version {version!r} is not supported (this perseus reads "
             f"versions {', '.join(str(v) for v in READABLE_VERSIONS)})"
         )
-    try:
-        return _decode(cls, document, version, profile)
-    except _Malformed as error:
-        raise ValueError(f"{name}: malformed frontier file: {error}") from None
+    # Warnings about the stored profile's rows name them as the file holds
+    # them (profile.rows[i] of this file), not as Profile.from_records does.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            frontier = _decode(cls, document, version, profile)
+        except _Malformed as error:
+            raise ValueError(f"{name}: malformed frontier file: {error}") from None
+    for warning in caught:
+        if issubclass(warning.category, ProfileWarning):
+            text = str(warning.message).replace("records[", "profile.rows[", 1)
+            warnings.warn(f"{name}: {text}", ProfileWarning, stacklevel=3)
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+    return frontier
 
 
 def _no_constants(constant: str) -> NoReturn:

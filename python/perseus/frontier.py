@@ -421,6 +421,12 @@ class Frontier(Sequence[Plan]):
             names the file and the field (``plans[3].frequencies_mhz[17]``).
         OSError
             If it cannot be read.
+
+        Warns
+        -----
+        ProfileWarning
+            About a row of the stored profile (a likely unit slip), naming the
+            file and the row as ``profile.rows[i]``.
         """
         from ._frontier_file import decode
 
