@@ -518,7 +518,11 @@ def test_a_slow_callback_is_never_called_back_to_back(example_profile):
         time.sleep(0.02)
         calls.append((start, time.monotonic()))
 
-    perseus.optimize(example_profile, microbatches=32, progress=slow, progress_period_s=0.03)
+    # A solve of half a second or more (8 x 32 alone now takes under 0.1 s,
+    # too short for two reports), so that several reports come.
+    perseus.optimize(
+        example_profile, microbatches=64, unit_time_s=1e-4, progress=slow, progress_period_s=0.03
+    )
     assert len(calls) >= 2
     gaps = [b[0] - a[1] for a, b in zip(calls, calls[1:])]
     assert min(gaps) >= 0.03 - 1e-3
@@ -532,15 +536,21 @@ phase = sys.argv[2]
 state = {}
 def interrupt():
     state["at"] = time.monotonic()
+    state["in"] = state["phase"]  # the phase the signal lands in
     os.kill(os.getpid(), signal.SIGINT)  # a real signal, while the core computes
 def progress(report):
+    state["phase"] = report.phase
     if report.phase == phase and "timer" not in state:
         state["timer"] = threading.Timer(0.02, interrupt)
         state["timer"].start()
 try:
-    perseus.optimize(profile, microbatches=48, progress=progress, progress_period_s=0.0)
+    # Every phase of this solve lasts 0.2 s or more on 2 cores, well over
+    # the 0.02 s the timer waits (at 8 x 48 and 1 ms, some last 0.01 s).
+    perseus.optimize(
+        profile, microbatches=128, unit_time_s=1e-4, progress=progress, progress_period_s=0.0
+    )
 except KeyboardInterrupt:
-    print(f"interrupted {time.monotonic() - state['at']:.3f}")
+    print(f"interrupted {time.monotonic() - state['at']:.3f} in {state['in']}")
     sys.exit(0)
 print("finished")
 """
@@ -558,6 +568,7 @@ def test_sigint_stops_every_phase_quickly(tmp_path, phase):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("interrupted"), done.stdout
+    assert done.stdout.split(" in ", 1)[1].strip() == phase, done.stdout
     assert "Traceback" not in done.stderr
     # Ctrl-C is polled every 50 ms in every phase; allow for a loaded machine.
     assert float(done.stdout.split()[1]) < 1.0
