@@ -159,6 +159,35 @@ py::array_t<T> copy_of(const std::vector<T>& values) {
   return to_numpy(std::vector<T>(values));
 }
 
+// values[first_option[i] + choice] for every plan and computation i: the
+// plans' clocks without the int64 temporaries a numpy gather of a large
+// frontier makes (at 16 x 128 those cost more than the local search).
+py::array_t<std::int32_t> choice_values(const FrontierResult& r,
+                                        const CArray<std::int32_t>& first_option,
+                                        const CArray<std::int32_t>& values) {
+  const auto n = ix(r.num_computations);
+  if (first_option.ndim() != 1 || ix(first_option.size()) != n)
+    throw std::invalid_argument("first_option must have one entry per computation (" +
+                                std::to_string(n) + ")");
+  if (values.ndim() != 1) throw std::invalid_argument("values must be 1-D");
+  const std::int32_t* first = first_option.data();
+  const std::int32_t* value = values.data();
+  const auto count = static_cast<std::int64_t>(values.size());
+  std::vector<std::int32_t> out(r.choices.size());
+  {
+    py::gil_scoped_release release;
+    for (std::size_t k = 0; k < r.choices.size(); ++k) {
+      const std::int64_t at = std::int64_t{first[k % n]} + r.choices[k];
+      if (first[k % n] < 0 || at >= count)
+        throw std::out_of_range("choice_values: computation " + std::to_string(k % n) +
+                                " indexes option " + std::to_string(at) + " of " +
+                                std::to_string(count));
+      out[k] = value[at];
+    }
+  }
+  return to_numpy(std::move(out), {r.num_plans(), r.num_computations});
+}
+
 }  // namespace
 
 void register_problem(py::module_& m) {
@@ -211,6 +240,8 @@ void register_problem(py::module_& m) {
                              [](const FrontierResult& r) { return r.baseline.iteration_time_s; })
       .def_property_readonly("baseline_energy_j",
                              [](const FrontierResult& r) { return r.baseline.energy_j; })
+      .def("choice_values", &choice_values, "first_option"_a, "values"_a,
+           "values[first_option[i] + choice] per plan and computation i, as int32 (plans, n).")
       .def_readonly("steps", &FrontierResult::steps)
       .def_readonly("cuts", &FrontierResult::cuts)
       .def_readonly("unit_time_s", &FrontierResult::unit_time_s)

@@ -322,6 +322,30 @@ def scrambled_plan(spec, seed=0):
     return Plan(spec, mhz, 1.0, 100.0)
 
 
+def test_core_choice_values_gathers_each_plans_clocks_and_checks_its_indices(profile):
+    # optimize() maps the core's option indices to clocks in the core; the
+    # same gather done by numpy, on the raw solve, must agree entry by entry.
+    from perseus.optimize import _setup, _spec
+
+    spec = _spec(profile, 4, "1f1b", 1)
+    problem, table, pipeline = _setup(profile, spec)
+    result = problem.solve(1e-3, True, perseus.SolverBudgets())
+    first = table.offsets[pipeline.group].astype(np.int32)
+    values = table.frequency_mhz.astype(np.int32)
+    got = result.choice_values(first, values)
+    expected = values[first.astype(np.int64) + result.choices.astype(np.int64)]
+    assert got.dtype == np.int32 and got.shape == result.choices.shape
+    assert np.array_equal(got, expected)
+    with pytest.raises(ValueError, match="one entry per computation"):
+        result.choice_values(first[:-1], values)
+    with pytest.raises(IndexError, match="indexes option"):
+        result.choice_values(first, values[:1])
+    negative = first.copy()
+    negative[0] = -1
+    with pytest.raises(IndexError, match="computation 0"):
+        result.choice_values(negative, values)
+
+
 @pytest.mark.parametrize("which", ["1f1b", "interleaved"])
 def test_frequency_lookup_agrees_with_frequencies(frontier, interleaved, which):
     spec = (frontier if which == "1f1b" else interleaved).spec

@@ -301,11 +301,10 @@ def optimize(
     finally:
         if bar is not None:
             bar.close(completed=sys.exc_info()[0] is None)  # no "done" after Ctrl-C
-    group = pipeline.group.astype(np.int64)
-    frequencies = table.frequency_mhz[table.offsets[group] + result.choices.astype(np.int64)]
+    first_option = table.offsets[pipeline.group].astype(np.int32)
+    frequencies = result.choice_values(first_option, table.frequency_mhz.astype(np.int32))
     # Every entry is a clock the profile measured (and checked when it was
     # read): each plan gets a read-only row of one matrix, not a checked copy.
-    frequencies = frequencies.astype(np.int32)
     frequencies.setflags(write=False)
     plans = [
         Plan._from_solver(spec, frequencies[k], t, e, eb, profile.blocking_power_w, profile)
