@@ -35,15 +35,21 @@ void BoundedFlow::finalize() {
   for (std::size_t v = 0; v < n; ++v) adj_offset_[v + 1] += adj_offset_[v];
   adj_.resize(2 * tail_.size());
   adj_to_.resize(2 * tail_.size());
+  adj_from_.resize(2 * tail_.size());
+  slot_of_.resize(2 * tail_.size());
   next_arc_.assign(adj_offset_.begin(), adj_offset_.end() - 1);  // fill cursors
   for (std::size_t a = 0; a < tail_.size(); ++a) {
     const auto forward = ix(next_arc_[ix(tail_[a])]++), reverse = ix(next_arc_[ix(head_[a])]++);
     adj_[forward] = static_cast<Index>(2 * a);
     adj_to_[forward] = head_[a];
+    adj_from_[forward] = tail_[a];
+    slot_of_[2 * a] = static_cast<Index>(forward);
     adj_[reverse] = static_cast<Index>(2 * a + 1);
     adj_to_[reverse] = tail_[a];
+    adj_from_[reverse] = head_[a];
+    slot_of_[2 * a + 1] = static_cast<Index>(reverse);
   }
-  residual_.resize(2 * tail_.size());
+  slot_residual_.resize(2 * tail_.size());
   for (std::size_t a = 0; a < tail_.size(); ++a) refresh_residuals(a);
   imbalance_.assign(n, 0.0);
   is_imbalanced_.assign(n, 0);
@@ -56,11 +62,12 @@ void BoundedFlow::finalize() {
 }
 
 void BoundedFlow::refresh_residuals(std::size_t a) {
-  residual_[2 * a] = upper_[a] - flow_[a];
-  residual_[2 * a + 1] = flow_[a] - lower_[a];
+  slot_residual_[ix(slot_of_[2 * a])] = upper_[a] - flow_[a];
+  slot_residual_[ix(slot_of_[2 * a + 1])] = flow_[a] - lower_[a];
 }
 
-void BoundedFlow::push(Index h, double amount) {
+void BoundedFlow::push_slot(Index slot, double amount) {
+  const Index h = adj_[ix(slot)];
   const auto a = ix(h >> 1);
   flow_[a] += (h & 1) == 0 ? amount : -amount;
   refresh_residuals(a);
@@ -125,7 +132,7 @@ void BoundedFlow::levels_from(std::size_t count, Index target, Usable usable) {
     if (u == target) break;
     for (Index k = adj_offset_[ix(u)]; k < adj_offset_[ix(u) + 1]; ++k) {
       const Index v = adj_to_[ix(k)];
-      if (stamp_[ix(v)] == epoch_ || !usable(residual_[ix(adj_[ix(k)])])) continue;
+      if (stamp_[ix(v)] == epoch_ || !usable(slot_residual_[ix(k)])) continue;
       stamp_[ix(v)] = epoch_;
       level_[ix(v)] = level_[ix(u)] + 1;
       next_arc_[ix(v)] = adj_offset_[ix(v)];
@@ -140,18 +147,18 @@ double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, doub
   auto on_level = [&](Index v) { return stamp_[ix(v)] == epoch_ && level_[ix(v)] >= 0; };
   auto is_target = [&](Index v) { return to_deficits ? imbalance_[ix(v)] < -tolerance : v == sink; };
   double total = 0.0;
-  std::size_t depth = 0;  // path_[0 .. depth) are half-arcs from `from`
+  std::size_t depth = 0;  // path_[0 .. depth) are the slots of a path from `from`
   Index u = from;
   while (total < limit) {
     if (depth > 0 && is_target(u)) {
       double amount = limit - total;
-      for (std::size_t i = 0; i < depth; ++i) amount = std::min(amount, residual(path_[i]));
+      for (std::size_t i = 0; i < depth; ++i) amount = std::min(amount, slot_residual_[ix(path_[i])]);
       if (to_deficits) amount = std::min(amount, -imbalance_[ix(u)]);
       if (amount == kInfinity) throw std::logic_error("BoundedFlow: infinite augmenting path");
       std::size_t retreat = depth;
       for (std::size_t i = 0; i < depth; ++i) {
-        push(path_[i], amount);
-        if (residual(path_[i]) <= tolerance && retreat == depth) retreat = i;
+        push_slot(path_[i], amount);
+        if (slot_residual_[ix(path_[i])] <= tolerance && retreat == depth) retreat = i;
       }
       if (to_deficits) {
         imbalance_[ix(from)] -= amount;
@@ -161,18 +168,15 @@ double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, doub
       work_ += static_cast<std::int64_t>(depth);
       if (retreat == depth) retreat = 0;  // the target was filled, or rounding: restart
       depth = retreat;
-      u = depth == 0
-              ? from
-              : ((path_[depth] & 1) == 0 ? tail_[ix(path_[depth] >> 1)] : head_[ix(path_[depth] >> 1)]);
+      u = depth == 0 ? from : adj_from_[ix(path_[depth])];
       continue;
     }
     bool advanced = false;
     for (Index& k = next_arc_[ix(u)]; k < adj_offset_[ix(u) + 1]; ++k) {
-      const Index h = adj_[ix(k)];
       const Index v = adj_to_[ix(k)];
       ++work_;
-      if (on_level(v) && level_[ix(v)] == level_[ix(u)] + 1 && residual(h) > tolerance) {
-        path_[depth++] = h;
+      if (on_level(v) && level_[ix(v)] == level_[ix(u)] + 1 && slot_residual_[ix(k)] > tolerance) {
+        path_[depth++] = k;
         u = v;
         advanced = true;
         break;
@@ -183,8 +187,7 @@ double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, doub
     level_[ix(u)] = -1;
     if (depth == 0) break;
     --depth;
-    const Index h = path_[depth];
-    u = (h & 1) == 0 ? tail_[ix(h >> 1)] : head_[ix(h >> 1)];
+    u = adj_from_[ix(path_[depth])];
     ++next_arc_[ix(u)];
   }
   return total;

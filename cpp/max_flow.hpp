@@ -65,11 +65,12 @@ class BoundedFlow {
   std::int64_t work() const { return work_; }
 
  private:
-  // Residual of a half-arc (even id: forward, odd: its reverse), kept per
-  // half-arc so that a search reads one array, not three.
-  double residual(Index arc_or_reverse) const { return residual_[ix(arc_or_reverse)]; }
+  // Half-arcs (even id: an arc forward, odd: its reverse) are listed per
+  // node in adjacency slots, and a search reads a slot's residual and the
+  // node it leads to from two arrays walked front to back; residuals are
+  // kept per slot for that reason, and a push writes both of an arc's slots.
   void refresh_residuals(std::size_t arc);
-  void push(Index arc_or_reverse, double amount);
+  void push_slot(Index slot, double amount);
   void book(Index node, double amount);  // imbalance: + surplus, - deficit
   // Breadth-first levels from the nodes in queue_[0..count) over residuals
   // `usable` says yes to; stops early once `target` (if >= 0) is reached.
@@ -81,13 +82,14 @@ class BoundedFlow {
   Index num_nodes_ = 0;
   std::vector<Index> tail_, head_;            // per arc (even ids; the reverse is id + 1)
   std::vector<double> lower_, upper_, flow_;  // per arc, indexed by id / 2
-  std::vector<Index> adj_offset_, adj_;       // CSR: arc ids (forward or reverse) leaving each node
-  std::vector<Index> adj_to_;                 // ... and the node each leads to
-  std::vector<double> residual_;              // per half-arc id
+  std::vector<Index> adj_offset_, adj_;       // CSR: half-arc ids leaving each node, per slot
+  std::vector<Index> adj_to_, adj_from_;      // per slot: the node it leads to, and from
+  std::vector<double> slot_residual_;         // per slot: its half-arc's residual
+  std::vector<Index> slot_of_;                // per half-arc id: its slot
   std::vector<double> imbalance_;
   std::vector<Index> imbalanced_;  // nodes with a booked imbalance
   std::vector<char> is_imbalanced_;
-  std::vector<Index> level_, next_arc_, queue_, path_;
+  std::vector<Index> level_, next_arc_, queue_, path_;  // path_: slots
   std::vector<std::uint32_t> stamp_;
   std::uint32_t epoch_ = 0;
   std::int64_t work_ = 0;
