@@ -58,6 +58,7 @@ void BoundedFlow::finalize() {
   queue_.resize(n);
   path_.resize(n);
   stamp_.assign(n, 0);
+  reaches_sink_.assign(n, 0);
   epoch_ = 0;
 }
 
@@ -115,9 +116,10 @@ void BoundedFlow::clear_flows() {
 }
 
 template <typename Usable>
-void BoundedFlow::levels_from(std::size_t count, Index target, Usable usable) {
+std::size_t BoundedFlow::levels_from(std::size_t count, Index target, Usable usable) {
   if (++epoch_ == 0) {  // the stamps wrapped: start them over
     std::fill(stamp_.begin(), stamp_.end(), 0);
+    std::fill(reaches_sink_.begin(), reaches_sink_.end(), 0);
     epoch_ = 1;
   }
   for (std::size_t k = 0; k < count; ++k) {
@@ -140,6 +142,30 @@ void BoundedFlow::levels_from(std::size_t count, Index target, Usable usable) {
     }
     work_ += adj_offset_[ix(u) + 1] - adj_offset_[ix(u)];
   }
+  return tail;
+}
+
+void BoundedFlow::keep_paths_to(Index sink, std::size_t reached, double tolerance) {
+  // Backwards from the sink over level-graph arcs (level up by one, residual
+  // left); path_ is free until the blocking flow starts, and serves as the queue.
+  reaches_sink_[ix(sink)] = epoch_;
+  path_[0] = sink;
+  std::size_t head = 0, tail = 1;
+  while (head < tail) {
+    const Index v = path_[head++];
+    const Index below = level_[ix(v)] - 1;
+    for (Index k = adj_offset_[ix(v)]; k < adj_offset_[ix(v) + 1]; ++k) {
+      const Index w = adj_to_[ix(k)];
+      // The arc w -> v is the partner of v's half-arc to w.
+      if (stamp_[ix(w)] != epoch_ || level_[ix(w)] != below || reaches_sink_[ix(w)] == epoch_) continue;
+      if (slot_residual_[ix(slot_of_[ix(adj_[ix(k)] ^ 1)])] <= tolerance) continue;
+      reaches_sink_[ix(w)] = epoch_;
+      path_[tail++] = w;
+    }
+    work_ += adj_offset_[ix(v) + 1] - adj_offset_[ix(v)];
+  }
+  for (std::size_t k = 0; k < reached; ++k)
+    if (reaches_sink_[ix(queue_[k])] != epoch_) level_[ix(queue_[k])] = -1;
 }
 
 double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, double limit,
@@ -229,8 +255,9 @@ double BoundedFlow::augment(Index source, Index sink, Index frozen, double toler
   double total = 0.0;
   while (true) {
     queue_[0] = source;
-    levels_from(1, sink, [tolerance](double r) { return r > tolerance; });
+    const std::size_t reached = levels_from(1, sink, [tolerance](double r) { return r > tolerance; });
     if (stamp_[ix(sink)] != epoch_) break;
+    keep_paths_to(sink, reached, tolerance);
     total += blocking_flow(source, sink, false, kInfinity, tolerance);
   }
   // The return arc carries it back, so the flow stays a circulation; it stays

@@ -10,8 +10,10 @@
 // difference as an imbalance at its two ends; restore_balance() routes the
 // imbalances through the residual network (Dinic from all surplus nodes to
 // all deficit nodes at once, so no super source with an arc to every node);
-// augment() then adds flow from source to sink. A step that changes k arcs
-// costs a few searches over the region they reach, not a solve from zero.
+// augment() then adds flow from source to sink (Dinic; before each blocking
+// flow, the level graph is cut down to the nodes that lead to the sink). A
+// step that changes k arcs costs a few searches over the region they reach,
+// not a solve from zero.
 //
 // Arcs have bounds lower <= flow <= upper; upper may be +infinity (a real
 // infinity, never a stand-in big number); an arc with bounds [0, 0] is
@@ -74,8 +76,15 @@ class BoundedFlow {
   void book(Index node, double amount);  // imbalance: + surplus, - deficit
   // Breadth-first levels from the nodes in queue_[0..count) over residuals
   // `usable` says yes to; stops early once `target` (if >= 0) is reached.
+  // Returns how many nodes it reached (they are queue_[0..returned)).
   template <typename Usable>
-  void levels_from(std::size_t count, Index target, Usable usable);
+  std::size_t levels_from(std::size_t count, Index target, Usable usable);
+  // Takes out of the level graph every node among queue_[0..reached) that
+  // has no path to `sink` in it. Searching from the source, levels stop at
+  // the sink's, and on pipelines most of what they reach (thousands of
+  // nodes) leads nowhere: without this the blocking flow's search walks all
+  // of it before it finds the one or two paths there are.
+  void keep_paths_to(Index sink, std::size_t reached, double tolerance);
   // One blocking flow of the current level graph from `from`, at most `limit`.
   double blocking_flow(Index from, Index sink, bool to_deficits, double limit, double tolerance);
 
@@ -90,7 +99,7 @@ class BoundedFlow {
   std::vector<Index> imbalanced_;  // nodes with a booked imbalance
   std::vector<char> is_imbalanced_;
   std::vector<Index> level_, next_arc_, queue_, path_;  // path_: slots
-  std::vector<std::uint32_t> stamp_;
+  std::vector<std::uint32_t> stamp_, reaches_sink_;     // reaches_sink_: epoch when it does
   std::uint32_t epoch_ = 0;
   std::int64_t work_ = 0;
 };
