@@ -174,6 +174,13 @@ class PathTimes {
   Index predecessors_begin(std::size_t p) const { return pred_offset_[p]; }
   Index predecessors_end(std::size_t p) const { return pred_offset_[p + 1]; }
   const std::vector<Index>& successor_positions() const { return succ_; }
+  // The same arrays as raw pointers, for sweeps that store flags as they go
+  // (a char store may alias a vector's insides, so the accessors above
+  // reload them after each one).
+  const Value* heads_by_position() const { return head_.data(); }
+  const Value* tails_by_position() const { return tail_.data(); }
+  const Value* durations_by_position() const { return duration_.data(); }
+  const Index* successor_offsets() const { return succ_offset_.data(); }  // n + 1 entries
   // Effort so far, machine-independent: a reset() costs two passes over
   // nodes and edges, an update() one unit plus the nodes it moved.
   std::int64_t work() const { return work_; }

@@ -124,23 +124,34 @@ void PhillipsDessouky::set_dependency(std::size_t edge, bool tight) {
 
 void PhillipsDessouky::sync_network() {
   const PathTimes<Units>& times = paths_.times();
-  const std::vector<Index>& successor = times.successor_positions();
+  // Raw pointers: the flags stored below are chars, which may alias the
+  // vectors' insides and would make every accessor reload them.
+  const Units* head = times.heads_by_position();
+  const Units* tail = times.tails_by_position();
+  const Units* duration = times.durations_by_position();
+  const Index* first_successor = times.successor_offsets();
+  const Index* successor = times.successor_positions().data();
+  char* is_critical = is_critical_.data();
+  char* arcs_open = arcs_open_.data();
+  char* dep_tight = dep_tight_.data();
+  Units* bounds_duration = bounds_duration_.data();
   const Units T = paths_.makespan();
   const std::size_t n = duration_.size();
-  for (std::size_t p = 0; p < n; ++p) is_critical_[p] = times.head_at(p) + times.tail_at(p) == T;
+  for (std::size_t p = 0; p < n; ++p) is_critical[p] = head[p] + tail[p] == T;
   critical_.clear();
+  std::int64_t visited = 0;
   for (std::size_t p = 0; p < n; ++p) {
-    const bool critical = is_critical_[p] != 0;
-    const bool was = arcs_open_[p] != 0;
+    const bool critical = is_critical[p] != 0;
+    const bool was = arcs_open[p] != 0;
     // Off the critical subgraph now and at the last sync: its work arc and
     // its outgoing dependencies (which need both ends critical) are closed.
     if (!critical && !was) continue;
-    arcs_open_[p] = critical;
-    const Units d = times.duration_at(p);
+    arcs_open[p] = critical;
+    const Units d = duration[p];
     if (critical) {
       critical_.push_back(static_cast<Index>(p));
-      if (!was || bounds_duration_[p] != d) {
-        bounds_duration_[p] = d;
+      if (!was || bounds_duration[p] != d) {
+        bounds_duration[p] = d;
         // Lower: the refund for lengthening by one unit; upper: the cost of
         // shortening by one (infinite at the shortest duration).
         const QuantisedGroup& q = quant(times.node_at(p));
@@ -157,14 +168,16 @@ void PhillipsDessouky::sync_network() {
       if (sink_arc_[p] >= 0) flow_.set_bounds(sink_arc_[p], 0.0, open);
     }
     // A dependency p -> s is critical when both ends are and s starts as p ends.
-    const Units finish = times.head_at(p) + d;
-    for (Index k = times.successors_begin(p); k < times.successors_end(p); ++k) {
+    const Units finish = head[p] + d;
+    const Index begin = first_successor[p], end = first_successor[p + 1];
+    for (Index k = begin; k < end; ++k) {
       const auto s = ix(successor[ix(k)]);
-      set_dependency(ix(k), critical && is_critical_[s] != 0 && finish == times.head_at(s));
+      const bool tight = critical && is_critical[s] != 0 && finish == head[s];
+      if ((dep_tight[ix(k)] != 0) != tight) set_dependency(ix(k), tight);
     }
-    work_ += 1 + (times.successors_end(p) - times.successors_begin(p));
+    visited += 1 + (end - begin);
   }
-  work_ += static_cast<std::int64_t>(n);
+  work_ += visited + static_cast<std::int64_t>(n);
 }
 
 StepStatus PhillipsDessouky::step() {
