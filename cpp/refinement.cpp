@@ -33,7 +33,10 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
   PhillipsDessouky::Cursor cursor;
   steps.first_plan(durations, cursor);
   previous = durations;
-  std::vector<OptionIndex> mapped(ix(n));  // the step's durations, slowest option that fits
+  // The step's durations, slowest option that fits; brought up to date for
+  // the computations in `since` only when a candidate is due (a run of
+  // units changes the same computations every unit).
+  std::vector<OptionIndex> mapped(ix(n));
   for (Index i = 0; i < n; ++i) mapped[ix(i)] = steps.option_for(i, durations[ix(i)]);
   std::vector<Index> changed, since;  // since: changed since the last candidate
   changed.reserve(ix(n));
@@ -56,7 +59,6 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
       for (const Index i : changed) {
         model_j += steps.model_cost(i, durations[ix(i)]) - steps.model_cost(i, previous[ix(i)]);
         previous[ix(i)] = durations[ix(i)];
-        mapped[ix(i)] = steps.option_for(i, durations[ix(i)]);
         if (!listed[ix(i)]) {
           listed[ix(i)] = 1;
           since.push_back(i);
@@ -74,6 +76,7 @@ void collect_chain(const PhillipsDessouky& steps, Chain chain, double unit_time_
       last_value = value;
       last_unit = u;
       tick(std::min(u, expected), expected);
+      for (const Index i : since) mapped[ix(i)] = steps.option_for(i, durations[ix(i)]);
       if (!started) {
         for (const Index i : since) listed[ix(i)] = 0;
         since.clear();
