@@ -223,13 +223,19 @@ StepStatus PhillipsDessouky::step() {
   // most one per unit). After a run that overshoots by e units, a path that
   // no cut computation lies on became too long: it had e units too little
   // float, so run - e is the next guess; if that fails too, halve.
+  // A shorter guess is applied as the difference from the last one: one
+  // update of the times instead of an undo and a redo.
   run = std::max<Units>(run, 1);
+  Units applied = 0;
   while (true) {
-    apply_cut(run);
+    apply_cut(run - applied);
+    applied = run;
     const Units excess = paths_.makespan() - (T - run);
     if (excess == 0) break;
-    apply_cut(-run);
-    if (run == 1) break;
+    if (run == 1) {
+      apply_cut(-run);
+      break;
+    }
     run = excess < run ? run - excess : run / 2;
   }
   if (paths_.makespan() != T - run) {
