@@ -173,17 +173,24 @@ py::array_t<std::int32_t> choice_values(const FrontierResult& r,
   const std::int32_t* first = first_option.data();
   const std::int32_t* value = values.data();
   const auto count = static_cast<std::int64_t>(values.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (first[i] < 0)
+      throw std::out_of_range("choice_values: computation " + std::to_string(i) +
+                              " has a negative first option (" + std::to_string(first[i]) + ")");
   std::vector<std::int32_t> out(r.choices.size());
   {
     py::gil_scoped_release release;
-    for (std::size_t k = 0; k < r.choices.size(); ++k) {
-      const std::int64_t at = std::int64_t{first[k % n]} + r.choices[k];
-      if (first[k % n] < 0 || at >= count)
-        throw std::out_of_range("choice_values: computation " + std::to_string(k % n) +
-                                " indexes option " + std::to_string(at) + " of " +
-                                std::to_string(count));
-      out[k] = value[at];
-    }
+    const OptionIndex* choice = r.choices.data();
+    std::int32_t* row = out.data();
+    for (std::size_t k = 0; n > 0 && k < r.choices.size(); k += n, choice += n, row += n)
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::int64_t at = std::int64_t{first[i]} + choice[i];
+        if (at >= count)
+          throw std::out_of_range("choice_values: computation " + std::to_string(i) +
+                                  " indexes option " + std::to_string(at) + " of " +
+                                  std::to_string(count));
+        row[i] = value[at];
+      }
   }
   return to_numpy(std::move(out), {r.num_plans(), r.num_computations});
 }
