@@ -45,23 +45,47 @@ class DirtyPositions {
     lo_ = std::min(lo_, word);
     hi_ = std::max(hi_, word);
   }
+  // What a pass marks as it goes, held in locals: the visits store chars
+  // (flags), which may alias any member, and would make every mark reload
+  // and store the range through `this`.
+  class Marker {
+   public:
+    void mark(std::size_t position) {
+      const std::size_t word = position >> 6;
+      bits_[word] |= std::uint64_t{1} << (position & 63);
+      lo_ = std::min(lo_, word);
+      hi_ = std::max(hi_, word);
+    }
+
+   private:
+    friend class DirtyPositions;
+    Marker(std::uint64_t* bits, std::size_t lo, std::size_t hi) : bits_(bits), lo_(lo), hi_(hi) {}
+    std::uint64_t* bits_;
+    std::size_t lo_, hi_;
+  };
+  // visit(position, marker) for every marked position in increasing order;
+  // a visit may mark later positions through the marker.
   template <typename Visit>
   void drain_forward(Visit visit) {
-    for (std::size_t word = lo_; word <= hi_ && word < bits_.size(); ++word)
-      while (bits_[word] != 0) {
-        const auto bit = static_cast<std::size_t>(__builtin_ctzll(bits_[word]));
-        bits_[word] &= bits_[word] - 1;
-        visit((word << 6) + bit);
+    Marker marker(bits_.data(), lo_, hi_);
+    const std::size_t words = bits_.size();
+    for (std::size_t word = marker.lo_; word <= marker.hi_ && word < words; ++word)
+      while (marker.bits_[word] != 0) {
+        const auto bit = static_cast<std::size_t>(__builtin_ctzll(marker.bits_[word]));
+        marker.bits_[word] &= marker.bits_[word] - 1;
+        visit((word << 6) + bit, marker);
       }
     clear_range();
   }
+  // The same in decreasing order; a visit may mark earlier positions.
   template <typename Visit>
   void drain_backward(Visit visit) {
-    for (std::size_t word = std::min(hi_ + 1, bits_.size()); word-- > lo_;)
-      while (bits_[word] != 0) {
-        const auto bit = static_cast<std::size_t>(63 - __builtin_clzll(bits_[word]));
-        bits_[word] &= ~(std::uint64_t{1} << bit);
-        visit((word << 6) + bit);
+    Marker marker(bits_.data(), lo_, hi_);
+    for (std::size_t word = std::min(marker.hi_ + 1, bits_.size()); word-- > marker.lo_;)
+      while (marker.bits_[word] != 0) {
+        const auto bit = static_cast<std::size_t>(63 - __builtin_clzll(marker.bits_[word]));
+        marker.bits_[word] &= ~(std::uint64_t{1} << bit);
+        visit((word << 6) + bit, marker);
       }
     clear_range();
   }
@@ -97,8 +121,7 @@ class PathTimes {
         duration_(ix(dag.num_nodes()), Value{}),
         dirty_head_(ix(dag.num_nodes())),
         dirty_tail_(ix(dag.num_nodes())),
-        is_moved_(ix(dag.num_nodes()), 0),
-        grew_(ix(dag.num_nodes()), 0) {
+        moved_stamp_(ix(dag.num_nodes()), 0) {
     const auto n = ix(num_nodes_);
     for (std::size_t k = 0; k < n; ++k) position_[ix(node_[k])] = static_cast<Index>(k);
     pred_.reserve(ix(dag.num_edges()));
@@ -124,7 +147,7 @@ class PathTimes {
     for (std::size_t p = n; p-- > 0;) tail_[p] = duration_[p] + after(p);
     clear_moved();
     moved_.assign(node_.begin(), node_.end());
-    for (std::size_t p = 0; p < n; ++p) is_moved_[p] = 1;
+    std::fill(moved_stamp_.begin(), moved_stamp_.end(), moved_epoch_);
     work_ += 2 * (num_nodes_ + static_cast<Index>(succ_.size()));
   }
 
@@ -195,28 +218,43 @@ class PathTimes {
       update_slower(duration, changed_begin, changed_end);
       return;
     }
+    const Index* position = position_.data();
+    const Index* succ_offset = succ_offset_.data();
+    const Index* succ = succ_.data();
+    const Index* pred_offset = pred_offset_.data();
+    const Index* pred = pred_.data();
+    Value* head = head_.data();
+    Value* tail = tail_.data();
+    Value* own = duration_.data();
     for (const Index* it = changed_begin; it != changed_end; ++it) {
-      const auto p = ix(position_[ix(*it)]);
-      duration_[p] = duration[*it];
+      const auto p = ix(position[ix(*it)]);
+      own[p] = duration[*it];
       move(p);  // its tail includes its own duration
       dirty_tail_.mark(p);
-      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty_head_.mark(ix(succ_[ix(k)]));
+      for (Index k = succ_offset[p]; k < succ_offset[p + 1]; ++k) dirty_head_.mark(ix(succ[ix(k)]));
     }
     // Heads, forward: a node whose head moved dirties its successors.
-    dirty_head_.drain_forward([&](std::size_t p) {
-      const Value start = start_of(p);
-      if (start == head_[p]) return;
-      head_[p] = start;
+    dirty_head_.drain_forward([&](std::size_t p, DirtyPositions::Marker& dirty) {
+      Value start{};
+      for (Index k = pred_offset[p]; k < pred_offset[p + 1]; ++k) {
+        const auto q = ix(pred[ix(k)]);
+        start = std::max(start, head[q] + own[q]);
+      }
+      if (start == head[p]) return;
+      head[p] = start;
       move(p);
-      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty_head_.mark(ix(succ_[ix(k)]));
+      for (Index k = succ_offset[p]; k < succ_offset[p + 1]; ++k) dirty.mark(ix(succ[ix(k)]));
     });
     // Tails, backward: a node whose tail moved dirties its predecessors.
-    dirty_tail_.drain_backward([&](std::size_t p) {
-      const Value tail = duration_[p] + after(p);
-      if (tail == tail_[p]) return;
-      tail_[p] = tail;
+    dirty_tail_.drain_backward([&](std::size_t p, DirtyPositions::Marker& dirty) {
+      Value longest{};
+      for (Index k = succ_offset[p]; k < succ_offset[p + 1]; ++k)
+        longest = std::max(longest, tail[ix(succ[ix(k)])]);
+      const Value t = own[p] + longest;
+      if (t == tail[p]) return;
+      tail[p] = t;
       move(p);
-      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) dirty_tail_.mark(ix(pred_[ix(k)]));
+      for (Index k = pred_offset[p]; k < pred_offset[p + 1]; ++k) dirty.mark(ix(pred[ix(k)]));
     });
   }
   // update() by sweeping: every head forward, every tail backward, in two
@@ -257,40 +295,43 @@ class PathTimes {
   // means "push my finish on", in dirty_tail_ "push my tail back"; the
   // result equals update()'s, which is the same maximum taken in another order.
   void update_slower(const Value* duration, const Index* changed_begin, const Index* changed_end) {
+    // Raw pointers in locals, so that the stores below (times, marks) need
+    // not make the compiler reload them.
+    const Index* position = position_.data();
+    const Index* succ_offset = succ_offset_.data();
+    const Index* succ = succ_.data();
+    const Index* pred_offset = pred_offset_.data();
+    const Index* pred = pred_.data();
+    Value* head = head_.data();
+    Value* tail = tail_.data();
+    Value* own = duration_.data();
     for (const Index* it = changed_begin; it != changed_end; ++it) {
-      const auto p = ix(position_[ix(*it)]);
-      duration_[p] = duration[*it];
-      tail_[p] = duration_[p] + after(p);  // its successors' tails may still grow it below
+      const auto p = ix(position[ix(*it)]);
+      own[p] = duration[*it];
+      tail[p] = own[p] + after(p);  // its successors' tails may still grow it below
       move(p);
       dirty_head_.mark(p);
       dirty_tail_.mark(p);
     }
-    dirty_head_.drain_forward([&](std::size_t p) {
-      if (grew_[p]) {  // listed when it comes up, in the order update() lists it
-        grew_[p] = 0;
-        move(p);
-      }
-      const Value finish = head_[p] + duration_[p];
-      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) {
-        const auto s = ix(succ_[ix(k)]);
-        if (finish <= head_[s]) continue;
-        head_[s] = finish;
-        grew_[s] = 1;
-        dirty_head_.mark(s);
+    dirty_head_.drain_forward([&](std::size_t p, DirtyPositions::Marker& dirty) {
+      move(p);  // a changed node is listed already; a raised one is listed when it comes up
+      const Value finish = head[p] + own[p];
+      for (Index k = succ_offset[p]; k < succ_offset[p + 1]; ++k) {
+        const auto s = ix(succ[ix(k)]);
+        if (finish <= head[s]) continue;
+        head[s] = finish;
+        dirty.mark(s);
       }
     });
-    dirty_tail_.drain_backward([&](std::size_t p) {
-      if (grew_[p]) {
-        grew_[p] = 0;
-        move(p);
-      }
-      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
-        const auto q = ix(pred_[ix(k)]);
-        const Value tail = duration_[q] + tail_[p];
-        if (tail <= tail_[q]) continue;
-        tail_[q] = tail;
-        grew_[q] = 1;
-        dirty_tail_.mark(q);
+    dirty_tail_.drain_backward([&](std::size_t p, DirtyPositions::Marker& dirty) {
+      move(p);
+      const Value from_here = tail[p];
+      for (Index k = pred_offset[p]; k < pred_offset[p + 1]; ++k) {
+        const auto q = ix(pred[ix(k)]);
+        const Value t = own[q] + from_here;
+        if (t <= tail[q]) continue;
+        tail[q] = t;
+        dirty.mark(q);
       }
     });
   }
@@ -310,20 +351,17 @@ class PathTimes {
       longest = std::max(longest, tail_[ix(succ_[ix(k)])]);
     return longest;
   }
-  // Empties moved(): one fill when it lists many nodes, else one store each.
+  // Empties moved(): a new epoch, so no flag needs clearing.
   void clear_moved() {
-    if (8 * moved_.size() > is_moved_.size()) {
-      std::fill(is_moved_.begin(), is_moved_.end(), 0);
-    } else {
-      char* flag = is_moved_.data();
-      const Index* position = position_.data();
-      for (const Index v : moved_) flag[position[v]] = 0;
-    }
     moved_.clear();
+    if (++moved_epoch_ == 0) {  // wrapped: start the stamps over
+      std::fill(moved_stamp_.begin(), moved_stamp_.end(), 0);
+      moved_epoch_ = 1;
+    }
   }
   void move(std::size_t p) {
-    if (!is_moved_[p]) {
-      is_moved_[p] = 1;
+    if (moved_stamp_[p] != moved_epoch_) {
+      moved_stamp_[p] = moved_epoch_;
       moved_.push_back(node_[p]);
     }
   }
@@ -335,10 +373,10 @@ class PathTimes {
   std::vector<Index> pred_offset_, pred_, succ_offset_, succ_;
   std::vector<Value> head_, tail_, duration_;  // per position
   DirtyPositions dirty_head_, dirty_tail_;
-  std::vector<Index> moved_;    // node ids
-  std::vector<char> is_moved_;  // per position
-  std::vector<char> grew_;      // per position: update_slower() raised its time, not yet listed
-  bool sweep_ = false;          // update()'s mode for batches of several changes
+  std::vector<Index> moved_;                // node ids
+  std::vector<std::uint32_t> moved_stamp_;  // per position: moved_epoch_ when listed in moved_
+  std::uint32_t moved_epoch_ = 1;
+  bool sweep_ = false;  // update()'s mode for batches of several changes
   std::int64_t work_ = 0;
 };
 
