@@ -478,6 +478,40 @@ def test_plan_csv_lists_each_gpus_order(solved, tmp_path, capsys):
             ) == int(r[5])
 
 
+def test_evaluate_plan_csv_checks_each_gpus_order_and_clocks(solved, tmp_path, capsys):
+    # A perseus CSV plan is checked step by step against the schedule, as a
+    # Zeus file is: a missing step, a step out of order and a clock outside
+    # the NVML range each name the GPU and the position.
+    csv, path, _ = solved
+    assert run(capsys, "plan", path, "--fastest", "--format", "csv", "-o", tmp_path)[0] == 0
+    header, *rows = (tmp_path / "plan.csv").read_text().splitlines()
+
+    def evaluate(edited, name):
+        target = tmp_path / name
+        target.write_text("\n".join([header, *edited]) + "\n")
+        return run(capsys, "evaluate", csv, target)
+
+    gpu1 = [k for k, r in enumerate(rows) if r.startswith("1,")]
+    short = [r for k, r in enumerate(rows) if k != gpu1[-1]]
+    status, _, err = evaluate(short, "short.csv")
+    assert_one_line_error(status, err, "short.csv", "GPU 1 lists", "runs 16 on each GPU")
+
+    first, last = rows[0].split(","), rows[gpu1[0] - 1].split(",")
+    swapped = list(rows)
+    swapped[0] = ",".join(first[:2] + last[2:])
+    swapped[gpu1[0] - 1] = ",".join(last[:2] + first[2:])
+    status, _, err = evaluate(swapped, "swapped.csv")
+    assert_one_line_error(status, err, "swapped.csv", "GPU 0, position 0", "in the file, but")
+
+    fields = rows[3].split(",")
+    wild = list(rows)
+    wild[3] = ",".join(fields[:5] + ["0"])
+    status, _, err = evaluate(wild, "wild.csv")
+    assert_one_line_error(
+        status, err, "wild.csv", f"GPU 0, position {fields[1]}", "bad frequency 0"
+    )
+
+
 def test_plan_json(solved, tmp_path, capsys):
     _, path, frontier = solved
     status, out, _ = run(capsys, "plan", path, "--deadline", 1e9, "-o", tmp_path, "--json")

@@ -26,7 +26,7 @@ from ._files import read_plan_text, replace_user_file
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .pipeline_spec import PipelineSpec
-from .plan import Plan, replayed_plan
+from .plan import Plan, replayed_plan, steps_in_order
 from .profile import LIMITS, Profile
 from .schedule import SCHEDULES
 
@@ -242,31 +242,22 @@ def _replayed(
     except ProfileError as error:
         raise ValueError(f"{name}: {error}") from None
     frequencies = np.zeros(spec.num_computations, dtype=np.int64)
-    for gpu, steps in enumerate(order):
-        expected = pipeline.order(gpu)
-        if len(steps) != len(expected):
+    for gpu, position, step, i in steps_in_order(name, spec, pipeline, order):
+        instruction, chunk, microbatch, mhz = step
+        want = (
+            INSTRUCTIONS[pipeline.instruction[i]],
+            int(pipeline.chunk[i]),
+            int(pipeline.microbatch[i]),
+        )
+        if (instruction, chunk, microbatch) != want:
             raise ValueError(
-                f"{name}: GPU {gpu} lists {len(steps)} computations; {spec.schedule} with "
-                f"{spec.microbatches} microbatches runs {len(expected)} on each GPU"
+                f"{name}: GPU {gpu}, position {position}: {instruction} of chunk {chunk}, "
+                f"microbatch {microbatch} in the file, but {spec.schedule} runs {want[0]} of "
+                f"chunk {want[1]}, microbatch {want[2]} there"
             )
-        for position, ((instruction, chunk, microbatch, mhz), i) in enumerate(zip(steps, expected)):
-            want = (
-                INSTRUCTIONS[pipeline.instruction[i]],
-                int(pipeline.chunk[i]),
-                int(pipeline.microbatch[i]),
-            )
-            if (instruction, chunk, microbatch) != want:
-                raise ValueError(
-                    f"{name}: GPU {gpu}, position {position}: {instruction} of chunk {chunk}, "
-                    f"microbatch {microbatch} in the file, but {spec.schedule} runs {want[0]} of "
-                    f"chunk {want[1]}, microbatch {want[2]} there"
-                )
-            if (
-                type(mhz) is not int
-                or not LIMITS.min_frequency_mhz <= mhz <= LIMITS.max_frequency_mhz
-            ):
-                raise ValueError(f"{name}: GPU {gpu}, position {position}: bad frequency {mhz!r}")
-            frequencies[i] = mhz
+        if type(mhz) is not int or not LIMITS.min_frequency_mhz <= mhz <= LIMITS.max_frequency_mhz:
+            raise ValueError(f"{name}: GPU {gpu}, position {position}: bad frequency {mhz!r}")
+        frequencies[i] = mhz
     if profile.num_stages != spec.num_stages:
         raise ValueError(
             f"{name}: the plan is for {spec.num_stages} stages, the profile has {profile.num_stages}"

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, cast
 
 import numpy as np
 
@@ -155,6 +156,31 @@ def replayed_plan(
         blocking_power_w=profile.blocking_power_w,
         profile=profile,
     )
+
+
+_Step = TypeVar("_Step")
+
+
+def steps_in_order(
+    name: str, spec: PipelineSpec, pipeline: Any, steps_per_gpu: Sequence[Sequence[_Step]]
+) -> Iterator[tuple[int, int, _Step, int]]:
+    """Walk a plan file's per-GPU steps beside `spec`'s execution order.
+
+    Yields ``(gpu, position, step, computation)``, the computation being the
+    index that `pipeline` (``spec.pipeline()``) runs at that position,
+    after checking that each GPU lists as many steps as the schedule runs;
+    the caller checks each step. Errors are ValueErrors naming the file
+    (`name`).
+    """
+    for gpu, steps in enumerate(steps_per_gpu):
+        expected = pipeline.order(gpu)
+        if len(steps) != len(expected):
+            raise ValueError(
+                f"{name}: GPU {gpu} lists {len(steps)} computations; {spec.schedule} with "
+                f"{spec.microbatches} microbatches runs {len(expected)} on each GPU"
+            )
+        for position, (step, i) in enumerate(zip(steps, expected)):
+            yield gpu, position, step, int(i)
 
 
 def _check_profile_fits(profile: object, spec: PipelineSpec) -> Profile:
@@ -504,22 +530,17 @@ class Plan:
         except ProfileError as error:
             raise ValueError(f"{name}: {error}") from None
         frequencies = np.zeros(spec.num_computations, dtype=np.int64)
-        for gpu, steps in enumerate(schedule_list):
-            order = pipeline.order(gpu)
-            if len(steps) != len(order):
+        for gpu, position, (instruction, mhz), i in steps_in_order(
+            name, spec, pipeline, schedule_list
+        ):
+            expected = INSTRUCTIONS[pipeline.instruction[i]]
+            if instruction != expected:
                 raise ValueError(
-                    f"{name}: GPU {gpu} lists {len(steps)} computations; {schedule} with "
-                    f"{spec.microbatches} microbatches runs {len(order)} on each GPU"
+                    f"{name}: GPU {gpu}, position {position}: {instruction} in the file, but "
+                    f"{schedule}'s order runs a {expected} there (microbatch "
+                    f"{int(pipeline.microbatch[i])}); is it another schedule?"
                 )
-            for position, ((instruction, mhz), i) in enumerate(zip(steps, order)):
-                expected = INSTRUCTIONS[pipeline.instruction[i]]
-                if instruction != expected:
-                    raise ValueError(
-                        f"{name}: GPU {gpu}, position {position}: {instruction} in the file, but "
-                        f"{schedule}'s order runs a {expected} there (microbatch "
-                        f"{int(pipeline.microbatch[i])}); is it another schedule?"
-                    )
-                frequencies[i] = mhz
+            frequencies[i] = mhz
         return replayed_plan(spec, frequencies, profile, source=name, plan_class=cls)
 
     def _profile_or(self, profile: Optional[Profile]) -> Profile:
