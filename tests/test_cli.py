@@ -505,7 +505,7 @@ def test_evaluate_plan_csv_checks_each_gpus_order_and_clocks(solved, tmp_path, c
 
     fields = rows[3].split(",")
     wild = list(rows)
-    wild[3] = ",".join(fields[:5] + ["0"])
+    wild[3] = ",".join([*fields[:5], "0"])
     status, _, err = evaluate(wild, "wild.csv")
     assert_one_line_error(
         status, err, "wild.csv", f"GPU 0, position {fields[1]}", "bad frequency 0"
