@@ -286,6 +286,23 @@ def test_device_resolution(explicit, current, local_rank, count, device):
     )
 
 
+def test_attach_takes_exactly_the_settings_keywords():
+    # attach() spells its keywords out (for help() and IDEs) and hands them to
+    # settings_of(), which checks them; the two must not drift apart.
+    import inspect
+
+    from perseus.megatron._settings import settings_of
+
+    settings = inspect.signature(settings_of).parameters
+    attach_params = inspect.signature(perseus.megatron.attach).parameters
+    own = {"allow_untested_version", "old_keywords"}
+    assert set(attach_params) - own == set(settings)
+    for name, parameter in settings.items():
+        assert attach_params[name].kind == parameter.kind, name
+        assert attach_params[name].default == parameter.default, name
+        assert attach_params[name].annotation == parameter.annotation, name
+
+
 def test_device_resolution_refuses_disagreement():
     with pytest.raises(MegatronIntegrationError, match=r"current CUDA device is 0.*LOCAL_RANK=3"):
         choose_device(explicit=None, current=0, local_rank=3, device_count=4)
