@@ -45,9 +45,10 @@ class DirtyPositions {
     lo_ = std::min(lo_, word);
     hi_ = std::max(hi_, word);
   }
-  // What a pass marks as it goes, held in locals: the visits store chars
-  // (flags), which may alias any member, and would make every mark reload
-  // and store the range through `this`.
+  // What a pass marks as it goes, with the range held in locals: a word of
+  // the bitset has the type of the range's members (64-bit unsigned), so
+  // through `this` every mark would reload and store the range after
+  // storing the word.
   class Marker {
    public:
     void mark(std::size_t position) {
