@@ -219,43 +219,28 @@ class PathTimes {
       update_slower(duration, changed_begin, changed_end);
       return;
     }
-    const Index* position = position_.data();
-    const Index* succ_offset = succ_offset_.data();
-    const Index* succ = succ_.data();
-    const Index* pred_offset = pred_offset_.data();
-    const Index* pred = pred_.data();
-    Value* head = head_.data();
-    Value* tail = tail_.data();
-    Value* own = duration_.data();
     for (const Index* it = changed_begin; it != changed_end; ++it) {
-      const auto p = ix(position[ix(*it)]);
-      own[p] = duration[*it];
+      const auto p = ix(position_[ix(*it)]);
+      duration_[p] = duration[*it];
       move(p);  // its tail includes its own duration
       dirty_tail_.mark(p);
-      for (Index k = succ_offset[p]; k < succ_offset[p + 1]; ++k) dirty_head_.mark(ix(succ[ix(k)]));
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty_head_.mark(ix(succ_[ix(k)]));
     }
     // Heads, forward: a node whose head moved dirties its successors.
     dirty_head_.drain_forward([&](std::size_t p, DirtyPositions::Marker& dirty) {
-      Value start{};
-      for (Index k = pred_offset[p]; k < pred_offset[p + 1]; ++k) {
-        const auto q = ix(pred[ix(k)]);
-        start = std::max(start, head[q] + own[q]);
-      }
-      if (start == head[p]) return;
-      head[p] = start;
+      const Value start = start_of(p);
+      if (start == head_[p]) return;
+      head_[p] = start;
       move(p);
-      for (Index k = succ_offset[p]; k < succ_offset[p + 1]; ++k) dirty.mark(ix(succ[ix(k)]));
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty.mark(ix(succ_[ix(k)]));
     });
     // Tails, backward: a node whose tail moved dirties its predecessors.
     dirty_tail_.drain_backward([&](std::size_t p, DirtyPositions::Marker& dirty) {
-      Value longest{};
-      for (Index k = succ_offset[p]; k < succ_offset[p + 1]; ++k)
-        longest = std::max(longest, tail[ix(succ[ix(k)])]);
-      const Value t = own[p] + longest;
-      if (t == tail[p]) return;
-      tail[p] = t;
+      const Value tail = duration_[p] + after(p);
+      if (tail == tail_[p]) return;
+      tail_[p] = tail;
       move(p);
-      for (Index k = pred_offset[p]; k < pred_offset[p + 1]; ++k) dirty.mark(ix(pred[ix(k)]));
+      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) dirty.mark(ix(pred_[ix(k)]));
     });
   }
   // update() by sweeping: every head forward, every tail backward, in two
@@ -296,42 +281,32 @@ class PathTimes {
   // means "push my finish on", in dirty_tail_ "push my tail back"; the
   // result equals update()'s, which is the same maximum taken in another order.
   void update_slower(const Value* duration, const Index* changed_begin, const Index* changed_end) {
-    // Raw pointers in locals, so that the stores below (times, marks) need
-    // not make the compiler reload them.
-    const Index* position = position_.data();
-    const Index* succ_offset = succ_offset_.data();
-    const Index* succ = succ_.data();
-    const Index* pred_offset = pred_offset_.data();
-    const Index* pred = pred_.data();
-    Value* head = head_.data();
-    Value* tail = tail_.data();
-    Value* own = duration_.data();
     for (const Index* it = changed_begin; it != changed_end; ++it) {
-      const auto p = ix(position[ix(*it)]);
-      own[p] = duration[*it];
-      tail[p] = own[p] + after(p);  // its successors' tails may still grow it below
+      const auto p = ix(position_[ix(*it)]);
+      duration_[p] = duration[*it];
+      tail_[p] = duration_[p] + after(p);  // its successors' tails may still grow it below
       move(p);
       dirty_head_.mark(p);
       dirty_tail_.mark(p);
     }
     dirty_head_.drain_forward([&](std::size_t p, DirtyPositions::Marker& dirty) {
       move(p);  // a changed node is listed already; a raised one is listed when it comes up
-      const Value finish = head[p] + own[p];
-      for (Index k = succ_offset[p]; k < succ_offset[p + 1]; ++k) {
-        const auto s = ix(succ[ix(k)]);
-        if (finish <= head[s]) continue;
-        head[s] = finish;
+      const Value finish = head_[p] + duration_[p];
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) {
+        const auto s = ix(succ_[ix(k)]);
+        if (finish <= head_[s]) continue;
+        head_[s] = finish;
         dirty.mark(s);
       }
     });
     dirty_tail_.drain_backward([&](std::size_t p, DirtyPositions::Marker& dirty) {
       move(p);
-      const Value from_here = tail[p];
-      for (Index k = pred_offset[p]; k < pred_offset[p + 1]; ++k) {
-        const auto q = ix(pred[ix(k)]);
-        const Value t = own[q] + from_here;
-        if (t <= tail[q]) continue;
-        tail[q] = t;
+      const Value from_here = tail_[p];
+      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
+        const auto q = ix(pred_[ix(k)]);
+        const Value t = duration_[q] + from_here;
+        if (t <= tail_[q]) continue;
+        tail_[q] = t;
         dirty.mark(q);
       }
     });
