@@ -4,11 +4,11 @@
 // Candidates (each recorded in a PlanLog):
 //   step plans   sampled from the Phillips-Dessouky walk (Sampling): the
 //                step's durations mapped to the slowest options that fit,
-//                reclaimed when refining up to the step's model time (or the
-//                plan's own, whichever is later);
+//                reclaimed when refining within the plan's own replayed time;
 //   tight plans  from the same steps, when refining: durations rounded up to
 //                the next option instead, then tightened to the model time
-//                (cheapest speed-ups first) and reclaimed. Reclamation from
+//                (cheapest speed-ups first) and reclaimed within the time
+//                that leaves (see collect_chain for why). Reclamation from
 //                below and tightening from above are both greedy and end in
 //                different plans; on the measured GPT-3 profiles the tight
 //                ones are what beats the reference near the slow end. The
