@@ -10,7 +10,9 @@
 // difference as an imbalance at its two ends; restore_balance() routes the
 // imbalances through the residual network (Dinic from all surplus nodes to
 // all deficit nodes at once, so no super source with an arc to every node);
-// augment() then adds flow from source to sink (Dinic; before each blocking
+// augment() then adds flow from source to sink: one augmenting path per
+// breadth-first search first (a step of the min-cut loop nearly always needs
+// exactly one), then, for a call that needs many, Dinic (before each blocking
 // flow, the level graph is cut down to the nodes that lead to the sink). A
 // step that changes k arcs costs a few searches over the region they reach,
 // not a solve from zero.
@@ -87,6 +89,12 @@ class BoundedFlow {
   void keep_paths_to(Index sink, std::size_t reached, double tolerance);
   // One blocking flow of the current level graph from `from`, at most `limit`.
   double blocking_flow(Index from, Index sink, bool to_deficits, double limit, double tolerance);
+  // Breadth-first from the source over residuals above tolerance, noting the
+  // slot each node was reached by; stops as soon as it reaches the sink.
+  // Returns whether it did (if not, the search marked the source side).
+  bool search_to(Index source, Index sink, double tolerance);
+  // Pushes the path's bottleneck along the slots search_to() noted; returns it.
+  double push_along_search(Index source, Index sink);
 
   Index num_nodes_ = 0;
   std::vector<Index> tail_, head_;            // per arc (even ids; the reverse is id + 1)
@@ -100,6 +108,7 @@ class BoundedFlow {
   std::vector<char> is_imbalanced_;
   std::vector<Index> level_, next_arc_, queue_, path_;  // path_: slots
   std::vector<std::uint32_t> stamp_, reaches_sink_;     // reaches_sink_: epoch when it does
+  std::vector<Index> reached_by_;                       // per node: the slot search_to() came in by
   std::uint32_t epoch_ = 0;
   std::int64_t work_ = 0;
 };

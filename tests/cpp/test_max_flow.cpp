@@ -140,6 +140,26 @@ TEST(BoundedFlow, KnownMaximumFlowAndMinimumCut) {
   EXPECT_GT(net.flow().work(), 0);
 }
 
+TEST(BoundedFlow, ManyDisjointPathsAreAllAugmented) {
+  // 100 disjoint paths source -> middle_i -> sink of capacity i + 1: more
+  // than augment() takes one search at a time before it goes on in phases,
+  // so both ways of augmenting carry part of the flow.
+  const Index paths = 100, source = 0, sink = 1;
+  std::vector<Arc> arcs;
+  double expected = 0.0;
+  for (Index i = 0; i < paths; ++i) {
+    const double capacity = static_cast<double>(i + 1);
+    arcs.push_back({source, 2 + i, 0.0, capacity});
+    arcs.push_back({2 + i, sink, 0.0, kInfinity});
+    expected += capacity;
+  }
+  Network net(2 + paths, arcs, source, sink);
+  EXPECT_NEAR(net.solve(), expected, 1e-9 * expected);
+  net.expect_valid();
+  EXPECT_NEAR(net.marked_cut_capacity(), expected, 1e-9 * expected);
+  for (Index i = 0; i < paths; ++i) EXPECT_FALSE(net.flow().marked(2 + i)) << "middle " << i;
+}
+
 TEST(BoundedFlow, AugmentClosesTheReturnArcUntilItIsOpenedAgain) {
   Network net(6, clrs_arcs(), 0, 5);
   ASSERT_DOUBLE_EQ(net.solve(), 23.0);
