@@ -48,6 +48,10 @@ RETRIES = 3
 CHILD = r"""
 import os, signal, sys, threading, time
 import perseus
+# Ctrl-C as a terminal delivers it: a shell starts background jobs (`cmd &`,
+# nohup, some CI runners) with SIGINT ignored, children inherit that, and
+# Python then never raises KeyboardInterrupt (tests/conftest.py does the same).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 path, blocking_w, microbatches, schedule, chunks, unit_s, phase, delay_s = sys.argv[1:9]
 profile = perseus.Profile.from_csv(path, blocking_power_w=float(blocking_w))
 state = {"phase": None}
@@ -126,9 +130,9 @@ def main() -> int:
     for name in names:
         case = corpus.get(name)
         for phase in PHASES:
-            # A loaded machine can delay the timer until the solve is over;
-            # a phase nothing landed in is tried again with shorter delays,
-            # and reported as unmeasured (exit status 1) if it still gets none.
+            # A short phase can end before its timer fires; a phase nothing
+            # landed in is tried again with shorter delays, and reported as
+            # unmeasured (exit status 1) if it still gets none.
             for attempt in range(RETRIES + 1):
                 for delay in delays:
                     got = trial(case, phase, delay / 2**attempt)
