@@ -116,13 +116,17 @@ void BoundedFlow::clear_flows() {
   }
 }
 
-template <typename Usable>
-std::size_t BoundedFlow::levels_from(std::size_t count, Index target, Usable usable) {
+void BoundedFlow::new_search() {
   if (++epoch_ == 0) {  // the stamps wrapped: start them over
     std::fill(stamp_.begin(), stamp_.end(), 0);
     std::fill(reaches_sink_.begin(), reaches_sink_.end(), 0);
     epoch_ = 1;
   }
+}
+
+template <typename Usable>
+std::size_t BoundedFlow::levels_from(std::size_t count, Index target, Usable usable) {
+  new_search();
   for (std::size_t k = 0; k < count; ++k) {
     const Index v = queue_[k];
     stamp_[ix(v)] = epoch_;
@@ -250,11 +254,7 @@ bool BoundedFlow::restore_balance(double tolerance) {
 }
 
 bool BoundedFlow::search_to(Index source, Index sink, double tolerance) {
-  if (++epoch_ == 0) {  // the stamps wrapped: start them over
-    std::fill(stamp_.begin(), stamp_.end(), 0);
-    std::fill(reaches_sink_.begin(), reaches_sink_.end(), 0);
-    epoch_ = 1;
-  }
+  new_search();
   stamp_[ix(source)] = epoch_;
   queue_[0] = source;
   std::size_t head = 0, tail = 1;

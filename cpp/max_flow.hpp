@@ -76,6 +76,8 @@ class BoundedFlow {
   void refresh_residuals(std::size_t arc);
   void push_slot(Index slot, double amount);
   void book(Index node, double amount);  // imbalance: + surplus, - deficit
+  // A fresh epoch for the stamps: nothing is marked any more.
+  void new_search();
   // Breadth-first levels from the nodes in queue_[0..count) over residuals
   // `usable` says yes to; stops early once `target` (if >= 0) is reached.
   // Returns how many nodes it reached (they are queue_[0..returned)).
