@@ -207,13 +207,22 @@ void register_switcher(py::module_& m) {
                                  "Why the switcher made a clock change.");
   for (const auto& [value, name] : perseus::kSwitchSourceNames) source.value(name, value);
 
-  py::class_<FrequencySwitcher>(
+  // Held by a shared_ptr whose deleter leaks a switcher whose close() gave
+  // up on a hung NVML call: its detached worker may still return into it.
+  py::class_<FrequencySwitcher, std::shared_ptr<FrequencySwitcher>>(
       m, "Switcher", "Native frequency switcher of one GPU (use perseus.FrequencySwitcher instead).")
       .def(py::init([](const py::object& device, const py::object& memory_mhz,
                        const py::object& record_capacity) {
              const SwitcherOptions o = switcher_options(device, memory_mhz, record_capacity);
              py::gil_scoped_release release;
-             return std::make_unique<FrequencySwitcher>(o);
+             return std::shared_ptr<FrequencySwitcher>(
+                 new FrequencySwitcher(o), [](FrequencySwitcher* s) {
+                   try {
+                     s->close();  // bounded; prints what went wrong
+                   } catch (...) {
+                   }
+                   if (!s->hung()) delete s;
+                 });
            }),
            "device"_a = 0, "memory_mhz"_a = py::none(), "record_capacity"_a = 1 << 16)
       .def(
@@ -256,6 +265,7 @@ void register_switcher(py::module_& m) {
       .def_property_readonly("name", [](const FrequencySwitcher& s) { return s.device().name; })
       .def_property_readonly("closed", &FrequencySwitcher::closed)
       .def_property_readonly("failed", &FrequencySwitcher::failed)
+      .def_property_readonly("hung", &FrequencySwitcher::hung)
       .def_property_readonly("pending_stream_callbacks", &FrequencySwitcher::pending_stream_callbacks)
       .def("records", &log_columns, "The applied-change log, as columns (numpy arrays).");
 
@@ -331,6 +341,13 @@ void register_switcher(py::module_& m) {
   m.def(
       "clock_watchdog_connected", [] { return ClockLocks::instance().has_watchdog(); },
       "Whether the core still has a live socket to a clock watchdog.");
+  m.def(
+      "clock_watchdog_behind", [] { return ClockLocks::instance().watchdog_behind(); },
+      "Whether the latest set of locked GPUs has yet to reach the watchdog's socket (it is not "
+      "reading); tries to send it first.");
+  m.def(
+      "clock_watchdog_stalls", [] { return ClockLocks::instance().watchdog_stalls(); },
+      "How many sends to the clock watchdog found its socket full.");
   m.def(
       "locked_clocks", [] { return ClockLocks::instance().state_line(); },
       "What the clock watchdog was last told: 'sm=<uuid> memory=<uuid> ...' ('' if nothing).");

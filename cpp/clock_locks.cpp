@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 
 namespace perseus {
 
@@ -60,6 +61,7 @@ ClockLocks::Gpu& ClockLocks::gpu(const nvml::DeviceInfo& device) {
 
 nvml::Return ClockLocks::lock_sm(const void* holder, const nvml::Api& api,
                                  const nvml::DeviceInfo& device, unsigned mhz) {
+  flush();  // a watchdog that resumed catches up here
   Gpu& g = gpu(device);
   const std::lock_guard<std::mutex> lock_gpu(g.mutex);
   return lock(g, g.sm, holder, sm_calls(api), device.handle, mhz);
@@ -74,6 +76,7 @@ nvml::Return ClockLocks::lock_memory(const void* holder, const nvml::Api& api,
 
 nvml::Return ClockLocks::release(const void* holder, const nvml::Api& api,
                                  const nvml::DeviceInfo& device, const char** function) {
+  flush();
   Gpu& g = gpu(device);
   const std::lock_guard<std::mutex> lock_gpu(g.mutex);
   const char* sm_function = "";
@@ -133,11 +136,40 @@ nvml::Return ClockLocks::let_go(Gpu& g, Domain& d, const void* holder, const Cal
   return rc;
 }
 
+namespace {
+
+void warn_stalled() {
+  std::fputs(
+      "perseus: the clock watchdog is not reading its socket (stopped? SIGSTOP, a debugger, a "
+      "suspended job step); clocks are still applied and the watchdog catches up at the next "
+      "clock change once it runs again, but if this process dies meanwhile (SIGKILL, a crash) "
+      "some GPUs may stay locked: then run `perseus reset-clocks`\n",
+      stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 void ClockLocks::mark(Domain& d, bool locked) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  if (d.locked == locked) return;
-  d.locked = locked;
-  send_locked();
+  bool stalled = false;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (d.locked == locked) return;
+    d.locked = locked;
+    stale_ = true;
+    stalled = send_locked();
+  }
+  if (stalled) warn_stalled();  // never under mutex_: stderr may be a slow pipe
+}
+
+void ClockLocks::flush() {
+  bool stalled = false;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (outbox_.empty() && !stale_) return;
+    stalled = send_locked();
+  }
+  if (stalled) warn_stalled();
 }
 
 std::string ClockLocks::state_line_locked() const {
@@ -157,28 +189,64 @@ std::string ClockLocks::state_line() const {
   return state_line_locked();
 }
 
-void ClockLocks::send_locked() {
-  if (fd_ < 0) return;
-  const std::string line = state_line_locked() + "\n";
-  std::size_t sent = 0;
-  while (sent < line.size()) {
-    // MSG_NOSIGNAL: a dead watchdog gives EPIPE, never a SIGPIPE that kills us.
-    const ssize_t n = send(fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+bool ClockLocks::send_locked() {
+  if (fd_ < 0) {
+    outbox_.clear();
+    stale_ = false;
+    return false;
+  }
+  for (;;) {
+    if (outbox_.empty()) {
+      if (!stale_) return false;
+      // Only the latest set is ever queued: states in between are dropped.
+      outbox_ = state_line_locked() + "\n";
+      stale_ = false;
+    }
+    // MSG_NOSIGNAL: a dead watchdog gives EPIPE, never a SIGPIPE that kills
+    // us. MSG_DONTWAIT: a full socket (the watchdog is not reading) gives
+    // EAGAIN at once instead of blocking every GPU of the process.
+    const ssize_t n = send(fd_, outbox_.data(), outbox_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      ++stalls_;
+      if (warned_) return false;
+      warned_ = true;
+      return true;
+    }
     if (n <= 0) {
       close(fd_);
       fd_ = -1;
-      return;
+      outbox_.clear();
+      stale_ = false;
+      return false;
     }
-    sent += static_cast<std::size_t>(n);
+    outbox_.erase(0, static_cast<std::size_t>(n));
   }
 }
 
 void ClockLocks::set_watchdog(int fd) {
+  bool stalled = false;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (fd_ >= 0 && fd_ != fd) close(fd_);
+    fd_ = fd;
+    outbox_.clear();  // a new watchdog starts with a whole line
+    stale_ = true;
+    warned_ = false;
+    stalled = send_locked();
+  }
+  if (stalled) warn_stalled();
+}
+
+bool ClockLocks::watchdog_behind() {
+  flush();
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (fd_ >= 0 && fd_ != fd) close(fd_);
-  fd_ = fd;
-  send_locked();
+  return fd_ >= 0 && (!outbox_.empty() || stale_);
+}
+
+std::uint64_t ClockLocks::watchdog_stalls() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return stalls_;
 }
 
 bool ClockLocks::has_watchdog() const {

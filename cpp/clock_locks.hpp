@@ -29,10 +29,19 @@
 // starts empty and its copy of the socket is closed, so that the watchdog's
 // end-of-file still means "the process that locked the clocks is gone".
 //
-// Cost: a map lookup and a mutex per lock or release; one short send() when
-// the set changes.
+// A watchdog that does not read (stopped by SIGSTOP, a debugger, a job
+// scheduler) must never stall us: every send is non-blocking, and what does
+// not fit waits in an outbox that keeps only the latest state (the rest of a
+// line cut short, then the current set once). The outbox is flushed on every
+// later lock or release, so a watchdog that resumes catches up at the next
+// clock change. The first stall prints one warning on stderr; training goes
+// on, and only a death during the stall can leave a GPU locked.
+//
+// Cost: a map lookup and a mutex per lock or release; one short non-blocking
+// send() when the set changes or a stalled line is pending.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -75,6 +84,11 @@ class ClockLocks {
   bool has_watchdog() const;
   // The line the watchdog was (or would be) sent last, without "\n".
   std::string state_line() const;
+  // True while the latest state has not fully reached the watchdog's socket
+  // (it is not reading); tries to send it first.
+  bool watchdog_behind();
+  // How many sends found the watchdog's socket full, since the process began.
+  std::uint64_t watchdog_stalls() const;
 
  private:
   ClockLocks() = default;
@@ -117,12 +131,21 @@ class ClockLocks {
                       const char** function);
   // Sets d.locked and sends the new line if it changed. g.mutex held.
   void mark(Domain& d, bool locked);
+  // Sends what the outbox holds, as far as the socket takes it. Prints the
+  // stall warning (once per watchdog) after releasing mutex_.
+  void flush();
   std::string state_line_locked() const;  // mutex_ held
-  void send_locked();                     // mutex_ held
+  // Sends what it can without blocking; returns true when this call found
+  // the socket full for the first time since the watchdog was set. mutex_ held.
+  bool send_locked();
 
-  mutable std::mutex mutex_;  // guards gpus_ (the map), every Domain::locked, fd_
+  mutable std::mutex mutex_;  // guards everything below and every Domain::locked
   std::map<std::string, std::unique_ptr<Gpu>> gpus_;  // by UUID
   int fd_ = -1;
+  std::string outbox_;        // the unsent rest of a line already begun
+  bool stale_ = false;        // the current set has not been queued since it changed
+  bool warned_ = false;       // this watchdog's stall was reported
+  std::uint64_t stalls_ = 0;  // sends that found the socket full
 };
 
 }  // namespace perseus

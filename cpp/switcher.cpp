@@ -11,6 +11,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -45,6 +46,7 @@ struct FrequencySwitcher::Shared {
   bool busy = false;      // the worker is inside NVML
   bool stopping = false;  // close() has begun: targets are ignored
   bool failed = false;    // the worker hit an error and stopped switching
+  bool exited = false;    // the worker has finished (close() may join it)
 
   std::exception_ptr error;  // the worker's first error
   bool error_delivered = false;
@@ -137,6 +139,15 @@ std::uintptr_t check_stream(long long stream, const char* argument, const char* 
   return static_cast<std::uintptr_t>(stream);
 }
 
+double close_timeout_s() {
+  const char* text = std::getenv("PERSEUS_CLOSE_TIMEOUT_S");
+  if (text == nullptr || *text == '\0') return kDefaultCloseTimeoutS;
+  char* end = nullptr;
+  const double value = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(value >= 0)) return kDefaultCloseTimeoutS;
+  return value;
+}
+
 std::int64_t check_timeout_s(double timeout_s, const char* argument) {
   if (!(timeout_s >= 0))  // also NaN
     throw std::invalid_argument(std::string(argument) +
@@ -201,7 +212,9 @@ FrequencySwitcher::~FrequencySwitcher() {
   }
   // Host functions still queued on a stream point into *shared_; they see
   // `stopping` and do nothing, but the memory must outlive them.
-  if (!abandoned_ && shared_->inflight.load(std::memory_order_acquire) == 0) delete shared_;
+  // A hung worker still uses *shared_.
+  if (!abandoned_ && !hung_.load() && shared_->inflight.load(std::memory_order_acquire) == 0)
+    delete shared_;
 }
 
 void FrequencySwitcher::abandon_after_fork() {
@@ -309,9 +322,40 @@ void FrequencySwitcher::close() {
     }
     shared_->wake.notify_all();
     shared_->idle.notify_all();
-    if (worker_ && worker_->joinable()) worker_->join();  // it resets what it locked first
-    session_.reset();                                     // nvmlShutdown
+    // The worker resets what it locked, then exits; a hung NVML call must
+    // not hold us (and so the process's exit) forever.
+    const double limit_s = close_timeout_s();
+    bool exited = false;
+    {
+      std::unique_lock<std::mutex> lock(shared_->mutex);
+      const auto done = [this] { return shared_->exited; };
+      if (std::isinf(limit_s) || limit_s >= 9.2e9) {
+        shared_->idle.wait(lock, done);
+        exited = true;
+      } else {
+        exited = shared_->idle.wait_for(
+            lock, std::chrono::nanoseconds(static_cast<std::int64_t>(limit_s * 1e9)), done);
+      }
+    }
     closed_ = true;
+    if (!exited) {
+      worker_->detach();
+      (void)session_.release();  // no nvmlShutdown under a call still running
+      hung_.store(true);
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", limit_s);
+      const std::string message =
+          "perseus: frequency switcher, GPU " + std::to_string(device_.cuda_index) + " (NVML " +
+          std::to_string(device_.nvml_index) + ", " + device_.name + ", " + device_.uuid +
+          "): an NVML clock call has not returned after " + limit + " s (PERSEUS_CLOSE_TIMEOUT_S); " +
+          "gave up waiting. Its clocks may still be locked: the clock watchdog resets them once " +
+          "this process ends, or run `perseus reset-clocks`";
+      std::fputs((message + "\n").c_str(), stderr);
+      std::fflush(stderr);
+      throw std::runtime_error(message);
+    }
+    if (worker_ && worker_->joinable()) worker_->join();
+    session_.reset();  // nvmlShutdown
   }
   const std::lock_guard<std::mutex> lock(shared_->mutex);
   if (shared_->close_error) {
@@ -334,6 +378,8 @@ unsigned FrequencySwitcher::target_mhz() const {
   const std::lock_guard<std::mutex> lock(shared_->mutex);
   return shared_->desired;
 }
+
+bool FrequencySwitcher::hung() const { return hung_.load(); }
 
 bool FrequencySwitcher::failed() const {
   const std::lock_guard<std::mutex> lock(shared_->mutex);
@@ -507,8 +553,9 @@ void FrequencySwitcher::run_worker() {
     else message = fail(rc, function, true);
     s.busy = false;
   }
-  s.idle.notify_all();
   print_unlocked(lock, message);
+  s.exited = true;
+  s.idle.notify_all();
 }
 
 }  // namespace perseus

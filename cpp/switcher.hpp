@@ -34,6 +34,14 @@
 // told which GPUs to reset if the process dies without closing (SIGKILL, a
 // crash). Interpreter exit and signals are handled by the Python layer.
 //
+// A hung NVML call (a GPU fallen off the bus) must not make the process
+// unkillable: close() waits for the worker at most close_timeout_s() (the
+// environment's PERSEUS_CLOSE_TIMEOUT_S, default kDefaultCloseTimeoutS), then
+// says which GPU hung, leaves the worker detached and the GPU listed for the
+// watchdog (which resets it once the process is gone), and raises. From then
+// on hung() is true and the object must not be freed: the worker may still
+// return into it. The Python binding leaks such an object; C++ owners must too.
+//
 // fork(). A child process has no worker thread and must not reset its
 // parent's clocks: close() and the destructor in another process than the
 // creator only forget the object (leaking its memory) and touch nothing.
@@ -110,6 +118,15 @@ struct SwitcherOptions {
 // `argument`. `shown` is given only for a value too large for a long long
 // (Python's text of it), which every rule rejects, printing that text.
 
+// How long close() waits for the worker's last NVML call. A clock change or
+// reset takes milliseconds; 10 s is far beyond any healthy driver call, yet
+// short enough that SIGTERM (whose grace period is often 30 s) still ends
+// the process by itself.
+inline constexpr double kDefaultCloseTimeoutS = 10.0;
+// The value in force: PERSEUS_CLOSE_TIMEOUT_S if it is a number >= 0, else
+// the default. Read at each close().
+double close_timeout_s();
+
 // No GPU clocks anywhere near 100 GHz: a larger number is a unit mistake.
 inline constexpr long long kMaxClockMhz = 100000;
 // 16 M records (640 MB): beyond that the log is a leak, not a log.
@@ -175,6 +192,8 @@ class FrequencySwitcher {
   unsigned target_mhz() const;
   bool closed() const;
   bool failed() const;
+  // close() gave up on a worker stuck in NVML; see the preamble.
+  bool hung() const;
   // Host functions enqueued but not yet run.
   int pending_stream_callbacks() const;
 
@@ -215,7 +234,8 @@ class FrequencySwitcher {
   std::mutex close_mutex_;
   bool closed_ = false;     // guarded by close_mutex_
   bool abandoned_ = false;  // guarded by close_mutex_
-  long owner_pid_;          // the process that created the worker
+  std::atomic<bool> hung_{false};
+  long owner_pid_;  // the process that created the worker
   std::unique_ptr<std::thread> worker_;
 };
 

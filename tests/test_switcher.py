@@ -22,6 +22,7 @@ import threading
 import time
 import types
 import warnings
+from pathlib import Path
 
 import numpy as np
 import perseus
@@ -938,15 +939,30 @@ SCENARIOS = {
 class Child:
     """A Python child process that prints "ready" once it has locked a clock."""
 
-    def __init__(self, script: str, env_extra: dict | None = None, timeout: float = 20.0):
+    def __init__(
+        self,
+        script: str,
+        env_extra: dict | None = None,
+        timeout: float = 20.0,
+        *,
+        script_path: os.PathLike | None = None,
+        cwd: os.PathLike | None = None,
+        stderr: int = subprocess.PIPE,
+    ):
         env = dict(os.environ, **(env_extra or {}))
+        if script_path is not None:  # run as `python train.py`, as a job would
+            Path(script_path).write_text(script)
+            argv = [sys.executable, str(script_path)]
+        else:
+            argv = [sys.executable, "-c", script]
         # A session of its own, so a hung child and anything it forked can be
         # killed together (a grandchild holding the pipes would block us).
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", script],
+            argv,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=stderr,
             env=env,
+            cwd=cwd,
             start_new_session=True,
         )
         # Read the raw pipe (not a buffered reader, whose look-ahead communicate() would lose).
@@ -962,7 +978,8 @@ class Child:
                 else:
                     out, err = self._kill()
                 raise AssertionError(
-                    f"child never got ready ({self.proc.returncode}): {seen + out!r}\n{err.decode()}"
+                    f"child never got ready ({self.proc.returncode}): {seen + out!r}\n"
+                    f"{(err or b'').decode()}"
                 )
             seen += chunk
         self._early = seen
@@ -987,9 +1004,10 @@ class Child:
         except subprocess.TimeoutExpired:
             out, err = self._kill()
             raise AssertionError(
-                f"child did not finish in {timeout} s: {(self._early + out)!r}\n{err.decode()}"
+                f"child did not finish in {timeout} s: {(self._early + out)!r}\n"
+                f"{(err or b'').decode()}"
             ) from None
-        return (self._early + out).decode(), err.decode()
+        return (self._early + out).decode(), (err or b"").decode()
 
 
 def state(fake_nvml) -> list[str]:
@@ -1348,3 +1366,163 @@ def test_reset_clocks_function(fake_nvml):
 def test_hint_table():
     assert "CAP_SYS_ADMIN" in _core.nvml_error_hint(4)
     assert _core.nvml_error_hint(12345) == ""
+
+
+# ---- a watchdog that cannot be stalled or stopped short --------------------------
+
+
+def test_stopped_watchdog_never_stalls_the_switchers(fake_nvml):
+    """A watchdog stopped (SIGSTOP) for 10,000 lock/unlock cycles costs one warning, no more."""
+    script = SCRIPT_HEAD + textwrap.dedent(
+        """
+        from perseus import _core
+        a, b = perseus.FrequencySwitcher(0), perseus.FrequencySwitcher(1)
+        b.set(1200); b.wait()
+        watchdog = _guard._watchdog.pid
+        os.kill(watchdog, signal.SIGSTOP)
+        for _ in range(10000):  # each lock and each reset changes the set the watchdog is sent
+            a.set(1500); a.wait(); a.reset(); a.wait()
+        print("locked during the stop:", fake.fake_nvml_calls(b"nvmlDeviceSetGpuLockedClocks"))
+        print("stalls", _core.clock_watchdog_stalls(), flush=True)
+        print("behind", int(_core.clock_watchdog_behind()), flush=True)
+        b.close()  # a reset while the watchdog cannot read: never blocks
+        print("gpu 1 after close:", fake.fake_nvml_locked_clock(1), flush=True)
+        a.set(1410); a.wait()
+        os.kill(watchdog, signal.SIGCONT)
+        a.set(1500); a.wait()  # the next change flushes what waited
+        deadline = time.monotonic() + 30
+        while _core.clock_watchdog_behind() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print("behind", int(_core.clock_watchdog_behind()), flush=True)
+        ready()
+        os._exit(0)  # no close: the watchdog must know GPU 0 is locked
+        """
+    )
+    child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)}, timeout=300)
+    out, err = child.finish()
+    assert child.proc.returncode == 0, (out, err)
+    assert "locked during the stop: 10001" in out  # every cycle reached the GPU
+    stalls = int(out.split("stalls ")[1].split()[0])
+    assert stalls > 0
+    assert "behind 1" in out and out.rstrip().endswith("ready")
+    assert out.count("behind 0") == 1
+    assert "gpu 1 after close: 0" in out
+    assert err.count("the clock watchdog is not reading its socket") == 1, err
+    # Caught up after SIGCONT: it reset GPU 0 once the process was gone.
+    calls = clock_calls_by_pid(fake_nvml)
+    assert calls[-1] == (child.watchdog_pid, "nvmlDeviceResetGpuLockedClocks", ("0",), 0)
+    assert state(fake_nvml)[:2] == ["0 0 0 0 0", "1 0 0 0 0"]
+
+
+def test_watchdog_resets_every_gpu_before_printing_to_a_broken_stderr(fake_nvml):
+    """`train.py 2>&1 | tee log` after tee died: every GPU is reset all the same."""
+    script = SCRIPT_HEAD + textwrap.dedent(
+        """
+        switchers = [perseus.FrequencySwitcher(i) for i in range(4)]
+        for s in switchers:
+            s.set(1500); s.wait()
+        ready()
+        time.sleep(30)
+        """
+    )
+    read_end, write_end = os.pipe()
+    env = {"FAKE_NVML_STATE": str(fake_nvml.state_path), "FAKE_NVML_DEVICES": "4"}
+    try:
+        child = Child(script, env, stderr=write_end)
+    finally:
+        os.close(write_end)
+    os.close(read_end)  # the reader is gone: writes to stderr fail with EPIPE
+    child.proc.kill()
+    child.finish()
+    assert process_gone(child.watchdog_pid, wait_s=20)
+    assert state(fake_nvml) == [f"{i} 0 0 0 0" for i in range(4)]
+    resets = [c for c in clock_calls_by_pid(fake_nvml) if c[1] == "nvmlDeviceResetGpuLockedClocks"]
+    assert sorted(args for pid, _, args, _ in resets if pid == child.watchdog_pid) == [
+        (str(i),) for i in range(4)
+    ]
+
+
+def test_watchdog_starts_beside_modules_that_shadow_the_standard_library(fake_nvml, tmp_path):
+    """A job run from a directory holding signal.py, types.py and enum.py keeps its watchdog."""
+    job, workdir = tmp_path / "job", tmp_path / "workdir"
+    job.mkdir()
+    workdir.mkdir()
+    for name in ("signal", "types", "enum"):
+        (workdir / f"{name}.py").write_text(
+            f'raise SystemExit("the working directory\'s {name}.py")\n'
+        )
+    script = SCRIPT_HEAD + body(LOCK_GPU0, "time.sleep(1.5)\nready()\ntime.sleep(30)")
+    child = Child(
+        script,
+        {"FAKE_NVML_STATE": str(fake_nvml.state_path)},
+        script_path=job / "train.py",
+        cwd=workdir,
+    )
+    child.proc.kill()
+    _, err = child.finish()
+    assert "working directory" not in err and "keeps exiting" not in err, err
+    assert process_gone(child.watchdog_pid, wait_s=10)
+    assert clock_calls_by_pid(fake_nvml)[-1] == (
+        child.watchdog_pid,
+        "nvmlDeviceResetGpuLockedClocks",
+        ("0",),
+        0,
+    )
+    assert state(fake_nvml)[0] == "0 0 0 0 0"
+
+
+@pytest.mark.parametrize("ending", ["sigterm", "exit", "close"])
+def test_hung_nvml_call_does_not_hold_the_exit(fake_nvml, ending):
+    """A GPU fallen off the bus: close() gives up after PERSEUS_CLOSE_TIMEOUT_S, names the GPU
+    and `perseus reset-clocks`, and the watchdog, still armed, resets once the process is gone."""
+    finish = {
+        "sigterm": "time.sleep(30)",
+        "exit": "pass",
+        "close": """
+            try:
+                a.close()
+            except RuntimeError as error:
+                print("raised:", "GPU 0 (NVML 0" in str(error), a._native.hung, flush=True)
+            a.close()  # idempotent, and quick
+            print("closed twice", flush=True)
+            """,
+    }[ending]
+    script = SCRIPT_HEAD + body(
+        """
+        a, b = perseus.FrequencySwitcher(0), perseus.FrequencySwitcher(1)
+        a.set(1500); b.set(1200); a.wait(); b.wait()
+        # From now on, in this process only (the watchdog is already running),
+        # resetting a GPU never returns.
+        os.environ["FAKE_NVML_FAIL"] = "nvmlDeviceResetGpuLockedClocks=hang"
+        fake.fake_nvml_reload()
+        ready()
+        """,
+        finish,
+    )
+    env = {"FAKE_NVML_STATE": str(fake_nvml.state_path), "PERSEUS_CLOSE_TIMEOUT_S": "0.5"}
+    child = Child(script, env)
+    if ending == "sigterm":
+        time.sleep(0.05)
+        child.proc.send_signal(signal.SIGTERM)
+    out, err = child.finish(timeout=30)
+    assert child.proc.returncode == (-signal.SIGTERM if ending == "sigterm" else 0), (out, err)
+    assert "GPU 0 (NVML 0, Fake NVIDIA H200, GPU-fa4e" in err, err
+    assert "has not returned after 0.5 s" in err and "`perseus reset-clocks`" in err
+    if ending != "close":
+        assert "GPU 1 (NVML 1" in err  # each GPU gave up on its own, none waited forever
+    else:
+        assert "raised: True True" in out and "closed twice" in out
+    # The watchdog (whose NVML is healthy) reset both GPUs once the process was gone.
+    assert process_gone(child.watchdog_pid, wait_s=10)
+    assert state(fake_nvml)[:2] == ["0 0 0 0 0", "1 0 0 0 0"]
+    by_watchdog = {
+        args for pid, fn, args, _ in clock_calls_by_pid(fake_nvml) if pid == child.watchdog_pid
+    }
+    assert by_watchdog == {("0",), ("1",)}
+
+
+def test_reset_clocks_command_with_no_visible_gpu(fake_nvml, monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert cli_main(["reset-clocks"]) == 1
+    err = capsys.readouterr().err
+    assert "no GPU is visible (CUDA_VISIBLE_DEVICES='')" in err and "nothing was reset" in err

@@ -194,11 +194,16 @@ def _start_watchdog() -> subprocess.Popen[bytes]:
     core_path, module_path = _core.__file__, _watchdog_module.__file__
     if core_path is None or module_path is None:
         raise RuntimeError("perseus is not installed as files the watchdog could load")
+    core_path, module_path = os.path.abspath(core_path), os.path.abspath(module_path)
     ours, theirs = socket.socketpair()  # both ends close-on-exec; theirs becomes its stdin
     try:
         process = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG_BOOT, core_path, module_path, str(os.getpid())],
+            # -I: isolated, so no working directory, PYTHONPATH or user site
+            # on sys.path (a signal.py beside the job would stop the boot);
+            # cwd "/": nothing relative is loaded, and no mount is kept busy.
+            [sys.executable, "-I", "-c", _WATCHDOG_BOOT, core_path, module_path, str(os.getpid())],
             stdin=theirs.fileno(),
+            cwd="/",
             stdout=subprocess.DEVNULL,
             # stderr is inherited: the watchdog says there what it reset.
             # A session of its own: Ctrl-C and kills of our process group miss it.

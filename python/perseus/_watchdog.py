@@ -14,8 +14,14 @@ set of locked GPUs changes::
 SIGKILL, the OOM killer, a segfault or ``os._exit`` included, the kernel
 closes its end, and this process reads end-of-file. It then resets, through
 the same NVML loader as the switcher (``PERSEUS_NVML_LIBRARY``), the clocks
-named by the last complete line, says so on stderr, and exits. GPUs are
+named by the last complete line, every one of them, and only then says so on
+stderr (a broken stderr, ``train.py 2>&1 | tee log`` after ``tee`` died,
+costs the report, never a reset), and exits. GPUs are
 named by UUID, so CUDA_VISIBLE_DEVICES and NVML's numbering do not matter.
+
+It runs isolated (``python -I``: no working directory, PYTHON* variable or
+user site on ``sys.path``, started in ``/``), so a ``signal.py`` or
+``types.py`` next to the training job cannot stop it from starting.
 
 It ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT and lives in a session of its
 own, so that Ctrl-C, a terminal hang-up or a signal to the training job's
@@ -68,13 +74,27 @@ def _last_line_before_eof(fd: int) -> bytes:
     return last
 
 
+def _say(lines: list[str]) -> None:
+    """Prints on stderr; a stderr that is gone (a broken pipe, a closed descriptor) is ignored.
+
+    Called only once every GPU is reset: printing must never cost a reset.
+    """
+    for line in lines:
+        try:
+            print(line, file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 - BrokenPipeError, OSError, ValueError (closed file)
+            return
+
+
 def _reset(locks: dict[str, set[str]], owner: int, core: ModuleType) -> int:
+    """Resets every GPU in ``locks`` first, then reports what it did."""
     failed = False
+    report: list[str] = []
     for uuid in sorted(locks):
         try:
             gpu = core.NvmlDevice.from_uuid(uuid)
         except (core.LibraryLoadError, core.NvmlError, IndexError) as error:
-            print(f"perseus: watchdog: could not open GPU {uuid}: {error}", file=sys.stderr)
+            report.append(f"perseus: watchdog: could not open GPU {uuid}: {error}")
             failed = True
             continue
         done = []
@@ -93,13 +113,13 @@ def _reset(locks: dict[str, set[str]], owner: int, core: ModuleType) -> int:
                 failed = True
             else:
                 done.append(f"{what} reset")
-        print(
+        report.append(
             f"perseus: watchdog: process {owner} ended with clocks locked on GPU {uuid} "
-            f"(NVML {gpu.nvml_index}, {gpu.name}): {', '.join(done)}",
-            file=sys.stderr,
+            f"(NVML {gpu.nvml_index}, {gpu.name}): {', '.join(done)}"
         )
     if failed:
-        print("perseus: watchdog: run `perseus reset-clocks` to retry", file=sys.stderr)
+        report.append("perseus: watchdog: run `perseus reset-clocks` to retry")
+    _say(report)
     return 1 if failed else 0
 
 

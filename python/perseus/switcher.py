@@ -267,7 +267,11 @@ class FrequencySwitcher:
         """Give back the clocks this switcher locked and stop its worker. Idempotent.
 
         Raises the worker's error if no earlier call has raised it, or the
-        error of the final reset (then run ``perseus reset-clocks``).
+        error of the final reset (then run ``perseus reset-clocks``). Waits
+        for the worker at most ``PERSEUS_CLOSE_TIMEOUT_S`` seconds (default
+        10): an NVML call that hangs longer (a GPU fallen off the bus) is
+        given up on with a ``RuntimeError`` naming the GPU; the clock
+        watchdog still resets that GPU once the process ends.
         """
         _clock_guard.forget(self)
         self._native.close()

@@ -11,7 +11,10 @@
  *   FAKE_NVML_NAME        device name (default "Fake NVIDIA H200")
  *   FAKE_NVML_FAIL        failures, "function=code[@n],...": the function
  *                         returns `code` after n successful calls (n = 0:
- *                         always), e.g. "nvmlDeviceSetGpuLockedClocks=4"
+ *                         always), e.g. "nvmlDeviceSetGpuLockedClocks=4";
+ *                         code "hang" makes a clock-changing call never
+ *                         return (a GPU fallen off the bus), e.g.
+ *                         "nvmlDeviceResetGpuLockedClocks=hang@1"
  *   FAKE_NVML_SLEEP_MS    milliseconds that every clock-changing call sleeps
  *   FAKE_NVML_LOG         append one line per call to this file:
  *                         "<CLOCK_MONOTONIC ns> <pid> <function> <args> = <return code>"
@@ -51,6 +54,7 @@ enum {
   ERR_NOT_SUPPORTED = 3,
   ERR_NOT_FOUND = 6,
   ERR_INSUFFICIENT_SIZE = 7,
+  HANG = -1, /* not an NVML code: the call never returns */
 };
 
 #define MAX_DEVICES 16
@@ -167,7 +171,7 @@ static void configure(void) {
       *eq = '\0';
       struct fail_rule* r = &g_fails[g_fail_count++];
       snprintf(r->function, sizeof r->function, "%s", item);
-      r->code = atoi(eq + 1);
+      r->code = strncmp(eq + 1, "hang", 4) == 0 ? HANG : atoi(eq + 1);
       char* at = strchr(eq + 1, '@');
       r->after = at ? atol(at + 1) : 0;
     }
@@ -481,10 +485,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned* milli
 /* The clock-changing calls are counted (and may fail) on entry, then sleep
  * without the lock, like the slow driver call they stand for, then act. A
  * test that sees the call counted knows the caller is inside it. */
-static void sleep_unlocked(void) {
+static void sleep_unlocked(int rc) {
   double ms = g_sleep_ms;
   pthread_mutex_unlock(&g_lock);
   sleep_ms(ms);
+  if (rc == HANG) /* without the lock: the rest of the library keeps working */
+    for (;;) sleep_ms(1000.0);
   pthread_mutex_lock(&g_lock);
 }
 
@@ -497,7 +503,7 @@ EXPORT nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned m
   ENTER("nvmlDeviceSetGpuLockedClocks", valid_device(device) && min_mhz <= max_mhz &&
                                             in_range(g_clocks, g_clock_count, min_mhz) &&
                                             in_range(g_clocks, g_clock_count, max_mhz));
-  sleep_unlocked();
+  sleep_unlocked(rc);
   if (rc == OK) {
     advance_energy(device);
     device->gpu_min = min_mhz;
@@ -512,7 +518,7 @@ EXPORT nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned m
 
 EXPORT nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device) {
   ENTER("nvmlDeviceResetGpuLockedClocks", valid_device(device));
-  sleep_unlocked();
+  sleep_unlocked(rc);
   if (rc == OK) {
     advance_energy(device);
     device->gpu_min = device->gpu_max = 0;
@@ -528,7 +534,7 @@ EXPORT nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device, unsigne
   ENTER("nvmlDeviceSetMemoryLockedClocks", valid_device(device) && min_mhz <= max_mhz &&
                                                in_range(g_mem_clocks, g_mem_clock_count, min_mhz) &&
                                                in_range(g_mem_clocks, g_mem_clock_count, max_mhz));
-  sleep_unlocked();
+  sleep_unlocked(rc);
   if (rc == OK) {
     device->mem_min = min_mhz;
     device->mem_max = max_mhz;
@@ -542,7 +548,7 @@ EXPORT nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device, unsigne
 
 EXPORT nvmlReturn_t nvmlDeviceResetMemoryLockedClocks(nvmlDevice_t device) {
   ENTER("nvmlDeviceResetMemoryLockedClocks", valid_device(device));
-  sleep_unlocked();
+  sleep_unlocked(rc);
   if (rc == OK) {
     device->mem_min = device->mem_max = 0;
     save_state();

@@ -400,6 +400,14 @@ def _reset_clocks(args: argparse.Namespace) -> int:
     except (NvmlError, IndexError) as error:
         print(f"perseus reset-clocks: error: {error}", file=sys.stderr)
         return 1
+    if not results:  # silence here would read as "all reset"
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+        print(
+            f"perseus reset-clocks: error: no GPU is visible{why}; nothing was reset",
+            file=sys.stderr,
+        )
+        return 1
     if args.json:
         _emit_json({"gpus": [dataclasses.asdict(r) for r in results]})
     else:
