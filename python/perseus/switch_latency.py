@@ -1,0 +1,346 @@
+"""Clock changes that take time: replaying a plan under switch latency, and plans that plan for it.
+
+A frequency switcher asks for a computation's clock when the GPU reaches it
+(``set_on_stream``), but the GPU runs the new clock only some time later:
+tens of milliseconds on Hopper, tens of microseconds on Blackwell
+(``perseus.measure_switch_latency`` measures it). A forward pass may last
+less than that, so a plan that changes the clock before every computation
+can run much of each computation at its predecessor's clock.
+
+The model (``switch_latency_s = L``):
+
+- GPU ``g`` runs its computations in the schedule's order. Computation
+  ``i`` starts once its GPU has finished the one before and its pipeline
+  predecessors are done (as in the ordinary replay).
+- Its clock is requested when the GPU reaches it in stream order, that is
+  when the GPU finishes its previous computation (at 0 for the first of an
+  iteration), and takes effect ``L`` seconds later. A request equal to the
+  clock asked for before it is no change and costs nothing.
+- Until then the GPU runs at the clock in effect. The iteration begins with
+  every GPU at the clock of its last computation (the steady state of
+  iteration after iteration).
+- Work advances at rate ``1 / t_i(f)`` and draws ``e_i(f) / t_i(f)`` watts at
+  clock ``f``, so a computation that runs partly at one clock and partly at
+  another takes and costs its share of each. ``t_i(f)``, ``e_i(f)`` are the
+  profile's measured rows of i's stage and instruction; a clock that was
+  not measured for them (another computation's clock) is linearly
+  interpolated between the neighbouring measured clocks, and clamped to
+  the ends.
+- Energy counts blocking power while a GPU waits, as the ordinary replay:
+  ``E = sum e + P_block * (G * T - sum t)``.
+
+With ``L = 0`` this is the ordinary replay (the tests check it against the
+core's). The worker's own queueing (a change requested while the previous
+one is still being made waits for it) is not modelled: each change takes
+exactly ``L``.
+
+Switch-aware plans (`switch_aware_plan`) start from the frontier's plans and
+merge clock changes that do not pay for themselves: on each GPU, a
+computation whose planned clock is within ``tolerance`` MHz below the clock
+already requested keeps that faster clock instead (never a slower one, so
+no computation gets slower than planned). Each frontier plan is tried with a
+ladder of tolerances, every candidate is replayed under the model, and the
+cheapest over the deadline that meets it wins.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from ._zeus_format import INSTRUCTIONS
+from .errors import ProfileError
+from .pipeline_spec import PipelineSpec
+from .profile import Profile
+
+if TYPE_CHECKING:
+    from .frontier import Frontier
+    from .plan import Plan
+
+__all__ = ["LatencyReplay", "SwitchAwarePlan", "replay_with_switch_latency", "switch_aware_plan"]
+
+# Merge tolerances tried for every frontier plan, in MHz below the clock
+# already requested. 0 merges only equal clocks (which cost nothing anyway);
+# the ladder roughly doubles up to the whole range of a modern GPU's SM clock,
+# where everything on a GPU runs at its fastest planned clock.
+MERGE_TOLERANCES_MHZ = (0, 15, 30, 60, 120, 240, 480, 960, 2000)
+
+
+@dataclass(frozen=True)
+class LatencyReplay:
+    """A plan replayed with clock changes that take effect ``switch_latency_s`` late."""
+
+    iteration_time_s: float
+    energy_j: float  #: all GPUs over one iteration, blocking included
+    switch_latency_s: float
+    switches_per_iteration: int  #: clock changes requested, all GPUs together
+    late_fraction: float  #: share of all computing time run at another clock than planned
+
+
+def _latency_argument(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"switch_latency_s must be a number of seconds, got {value!r}")
+    latency = float(value)
+    if not math.isfinite(latency) or latency < 0:
+        raise ValueError(f"switch_latency_s must be a finite number of seconds >= 0, got {value!r}")
+    return latency
+
+
+class _Rows:
+    """Measured time and energy of each (stage, instruction) at any clock, interpolated."""
+
+    def __init__(self, profile: Profile, spec: PipelineSpec) -> None:
+        self._table = {}
+        for stage in range(spec.num_stages):
+            for k, instruction in enumerate(INSTRUCTIONS):
+                rows = profile.measured(stage, instruction)
+                order = np.argsort(rows.frequency_mhz)
+                self._table[(stage, k)] = (
+                    np.asarray(rows.frequency_mhz, dtype=np.float64)[order],
+                    np.asarray(rows.time_s, dtype=np.float64)[order],
+                    np.asarray(rows.energy_j, dtype=np.float64)[order],
+                )
+
+    def measured(self, stage: int, instruction: int, mhz: int) -> bool:
+        f = self._table[(stage, instruction)][0]
+        return bool(np.any(f == mhz))
+
+    def at(self, stage: int, instruction: int, mhz: float) -> tuple[float, float]:
+        f, t, e = self._table[(stage, instruction)]
+        return float(np.interp(mhz, f, t)), float(np.interp(mhz, f, e))
+
+
+def _predecessors(spec: PipelineSpec) -> list[list[int]]:
+    """Each computation's pipeline predecessors on other stages (not its GPU's previous one)."""
+    pipeline = spec.pipeline()
+    last = spec.num_stages - 1
+    preds: list[list[int]] = []
+    for i in range(len(pipeline)):
+        stage, m, k = (
+            int(pipeline.stage[i]),
+            int(pipeline.microbatch[i]),
+            int(pipeline.instruction[i]),
+        )
+        if k == 0:
+            preds.append([pipeline.id_of(stage - 1, m, 0)] if stage > 0 else [])
+        elif stage == last:
+            preds.append([pipeline.id_of(stage, m, 0)])
+        else:
+            preds.append([pipeline.id_of(stage + 1, m, 1)])
+    return preds
+
+
+def _replay(
+    spec: PipelineSpec, rows: _Rows, mhz: np.ndarray, latency_s: float, blocking_w: float
+) -> LatencyReplay:
+    pipeline = spec.pipeline()
+    stage, instruction = pipeline.stage, pipeline.instruction
+    preds = _predecessors(spec)
+    orders = [list(map(int, pipeline.order(g))) for g in range(spec.num_gpus)]
+    finish = np.full(len(pipeline), np.nan)
+    busy_s = energy_j = late_s = 0.0
+    switches = 0
+    # Per GPU: effect times and clocks, in order (effect times never decrease).
+    events: list[list[tuple[float, int]]] = []
+    requested: list[int] = []
+    for order in orders:
+        start_clock = int(mhz[order[-1]]) if order else 0
+        events.append([(-math.inf, start_clock)])
+        requested.append(start_clock)
+    position = [0] * spec.num_gpus
+    remaining = len(pipeline)
+    while remaining:
+        progressed = False
+        for g, order in enumerate(orders):
+            while position[g] < len(order):
+                i = order[position[g]]
+                if any(np.isnan(finish[p]) for p in preds[i]):
+                    break
+                previous_end = finish[order[position[g] - 1]] if position[g] else 0.0
+                target = int(mhz[i])
+                if target != requested[g]:
+                    requested[g] = target
+                    switches += 1
+                    events[g].append((previous_end + latency_s, target))
+                start = max([previous_end] + [float(finish[p]) for p in preds[i]])
+                t, work, spent = start, 1.0, 0.0
+                s, k = int(stage[i]), int(instruction[i])
+                timeline = events[g]
+                e = 0
+                while e + 1 < len(timeline) and timeline[e + 1][0] <= t:
+                    e += 1
+                while True:
+                    clock = timeline[e][1]
+                    full_s, full_j = rows.at(s, k, clock)
+                    next_change = timeline[e + 1][0] if e + 1 < len(timeline) else math.inf
+                    if t + work * full_s <= next_change:
+                        spent += work * full_j
+                        if clock != target:
+                            late_s += work * full_s
+                        t += work * full_s
+                        break
+                    share = (next_change - t) / full_s
+                    spent += share * full_j
+                    if clock != target:
+                        late_s += next_change - t
+                    work -= share
+                    t = next_change
+                    e += 1
+                finish[i] = t
+                busy_s += t - start
+                energy_j += spent
+                position[g] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # pragma: no cover - the schedules the core builds never deadlock
+            raise ProfileError("the schedule deadlocks")
+    iteration_s = float(np.max(finish)) if len(finish) else 0.0
+    total_j = energy_j + blocking_w * (spec.num_gpus * iteration_s - busy_s)
+    return LatencyReplay(
+        iteration_time_s=iteration_s,
+        energy_j=float(total_j),
+        switch_latency_s=latency_s,
+        switches_per_iteration=switches,
+        late_fraction=float(late_s / busy_s) if busy_s > 0 else 0.0,
+    )
+
+
+def _frequencies(spec: PipelineSpec, frequencies_mhz: Any) -> np.ndarray:
+    mhz = np.asarray(frequencies_mhz)
+    if mhz.shape != (spec.num_computations,):
+        raise ValueError(
+            f"a plan for this pipeline needs {spec.num_computations} frequencies, got shape {mhz.shape}"
+        )
+    return mhz.astype(np.int64)
+
+
+def replay_with_switch_latency(
+    profile: Profile, spec: PipelineSpec, frequencies_mhz: Any, switch_latency_s: float
+) -> LatencyReplay:
+    """Replay a plan (MHz per computation, core id order) under the switch-latency model.
+
+    See the module's notes for the model. Raises TypeError/ValueError for a
+    bad ``switch_latency_s`` (named) or a plan of the wrong length.
+    """
+    latency = _latency_argument(switch_latency_s)
+    if profile.num_stages != spec.num_stages:
+        raise ProfileError(
+            f"the profile has {profile.num_stages} stages; the plan's pipeline has {spec.num_stages}"
+        )
+    rows = _Rows(profile, spec)
+    return _replay(
+        spec, rows, _frequencies(spec, frequencies_mhz), latency, profile.blocking_power_w
+    )
+
+
+def merge_switches(
+    spec: PipelineSpec, rows: _Rows, frequencies_mhz: np.ndarray, tolerance_mhz: int
+) -> np.ndarray:
+    """The plan with small clock drops merged into the clock already requested (see module notes).
+
+    A computation keeps the requested clock only where that clock was
+    measured for it, so a merged plan is still made of measured rows.
+    """
+    pipeline = spec.pipeline()
+    out = np.array(frequencies_mhz, dtype=np.int64, copy=True)
+    for g in range(spec.num_gpus):
+        order = [int(i) for i in pipeline.order(g)]
+        if not order:
+            continue
+        current = int(out[order[0]])
+        for i in order[1:]:
+            planned = int(out[i])
+            s, k = int(pipeline.stage[i]), int(pipeline.instruction[i])
+            if current - tolerance_mhz <= planned < current and rows.measured(s, k, current):
+                out[i] = current
+            else:
+                current = planned
+    return out
+
+
+@dataclass(frozen=True)
+class SwitchAwarePlan:
+    """The cheapest plan meeting a deadline under the switch-latency model."""
+
+    plan: Plan  #: the chosen plan (replayed without latency, as every Plan)
+    replay: LatencyReplay  #: the same plan replayed with the latency
+    deadline_s: float
+    energy_at_deadline_j: float  #: under the latency model, blocking until the deadline
+    tolerance_mhz: int  #: the merge tolerance that produced it (0: nothing merged)
+    unmerged_switches_per_iteration: int  #: of the frontier plan it was merged from
+    #: its energy without latency minus that plan's, both over the longer of their times
+    merge_energy_cost_j: float
+
+
+def switch_aware_plan(
+    frontier: Frontier,
+    deadline_s: float,
+    switch_latency_s: float,
+    profile: Optional[Profile] = None,
+) -> SwitchAwarePlan:
+    """The cheapest plan that meets `deadline_s` when every clock change takes `switch_latency_s`.
+
+    ``profile`` defaults to the frontier's own. Raises ValueError if no
+    candidate meets the deadline under the model (the message names the
+    fastest replayed time), and TypeError/ValueError for bad arguments.
+    """
+    from .plan import _seconds, replayed_plan
+
+    latency = _latency_argument(switch_latency_s)
+    deadline = _seconds(deadline_s, "deadline_s")
+    source = profile if profile is not None else frontier.profile
+    if source is None:
+        raise ValueError(
+            "switch-aware planning needs the profile (the frontier was loaded without one)"
+        )
+    spec = frontier.spec
+    rows = _Rows(source, spec)
+    blocking_w = source.blocking_power_w
+    best: Optional[tuple[float, np.ndarray, LatencyReplay, int, Plan]] = None
+    fastest_s = math.inf
+    for base in frontier:
+        base_mhz = np.asarray(base.frequencies_mhz, dtype=np.int64)
+        base_replay = _replay(spec, rows, base_mhz, latency, blocking_w)
+        seen: set[bytes] = set()
+        for tolerance in MERGE_TOLERANCES_MHZ:
+            mhz = merge_switches(spec, rows, base_mhz, tolerance)
+            key = mhz.tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
+            result = (
+                base_replay if tolerance == 0 else _replay(spec, rows, mhz, latency, blocking_w)
+            )
+            fastest_s = min(fastest_s, result.iteration_time_s)
+            if result.iteration_time_s > deadline:
+                continue
+            at_deadline = result.energy_j + blocking_w * spec.num_gpus * (
+                deadline - result.iteration_time_s
+            )
+            if best is None or at_deadline < best[0]:
+                best = (at_deadline, mhz, result, tolerance, base)
+    if best is None:
+        raise ValueError(
+            f"no plan meets a deadline of {deadline:.6g} s with a switch latency of {latency:.6g} s: "
+            f"the fastest takes {fastest_s:.6g} s under that latency"
+        )
+    at_deadline, mhz, result, tolerance, base = best
+    plan = replayed_plan(spec, mhz, source)
+    unmerged = _replay(
+        spec, rows, np.asarray(base.frequencies_mhz, dtype=np.int64), latency, blocking_w
+    )
+    # Both without latency, over the longer of their two iteration times.
+    span_s = max(plan.iteration_time_s, base.iteration_time_s)
+    merge_cost = plan.energy_at(span_s) - base.energy_at(span_s)
+    return SwitchAwarePlan(
+        plan=plan,
+        replay=result,
+        deadline_s=deadline,
+        energy_at_deadline_j=float(at_deadline),
+        tolerance_mhz=tolerance,
+        unmerged_switches_per_iteration=unmerged.switches_per_iteration,
+        merge_energy_cost_j=float(merge_cost),
+    )
