@@ -264,3 +264,90 @@ def test_switch_aware_plan_meets_the_deadline_and_beats_the_unaware_one(
 def test_switch_aware_plan_impossible_deadline(frontier):
     with pytest.raises(ValueError, match="no plan meets a deadline"):
         switch_aware_plan(frontier, frontier.fastest.iteration_time_s * 0.5, 0.01)
+
+
+# ---- the hooks: perseus.evaluate, Frontier.plan_for, the command line --------------
+
+
+def test_evaluate_with_switch_latency(profile, frontier):
+    plan = frontier[len(frontier) // 2]
+    plain = perseus.evaluate(profile, plan)
+    assert perseus.evaluate(profile, plan, switch_latency_s=0.0) == plain
+    late = perseus.evaluate(profile, plan, switch_latency_s=0.01)
+    want = replay_with_switch_latency(profile, plan.spec, plan.frequencies_mhz, 0.01)
+    assert (late.iteration_time_s, late.energy_j) == (want.iteration_time_s, want.energy_j)
+    assert late != plain
+    with pytest.raises(ValueError, match="switch_latency_s"):
+        perseus.evaluate(profile, plan, switch_latency_s=-1.0)
+
+
+def test_plan_for_with_switch_latency(profile, frontier):
+    deadline = frontier.fastest.iteration_time_s * 1.1
+    plan = frontier.plan_for(deadline, switch_latency_s=0.02)
+    aware = switch_aware_plan(frontier, deadline, 0.02)
+    assert np.array_equal(plan.frequencies_mhz, aware.plan.frequencies_mhz)
+    assert perseus.evaluate(profile, plan, switch_latency_s=0.02).iteration_time_s <= deadline
+
+
+def test_command_line_switch_latency(tmp_path, capsys):
+    from perseus.cli import main as cli_main
+
+    csv = tmp_path / "p.csv"
+    records = grid_profile()
+    lines = ["stage,instruction,frequency,time,energy"]
+    for s in range(records.num_stages):
+        for instruction in (F, B):
+            m = records.measured(s, instruction)
+            for f, t, e in zip(m.frequency_mhz, m.time_s, m.energy_j):
+                lines.append(f"{s},{instruction},{int(f)},{float(t)!r},{float(e)!r}")
+    csv.write_text("\n".join(lines) + "\n")
+    frontier_file = tmp_path / "fr" / "frontier.json"
+    common = ["--blocking-power", "60"]
+    assert (
+        cli_main(["optimize", str(csv), "--microbatches", "4", "-o", str(tmp_path / "fr"), *common])
+        == 0
+    )
+    out = tmp_path / "out"
+    assert (
+        cli_main(
+            [
+                "plan",
+                str(frontier_file),
+                "--slowdown",
+                "1.1",
+                "--switch-latency",
+                "0.02",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert (
+        cli_main(
+            ["evaluate", str(csv), str(out / "plan.json"), "--switch-latency", "0.02", *common]
+        )
+        == 0
+    )
+    out_text = capsys.readouterr().out
+    assert (
+        "switches per iteration" in out_text and "of computing at a clock not planned" in out_text
+    )
+    bad = ["evaluate", str(csv), str(out / "plan.json"), "--switch-latency", "-1"]
+    assert cli_main(bad) == 2
+    assert "--switch-latency: must be a finite number of seconds >= 0" in capsys.readouterr().err
+    assert (
+        cli_main(
+            [
+                "plan",
+                str(frontier_file),
+                "--fastest",
+                "--switch-latency",
+                "0.02",
+                "-o",
+                str(out),
+                "--force",
+            ]
+        )
+        == 2
+    )

@@ -331,13 +331,23 @@ class Frontier(Sequence[Plan]):
         return self.plan_for(deadline).energy_at(deadline)
 
     def plan_for(
-        self, deadline_s: Optional[float] = None, *, deadline: Optional[float] = None
+        self,
+        deadline_s: Optional[float] = None,
+        *,
+        deadline: Optional[float] = None,
+        switch_latency_s: Optional[float] = None,
     ) -> Plan:
         """The cheapest plan whose iteration time is at most `deadline_s` seconds.
 
         Cheapest over an iteration that lasts `deadline_s` (see `energy_at`),
         which along the frontier is the slowest plan that meets it. Use it
         for a straggler's iteration time, or for any time budget.
+
+        With `switch_latency_s` (seconds a clock change takes to land), the
+        cheapest plan that meets the deadline when replayed under that
+        latency, clock changes that do not pay merged
+        (`perseus.switch_latency.switch_aware_plan`, which also reports
+        switches per iteration and the merge's energy cost). Needs the profile.
 
         Raises
         ------
@@ -354,6 +364,10 @@ class Frontier(Sequence[Plan]):
         if deadline_s is None:
             raise TypeError("plan_for() needs deadline_s, in seconds")
         limit = _seconds(deadline_s, "deadline_s")
+        if switch_latency_s is not None:
+            from .switch_latency import switch_aware_plan
+
+            return switch_aware_plan(self, limit, switch_latency_s).plan
         index = int(np.searchsorted(self._times, limit, side="right")) - 1
         if index < 0:
             raise ValueError(

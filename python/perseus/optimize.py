@@ -380,6 +380,7 @@ def evaluate(
     microbatches: Optional[int] = None,
     schedule: Optional[str] = None,
     virtual_stages: Optional[int] = None,
+    switch_latency_s: Optional[float] = None,
 ) -> Evaluation:
     """Replay a plan on the profile's measured options.
 
@@ -394,6 +395,11 @@ def evaluate(
     microbatches, schedule, virtual_stages
         The pipeline; ``schedule`` defaults to ``"1f1b"`` and
         ``virtual_stages`` to 1 when not given by a `Plan`.
+    switch_latency_s : float, optional
+        Replay as if every clock change took effect this many seconds after
+        the GPU reached the computation that asked for it, the computation
+        running at the previous clock until then (`perseus.switch_latency`
+        describes the model). ``None`` or 0: changes are instant.
 
     Returns
     -------
@@ -422,6 +428,11 @@ def evaluate(
         mhz = _frequencies_from_mapping(frequencies, spec)
     problem, _, _ = _setup(profile, spec)
     time_s, energy_j = measured_rows(profile, spec, mhz[np.newaxis, :])
+    if switch_latency_s is not None:
+        from .switch_latency import replay_with_switch_latency
+
+        late = replay_with_switch_latency(profile, spec, mhz, switch_latency_s)
+        return Evaluation(late.iteration_time_s, late.energy_j)
     times, energies = problem.replay(time_s, energy_j)
     return Evaluation(float(times[0]), float(energies[0]))
 

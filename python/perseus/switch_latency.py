@@ -270,6 +270,7 @@ class SwitchAwarePlan:
     deadline_s: float
     energy_at_deadline_j: float  #: under the latency model, blocking until the deadline
     tolerance_mhz: int  #: the merge tolerance that produced it (0: nothing merged)
+    frontier_index: int  #: the frontier plan it was merged from
     unmerged_switches_per_iteration: int  #: of the frontier plan it was merged from
     #: its energy without latency minus that plan's, both over the longer of their times
     merge_energy_cost_j: float
@@ -299,9 +300,9 @@ def switch_aware_plan(
     spec = frontier.spec
     rows = _Rows(source, spec)
     blocking_w = source.blocking_power_w
-    best: Optional[tuple[float, np.ndarray, LatencyReplay, int, Plan]] = None
+    best: Optional[tuple[float, np.ndarray, LatencyReplay, int, int]] = None
     fastest_s = math.inf
-    for base in frontier:
+    for index, base in enumerate(frontier):
         base_mhz = np.asarray(base.frequencies_mhz, dtype=np.int64)
         base_replay = _replay(spec, rows, base_mhz, latency, blocking_w)
         seen: set[bytes] = set()
@@ -321,13 +322,14 @@ def switch_aware_plan(
                 deadline - result.iteration_time_s
             )
             if best is None or at_deadline < best[0]:
-                best = (at_deadline, mhz, result, tolerance, base)
+                best = (at_deadline, mhz, result, tolerance, index)
     if best is None:
         raise ValueError(
             f"no plan meets a deadline of {deadline:.6g} s with a switch latency of {latency:.6g} s: "
             f"the fastest takes {fastest_s:.6g} s under that latency"
         )
-    at_deadline, mhz, result, tolerance, base = best
+    at_deadline, mhz, result, tolerance, index = best
+    base = frontier[index]
     plan = replayed_plan(spec, mhz, source)
     unmerged = _replay(
         spec, rows, np.asarray(base.frequencies_mhz, dtype=np.int64), latency, blocking_w
@@ -341,6 +343,7 @@ def switch_aware_plan(
         deadline_s=deadline,
         energy_at_deadline_j=float(at_deadline),
         tolerance_mhz=tolerance,
+        frontier_index=index,
         unmerged_switches_per_iteration=unmerged.switches_per_iteration,
         merge_energy_cost_j=float(merge_cost),
     )

@@ -58,6 +58,24 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _latency_seconds(text: str) -> float:
+    value = _number(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _switch_latency_flag(sub: argparse.ArgumentParser, what: str) -> None:
+    sub.add_argument(
+        "--switch-latency",
+        type=_latency_seconds,
+        default=None,
+        metavar="S",
+        help=f"{what}, as if each SM clock change landed S seconds after the GPU reached the "
+        "computation asking for it (see `perseus.switch_latency`)",
+    )
+
+
 def _watts(text: str) -> float:
     value = _number(text)
     if not 0 <= value <= LIMITS.max_blocking_power_w:
@@ -181,6 +199,11 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--format", default="json", choices=("json", "csv", "zeus"), help="file format"
     )
+    _switch_latency_flag(
+        plan,
+        "with --deadline or --slowdown: the cheapest plan that meets it when replayed so, "
+        "clock changes that do not pay merged",
+    )
     force_flag(plan)
     json_flag(plan)
 
@@ -201,6 +224,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="W",
         help="watts a GPU draws while it waits (default: from the profile's sidecar)",
     )
+    _switch_latency_flag(ev, "also replay the plan")
     ev.add_argument(
         "--schedule",
         default=None,

@@ -241,22 +241,70 @@ def _plan(args: argparse.Namespace) -> int:
     check_writable_directory(args.output)
     frontier = _load_frontier(args.frontier)
     chosen, index, how = _choose(frontier, args)
+    aware = None
+    if args.switch_latency is not None:
+        chosen, index, how, aware = _switch_aware_choice(frontier, args)
     target = os.path.join(args.output, file_name(args.format, index))
     _refuse_existing(target, args.force)
     write_plan(chosen, target, args.format, index)
     facts = _plan_facts(frontier, chosen, index)
+    if aware is not None:
+        facts["switch_latency"] = {
+            "switch_latency_s": aware.replay.switch_latency_s,
+            "iteration_time_s": aware.replay.iteration_time_s,
+            "energy_j": aware.replay.energy_j,
+            "energy_at_deadline_j": aware.energy_at_deadline_j,
+            "switches_per_iteration": aware.replay.switches_per_iteration,
+            "unmerged_switches_per_iteration": aware.unmerged_switches_per_iteration,
+            "merge_tolerance_mhz": aware.tolerance_mhz,
+            "merge_energy_cost_j": aware.merge_energy_cost_j,
+        }
     if args.json:
         _emit_json({"written": target, "format": args.format, "chosen": how, "plan": facts})
         return 0
     peak = f", peak {facts['peak_power_w']:.0f} W" if "peak_power_w" in facts else ""
+    latency = ""
+    if aware is not None:
+        r = aware.replay
+        latency = (
+            f"latency       {r.switch_latency_s:g} s per change: {r.iteration_time_s:.4f} s  "
+            f"{r.energy_j:.1f} J; {r.switches_per_iteration} switches per iteration "
+            f"({aware.unmerged_switches_per_iteration} before merging, which cost "
+            f"{aware.merge_energy_cost_j:.2f} J without latency)\n"
+        )
     print(
         f"plan          {index} of {len(frontier)}: {how}\n"
         f"time, energy  {chosen.iteration_time_s:.4f} s  {chosen.energy_j:.1f} J  "
         f"{facts['saving_vs_all_fastest_percent']:.2f}% less than all-fastest over the same "
         f"time; average {chosen.average_power_w:.0f} W{peak} (all GPUs)\n"
+        f"{latency}"
         f"written       {target} ({args.format}, {frontier.spec.num_gpus} GPUs)"
     )
     return 0
+
+
+def _switch_aware_choice(
+    frontier: Frontier, args: argparse.Namespace
+) -> tuple[Plan, int, str, Any]:
+    """`perseus plan --switch-latency`: the switch-aware plan for --deadline or --slowdown."""
+    from ..switch_latency import switch_aware_plan
+
+    if args.deadline is not None:
+        deadline, flag = args.deadline, f"--deadline {args.deadline:g} s"
+    elif args.slowdown is not None:
+        deadline = args.slowdown * frontier.fastest.iteration_time_s
+        flag = f"--slowdown {args.slowdown:g}"
+    else:
+        raise UsageError("argument --switch-latency: only with --deadline or --slowdown")
+    try:
+        aware = switch_aware_plan(frontier, deadline, args.switch_latency)
+    except ValueError as error:
+        raise UsageError(f"argument --switch-latency: {error}") from None
+    how = (
+        f"the cheapest plan within {flag} with {args.switch_latency:g} s per clock change "
+        f"(plan {aware.frontier_index}, changes within {aware.tolerance_mhz} MHz merged)"
+    )
+    return aware.plan, aware.frontier_index, how, aware
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -296,6 +344,22 @@ def _evaluate(args: argparse.Namespace) -> int:
         f"all-fastest   {base_eval.iteration_time_s:.4f} s  {base_eval.energy_j:.1f} J  the plan "
         f"uses {result['all_fastest']['saving_percent']:.2f}% less over a {length:.4f} s iteration",
     ]
+    if args.switch_latency is not None:
+        from ..switch_latency import replay_with_switch_latency
+
+        late = replay_with_switch_latency(profile, spec, plan.frequencies_mhz, args.switch_latency)
+        result["switch_latency"] = {
+            "switch_latency_s": late.switch_latency_s,
+            "iteration_time_s": late.iteration_time_s,
+            "energy_j": late.energy_j,
+            "switches_per_iteration": late.switches_per_iteration,
+            "late_fraction": late.late_fraction,
+        }
+        lines.append(
+            f"latency       {late.switch_latency_s:g} s per change: {late.iteration_time_s:.4f} s  "
+            f"{late.energy_j:.1f} J; {late.switches_per_iteration} switches per iteration, "
+            f"{100 * late.late_fraction:.1f}% of computing at a clock not planned"
+        )
     if frontier is not None:
         if frontier.spec != spec:
             raise UsageError(
