@@ -38,9 +38,11 @@ Switch-aware plans (`switch_aware_plan`) start from the frontier's plans and
 merge clock changes that do not pay for themselves: on each GPU, a
 computation whose planned clock is within ``tolerance`` MHz below the clock
 already requested keeps that faster clock instead (never a slower one, so
-no computation gets slower than planned). Each frontier plan is tried with a
-ladder of tolerances, every candidate is replayed under the model, and the
-cheapest over the deadline that meets it wins.
+no computation gets slower than planned). Frontier plans up to BASE_SLACK
+times slower than the deadline (at most MAX_BASE_PLANS of them, always
+including `Frontier.plan_for`'s) are each tried with a ladder of
+tolerances, every candidate is replayed under the model, and the cheapest
+over the deadline that meets it wins.
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ __all__ = ["LatencyReplay", "SwitchAwarePlan", "replay_with_switch_latency", "sw
 # the ladder roughly doubles up to the whole range of a modern GPU's SM clock,
 # where everything on a GPU runs at its fastest planned clock.
 MERGE_TOLERANCES_MHZ = (0, 15, 30, 60, 120, 240, 480, 960, 2000)
+# Frontier plans tried as merge bases: those as fast as the deadline, and
+# slower ones down to this factor of it (merging only speeds a plan up, and
+# one much slower than the deadline would need merges that cost more than a
+# faster frontier plan), ...
+BASE_SLACK = 1.25
+# ... at most this many, evenly spaced in time (replay is pure Python: a
+# few ms per plan of a few hundred computations, times the ladder above).
+MAX_BASE_PLANS = 96
 
 
 @dataclass(frozen=True)
@@ -276,6 +286,20 @@ class SwitchAwarePlan:
     merge_energy_cost_j: float
 
 
+def _base_indices(frontier: Frontier, deadline_s: float) -> list[int]:
+    """The frontier plans to merge from (see BASE_SLACK, MAX_BASE_PLANS); plan_for's always."""
+    times = np.asarray(frontier.iteration_times_s, dtype=np.float64)
+    within = [int(i) for i in np.nonzero(times <= deadline_s * BASE_SLACK)[0]]
+    if len(within) > MAX_BASE_PLANS:
+        picks = np.linspace(0, len(within) - 1, MAX_BASE_PLANS).round().astype(int)
+        chosen = {within[int(k)] for k in picks}
+        meeting = [i for i in within if times[i] <= deadline_s]
+        if meeting:  # the frontier's own answer without latency: its slowest plan meeting it
+            chosen.add(max(meeting, key=lambda i: times[i]))
+        within = sorted(chosen)
+    return within
+
+
 def switch_aware_plan(
     frontier: Frontier,
     deadline_s: float,
@@ -302,7 +326,8 @@ def switch_aware_plan(
     blocking_w = source.blocking_power_w
     best: Optional[tuple[float, np.ndarray, LatencyReplay, int, int]] = None
     fastest_s = math.inf
-    for index, base in enumerate(frontier):
+    for index in _base_indices(frontier, deadline):
+        base = frontier[index]
         base_mhz = np.asarray(base.frequencies_mhz, dtype=np.int64)
         base_replay = _replay(spec, rows, base_mhz, latency, blocking_w)
         seen: set[bytes] = set()
