@@ -30,6 +30,7 @@ from .profile import INSTRUCTIONS, LIMITS, Profile, ProfileWarning, StageOptions
 from .profiler import ProfilerResult, measure_blocking_power, profile_stages
 from .progress import SolveProgress
 from .schedule import SCHEDULES, pipeline_order
+from .switch_timing import SwitchLatency, measure_switch_latency
 from .switcher import FrequencySwitcher
 from .timeline import PowerTimeline, Timeline
 
@@ -55,9 +56,11 @@ __all__ = [
     "SolveProgress",
     "SolverBudgets",
     "StageOptions",
+    "SwitchLatency",
     "Timeline",
     "evaluate",
     "measure_blocking_power",
+    "measure_switch_latency",
     "optimize",
     "pipeline_order",
     "profile_stages",

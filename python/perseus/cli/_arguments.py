@@ -291,6 +291,20 @@ def _parser() -> argparse.ArgumentParser:
         help="CUDA device index (honours CUDA_VISIBLE_DEVICES); default: every visible GPU",
     )
     json_flag(reset)
+
+    timing = command(
+        "switch-latency",
+        "measure how long an SM clock change takes to show on a GPU",
+        "Alternate the SM clock of one GPU between two clocks and time, from the request to "
+        "NVML reporting the new clock, each change (and the NVML call alone). Run it with the "
+        "GPU busy; needs the rights clock locking needs. The median is what --switch-latency "
+        "of `perseus plan` and `perseus evaluate` takes.",
+    )
+    timing.add_argument(
+        "--device", type=int, default=0, metavar="N", help="CUDA device index (default: 0)"
+    )
+    timing.add_argument("--repeats", type=_count, default=10, metavar="K", help="clock changes")
+    json_flag(timing)
     return parser
 
 

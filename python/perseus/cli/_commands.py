@@ -300,11 +300,12 @@ def _switch_aware_choice(
         aware = switch_aware_plan(frontier, deadline, args.switch_latency)
     except ValueError as error:
         raise UsageError(f"argument --switch-latency: {error}") from None
+    origin = f"plan {aware.frontier_index}" if aware.frontier_index >= 0 else "all-fastest"
     how = (
         f"the cheapest plan within {flag} with {args.switch_latency:g} s per clock change "
-        f"(plan {aware.frontier_index}, changes within {aware.tolerance_mhz} MHz merged)"
+        f"({origin}, changes within {aware.tolerance_mhz} MHz merged)"
     )
-    return aware.plan, aware.frontier_index, how, aware
+    return aware.plan, max(aware.frontier_index, 0), how, aware
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -454,6 +455,43 @@ def _report(args: argparse.Namespace) -> int:
     else:
         print(f"written       {args.output} ({len(page.encode()) // 1024} KiB, self-contained)")
     return 0
+
+
+def _switch_latency(args: argparse.Namespace) -> int:
+    from ..switch_timing import measure_switch_latency
+    from ..switcher import LibraryLoadError, NvmlError
+
+    try:
+        m = measure_switch_latency(args.device, repeats=args.repeats)
+    except (NvmlError, LibraryLoadError, IndexError) as error:
+        print(f"perseus switch-latency: error: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        _emit_json(
+            {
+                "device": m.device,
+                "name": m.name,
+                "clocks_mhz": list(m.clocks_mhz),
+                "median_s": m.median_s,
+                "visible_s": m.visible_s.tolist(),
+                "call_s": m.call_s.tolist(),
+                "timeouts": m.timeouts,
+            }
+        )
+        return 0 if len(m.visible_s) else 1
+    calls = f"{1000 * float(m.call_s.mean()):.3f} ms" if len(m.call_s) else "-"
+    print(
+        f"GPU {m.device} ({m.name}): {m.clocks_mhz[0]} <-> {m.clocks_mhz[1]} MHz, "
+        f"{len(m.visible_s)} changes seen, {m.timeouts} not seen within 1 s\n"
+        f"visible after  median {1000 * m.median_s:.3f} ms"
+        + (
+            f", min {1000 * float(m.visible_s.min()):.3f} ms, max {1000 * float(m.visible_s.max()):.3f} ms"
+            if len(m.visible_s)
+            else ""
+        )
+        + f"\nNVML call      mean {calls}"
+    )
+    return 0 if len(m.visible_s) else 1
 
 
 def _reset_clocks(args: argparse.Namespace) -> int:
