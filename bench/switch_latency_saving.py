@@ -71,34 +71,34 @@ def run_case(case: corpus.Case, tmp: Path) -> list[list[str]]:
             b = replay_with_switch_latency(profile, spec, base.frequencies_mhz, latency)
             u = replay_with_switch_latency(profile, spec, unaware.frequencies_mhz, latency)
             started = time.perf_counter()
-            aware = switch_aware_plan(frontier, deadline, latency)
+            try:
+                aware = switch_aware_plan(frontier, deadline, latency)
+            except ValueError:  # no candidate meets the deadline under this latency
+                aware = None
             aware_s = time.perf_counter() - started
-            a = aware.replay
             out = []
-            for r in (u, a):
+            for r in (u, aware.replay if aware is not None else None):
+                if r is None:
+                    out.append(None)
+                    continue
                 length = max(deadline, r.iteration_time_s, b.iteration_time_s)
                 saving = 1 - over(r, length, blocking_w, gpus) / over(b, length, blocking_w, gpus)
-                out.append((saving, max(0.0, r.iteration_time_s / deadline - 1)))
+                out.append((saving, max(0.0, r.iteration_time_s / deadline - 1), r))
             if saving0 is None:
                 saving0 = out[0][0]
-            rows.append(
-                [
-                    case.name,
-                    f"{slack:.2f}",
-                    f"{1000 * latency:g}",
-                    f"{1000 * fwd:.1f}",
-                    f"{100 * out[0][0]:.2f}",
-                    f"{100 * out[0][0] / saving0:.0f}" if saving0 else "-",
-                    f"{100 * out[0][1]:.2f}",
-                    str(u.switches_per_iteration),
-                    f"{100 * out[1][0]:.2f}",
-                    f"{100 * out[1][0] / saving0:.0f}" if saving0 else "-",
-                    f"{100 * out[1][1]:.2f}",
-                    str(a.switches_per_iteration),
-                    f"{aware.merge_energy_cost_j:.2f}",
-                    f"{aware_s:.1f}",
+            row = [case.name, f"{slack:.2f}", f"{1000 * latency:g}", f"{1000 * fwd:.1f}"]
+            for o in out:
+                if o is None:
+                    row += ["none meets", "-", "-", "-"]
+                    continue
+                row += [
+                    f"{100 * o[0]:.2f}",
+                    f"{100 * o[0] / saving0:.0f}" if saving0 else "-",
+                    f"{100 * o[1]:.2f}",
+                    str(o[2].switches_per_iteration),
                 ]
-            )
+            row += [f"{aware.merge_energy_cost_j:.2f}" if aware else "-", f"{aware_s:.1f}"]
+            rows.append(row)
     return rows
 
 

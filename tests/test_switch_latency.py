@@ -351,3 +351,17 @@ def test_command_line_switch_latency(tmp_path, capsys):
         )
         == 2
     )
+
+
+def test_switch_aware_plan_at_the_fastest_time_falls_back_to_few_switches(profile, frontier):
+    """At the fastest plan's own time and a long latency, only a plan without changes that
+    land late meets the deadline: the all-fastest one, whose clocks never change here."""
+    deadline = frontier.fastest.iteration_time_s
+    aware = switch_aware_plan(frontier, deadline, 0.05)
+    assert aware.replay.iteration_time_s <= deadline
+    assert aware.replay.late_fraction == 0.0
+    late = replay_with_switch_latency(
+        profile, frontier.spec, frontier.fastest.frequencies_mhz, 0.05
+    )
+    if late.iteration_time_s > deadline:  # the frontier's own answer misses it ...
+        assert aware.frontier_index == -1 or aware.tolerance_mhz > 0  # ... so a merged one wins

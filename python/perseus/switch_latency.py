@@ -40,8 +40,8 @@ computation whose planned clock is within ``tolerance`` MHz below the clock
 already requested keeps that faster clock instead (never a slower one, so
 no computation gets slower than planned). Frontier plans up to BASE_SLACK
 times slower than the deadline (at most MAX_BASE_PLANS of them, always
-including `Frontier.plan_for`'s) are each tried with a ladder of
-tolerances, every candidate is replayed under the model, and the cheapest
+including `Frontier.plan_for`'s), and the all-fastest plan, are each
+tried with a ladder of tolerances, every candidate is replayed under the model, and the cheapest
 over the deadline that meets it wins.
 """
 
@@ -280,7 +280,7 @@ class SwitchAwarePlan:
     deadline_s: float
     energy_at_deadline_j: float  #: under the latency model, blocking until the deadline
     tolerance_mhz: int  #: the merge tolerance that produced it (0: nothing merged)
-    frontier_index: int  #: the frontier plan it was merged from
+    frontier_index: int  #: the frontier plan it was merged from; -1: the all-fastest plan
     unmerged_switches_per_iteration: int  #: of the frontier plan it was merged from
     #: its energy without latency minus that plan's, both over the longer of their times
     merge_energy_cost_j: float
@@ -312,7 +312,7 @@ def switch_aware_plan(
     candidate meets the deadline under the model (the message names the
     fastest replayed time), and TypeError/ValueError for bad arguments.
     """
-    from .plan import _seconds, replayed_plan
+    from .plan import _all_fastest_frequencies, _seconds, replayed_plan
 
     latency = _latency_argument(switch_latency_s)
     deadline = _seconds(deadline_s, "deadline_s")
@@ -326,9 +326,12 @@ def switch_aware_plan(
     blocking_w = source.blocking_power_w
     best: Optional[tuple[float, np.ndarray, LatencyReplay, int, int]] = None
     fastest_s = math.inf
-    for index in _base_indices(frontier, deadline):
-        base = frontier[index]
-        base_mhz = np.asarray(base.frequencies_mhz, dtype=np.int64)
+    # The all-fastest plan (index -1) too: under a long latency, a plan with
+    # few clock changes may be the only one that meets a tight deadline.
+    bases = [(i, frontier[i].frequencies_mhz) for i in _base_indices(frontier, deadline)]
+    bases.append((-1, np.asarray(_all_fastest_frequencies(source, spec))))
+    for index, base_frequencies in bases:
+        base_mhz = np.asarray(base_frequencies, dtype=np.int64)
         base_replay = _replay(spec, rows, base_mhz, latency, blocking_w)
         seen: set[bytes] = set()
         for tolerance in MERGE_TOLERANCES_MHZ:
@@ -354,7 +357,11 @@ def switch_aware_plan(
             f"the fastest takes {fastest_s:.6g} s under that latency"
         )
     at_deadline, mhz, result, tolerance, index = best
-    base = frontier[index]
+    base = (
+        frontier[index]
+        if index >= 0
+        else replayed_plan(spec, _all_fastest_frequencies(source, spec), source)
+    )
     plan = replayed_plan(spec, mhz, source)
     unmerged = _replay(
         spec, rows, np.asarray(base.frequencies_mhz, dtype=np.int64), latency, blocking_w
