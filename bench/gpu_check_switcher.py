@@ -10,6 +10,9 @@ Reports, for one GPU:
 3. how long until the new clock shows in ``nvmlDeviceGetClockInfo`` (with the
    GPU busy, when torch or CuPy can keep it busy);
 4. ``set()`` latency seen by the caller on the real driver;
+4b. the switcher's read-back: whether a lock reads back as locked (any
+   ``OVERRIDDEN`` / ``CLAMPED`` readings, and on which GPU state), and that
+   a reset from outside is caught (``CHANGED``) and re-applied;
 5. that stream-ordered switching (``set_on_stream``) hands its target over
    between two kernels, in order: after kernel A ends and before kernel B
    ends, although the CPU queued it long before (torch CUDA streams, or CuPy).
@@ -285,6 +288,60 @@ def check_switcher_latency(device: int, high: int, low: int) -> None:
     )
 
 
+_READ_BACK_SOURCES = (
+    SwitchSource.OVERRIDDEN,
+    SwitchSource.CLAMPED,
+    SwitchSource.CHANGED,
+    SwitchSource.REAPPLY,
+)
+
+
+def check_read_back(device: int, gpu: NvmlDevice, backend: Any, low: int) -> None:
+    """A lock that should hold, then a reset from outside that the switcher must undo."""
+    busy = backend is not None
+    if busy:
+        side = backend.stream()
+        backend.spin(side, 4.0)
+    try:
+        with FrequencySwitcher(device, verify_delay_s=0.2, verify_interval_s=0.1) as sw:
+            sw.set(low)
+            sw.wait(timeout_s=10)
+            time.sleep(1.0)  # several readings of a lock that nobody touches
+            held = dict(sw.clock_mismatches)
+            gpu.reset_locked_clocks()  # as `perseus reset-clocks` from another shell
+            deadline = time.monotonic() + 3.0
+            while sw.clock_mismatches["changed"] == held["changed"] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.5)
+            after = dict(sw.clock_mismatches)
+            sm_after_mhz = gpu.clock_mhz("sm")
+            readings = [
+                {
+                    "source": r.source.name,
+                    "time_ns": r.time_ns,
+                    "expected_mhz": r.requested_mhz,
+                    "read_mhz": r.applied_mhz,
+                }
+                for r in sw.records()
+                if r.source in _READ_BACK_SOURCES
+            ]
+    finally:
+        if busy:
+            backend.synchronize()
+    report["read_back"] = {
+        "gpu_busy": busy,
+        "locked_mhz": low,
+        "mismatches_while_untouched": held,
+        "mismatches_after_outside_reset": after,
+        "sm_mhz_after": sm_after_mhz,
+        "readings": readings,
+    }
+    say(
+        f"read-back      untouched lock at {low} MHz: {held}; after an outside reset: {after}, "
+        f"SM clock then {sm_after_mhz} MHz{'' if busy else ' [GPU idle]'}"
+    )
+
+
 def check_stream_order(device: int, backend: Any, high: int, low: int, can_lock: bool) -> None:
     if backend is None:
         report["stream_order"] = {
@@ -429,6 +486,7 @@ def main() -> int:
             check_set_latency(gpu, high, low)
             check_clock_visible(gpu, backend, high, low)
             check_switcher_latency(args.device, high, low)
+            check_read_back(args.device, gpu, backend, low)
         check_stream_order(args.device, backend, high, low, can_lock)
     except TimeoutError as error:
         report["error"] = str(error)

@@ -96,9 +96,23 @@ std::int64_t timeout_ns(const py::handle& value, const char* argument) {
   return perseus::check_timeout_s(s, argument);
 }
 
+// Seconds for a read-back period (a float or an int, not a bool); the rule is the core's.
+double period_s(const py::handle& value, const char* argument) {
+  if (PyBool_Check(value.ptr()) || (PyFloat_Check(value.ptr()) == 0 && PyIndex_Check(value.ptr()) == 0))
+    throw py::type_error(std::string(argument) + " must be a number of seconds, not " +
+                         Py_TYPE(value.ptr())->tp_name);
+  const double s = PyFloat_AsDouble(value.ptr());
+  if (s == -1.0 && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  perseus::check_period_s(s, argument);
+  return s;
+}
+
 SwitcherOptions switcher_options(const py::handle& device, const py::handle& memory_mhz,
-                                 const py::handle& record_capacity) {
+                                 const py::handle& record_capacity, const py::handle& verify_delay_s,
+                                 const py::handle& verify_interval_s) {
   SwitcherOptions o;
+  o.verify_delay_s = period_s(verify_delay_s, "verify_delay_s");
+  o.verify_interval_s = period_s(verify_interval_s, "verify_interval_s");
   o.device = device_index(device, "device");
   o.memory_mhz = memory_mhz.is_none() ? 0 : clock_mhz(memory_mhz, "memory_mhz");
   const Integer capacity = integer(record_capacity, "record_capacity");
@@ -212,8 +226,10 @@ void register_switcher(py::module_& m) {
   py::class_<FrequencySwitcher, std::shared_ptr<FrequencySwitcher>>(
       m, "Switcher", "Native frequency switcher of one GPU (use perseus.FrequencySwitcher instead).")
       .def(py::init([](const py::object& device, const py::object& memory_mhz,
-                       const py::object& record_capacity) {
-             const SwitcherOptions o = switcher_options(device, memory_mhz, record_capacity);
+                       const py::object& record_capacity, const py::object& verify_delay_s,
+                       const py::object& verify_interval_s) {
+             const SwitcherOptions o = switcher_options(device, memory_mhz, record_capacity,
+                                                        verify_delay_s, verify_interval_s);
              py::gil_scoped_release release;
              return std::shared_ptr<FrequencySwitcher>(
                  new FrequencySwitcher(o), [](FrequencySwitcher* s) {
@@ -224,7 +240,9 @@ void register_switcher(py::module_& m) {
                    if (!s->hung()) delete s;
                  });
            }),
-           "device"_a = 0, "memory_mhz"_a = py::none(), "record_capacity"_a = 1 << 16)
+           "device"_a = 0, "memory_mhz"_a = py::none(), "record_capacity"_a = 1 << 16,
+           "verify_delay_s"_a = SwitcherOptions{}.verify_delay_s,
+           "verify_interval_s"_a = SwitcherOptions{}.verify_interval_s)
       .def(
           "set",
           [](FrequencySwitcher& s, const py::object& mhz) { return s.set(clock_mhz(mhz, "mhz")); },
@@ -266,6 +284,16 @@ void register_switcher(py::module_& m) {
       .def_property_readonly("closed", &FrequencySwitcher::closed)
       .def_property_readonly("failed", &FrequencySwitcher::failed)
       .def_property_readonly("hung", &FrequencySwitcher::hung)
+      .def(
+          "mismatches",
+          [](const FrequencySwitcher& s) {
+            py::dict out;
+            out["overridden"] = s.mismatches(SwitchSource::kOverridden);
+            out["clamped"] = s.mismatches(SwitchSource::kClamped);
+            out["changed"] = s.mismatches(SwitchSource::kChanged);
+            return out;
+          },
+          "Read-backs of the SM clock that disagreed, by cause.")
       .def_property_readonly("pending_stream_callbacks", &FrequencySwitcher::pending_stream_callbacks)
       .def("records", &log_columns, "The applied-change log, as columns (numpy arrays).");
 

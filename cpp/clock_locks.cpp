@@ -105,6 +105,7 @@ nvml::Return ClockLocks::lock(Gpu& g, Domain& d, const void* holder, const Calls
                                  [holder](const Hold& h) { return h.holder == holder; });
   if (mine == d.holds.end()) d.holds.push_back(Hold{holder, mhz, g.next_seq++});
   else *mine = Hold{holder, mhz, g.next_seq++};
+  if (&d == &g.sm) remember_sm(g, mhz);
   return rc;
 }
 
@@ -124,6 +125,7 @@ nvml::Return ClockLocks::let_go(Gpu& g, Domain& d, const void* holder, const Cal
   if (d.holds.empty()) {
     if (!d.locked || calls.reset == nullptr) return nvml::kSuccess;
     const nvml::Return rc = calls.reset(handle);
+    if (rc == nvml::kSuccess && &d == &g.sm) remember_sm(g, 0);
     if (rc == nvml::kSuccess) mark(d, false);  // the watchdog hears of it after the reset
     else *function = calls.reset_name;
     return rc;
@@ -131,9 +133,30 @@ nvml::Return ClockLocks::let_go(Gpu& g, Domain& d, const void* holder, const Cal
   if (!applied_last) return nvml::kSuccess;  // the GPU runs at another holder's clock already
   const auto next = latest();
   const nvml::Return rc = calls.set(handle, next->mhz, next->mhz);
+  if (rc == nvml::kSuccess && &d == &g.sm) remember_sm(g, next->mhz);
   if (rc == nvml::kSuccess) next->seq = g.next_seq++;
   else *function = calls.set_name;
   return rc;
+}
+
+void ClockLocks::remember_sm(Gpu& g, unsigned mhz) {
+  if (g.recent_sm.size() == kRecentSets) g.recent_sm.erase(g.recent_sm.begin());
+  g.recent_sm.emplace_back(nvml::now_ns(), mhz);
+}
+
+ClockLocks::SmView ClockLocks::sm_view(const nvml::DeviceInfo& device, std::int64_t since_ns) {
+  Gpu& g = gpu(device);
+  const std::lock_guard<std::mutex> lock_gpu(g.mutex);
+  SmView view;
+  const auto latest = std::max_element(g.sm.holds.begin(), g.sm.holds.end(),
+                                       [](const Hold& a, const Hold& b) { return a.seq < b.seq; });
+  if (latest != g.sm.holds.end()) view.effective_mhz = latest->mhz;
+  for (const auto& [when, mhz] : g.recent_sm) {
+    if (when < since_ns) continue;
+    if (mhz == 0) view.reset_recently = true;
+    else view.recent_mhz.push_back(mhz);
+  }
+  return view;
 }
 
 namespace {

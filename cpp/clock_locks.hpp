@@ -76,6 +76,17 @@ class ClockLocks {
   nvml::Return release(const void* holder, const nvml::Api& api, const nvml::DeviceInfo& device,
                        const char** function);
 
+  // What the SM clock of `device` should read now, for the switchers'
+  // read-back: the clock of the hold applied most recently (0: none), and
+  // every SM clock this process set on it at or after `since_ns`
+  // (CLOCK_MONOTONIC), since a change takes a while to show.
+  struct SmView {
+    unsigned effective_mhz = 0;
+    std::vector<unsigned> recent_mhz;
+    bool reset_recently = false;  // also reset in that time (the default clock may show)
+  };
+  SmView sm_view(const nvml::DeviceInfo& device, std::int64_t since_ns);
+
   // The watchdog's end of the feed: a connected stream socket, owned from
   // now on (any previous one is closed). The current set is sent at once.
   // A send that fails (the watchdog died) closes the socket; the Python
@@ -113,8 +124,13 @@ class ClockLocks {
     Domain sm;
     Domain memory;
     std::uint64_t next_seq = 1;
+    // The latest successful SM clock changes (time ns, MHz; 0 for a reset),
+    // oldest first, at most kRecentSets of them.
+    std::vector<std::pair<std::int64_t, unsigned>> recent_sm;
   };
-  struct Calls {  // the NVML functions of one domain
+  static constexpr std::size_t kRecentSets = 64;
+  static void remember_sm(Gpu& g, unsigned mhz);  // g.mutex held
+  struct Calls {                                  // the NVML functions of one domain
     nvml::Return (*set)(nvml::Device, unsigned, unsigned);
     nvml::Return (*reset)(nvml::Device);
     const char* set_name;

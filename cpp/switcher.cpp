@@ -139,6 +139,13 @@ std::uintptr_t check_stream(long long stream, const char* argument, const char* 
   return static_cast<std::uintptr_t>(stream);
 }
 
+std::int64_t check_period_s(double seconds, const char* argument) {
+  if (!(seconds >= 0 && seconds <= 86400.0))  // also NaN and infinity
+    throw std::invalid_argument(std::string(argument) + " must be between 0 and 86400 seconds, got " +
+                                std::to_string(seconds));
+  return static_cast<std::int64_t>(seconds * 1e9);
+}
+
 double close_timeout_s() {
   const char* text = std::getenv("PERSEUS_CLOSE_TIMEOUT_S");
   if (text == nullptr || *text == '\0') return kDefaultCloseTimeoutS;
@@ -162,6 +169,8 @@ FrequencySwitcher::FrequencySwitcher(const SwitcherOptions& options)
   check_device(options.device, "device");
   check_record_capacity(static_cast<long long>(options.record_capacity), "record_capacity");
   if (options.memory_mhz != 0) check_clock_mhz(options.memory_mhz, "memory_mhz");
+  verify_delay_ns_ = check_period_s(options.verify_delay_s, "verify_delay_s");
+  verify_interval_ns_ = check_period_s(options.verify_interval_s, "verify_interval_s");
   session_ = std::make_unique<nvml::Session>();
   const nvml::Api& api = session_->api();
   device_ = nvml::open_device(*session_, options.device);
@@ -422,6 +431,93 @@ SwitchLog FrequencySwitcher::records() const {
   return log;
 }
 
+std::uint64_t FrequencySwitcher::mismatches(SwitchSource cause) const {
+  switch (cause) {
+    case SwitchSource::kOverridden: return mismatches_[0].load();
+    case SwitchSource::kClamped: return mismatches_[1].load();
+    case SwitchSource::kChanged: return mismatches_[2].load();
+    default: return 0;
+  }
+}
+
+std::int64_t FrequencySwitcher::verify_due_ns() const {
+  if (verify_interval_ns_ == 0 || verify_off_ || applied_.load(std::memory_order_relaxed) == 0)
+    return -1;
+  return checked_ ? checked_ns_ + verify_interval_ns_ : changed_ns_ + verify_delay_ns_;
+}
+
+std::string FrequencySwitcher::verify() {
+  const nvml::Api& api = session_->api();
+  const std::string gpu = "perseus: frequency switcher, GPU " + std::to_string(device_.cuda_index) +
+                          " (NVML " + std::to_string(device_.nvml_index) + ", " + device_.name + "): ";
+  unsigned observed = 0;
+  const std::int64_t start = nvml::now_ns();
+  const nvml::Return rc = api.clock_info(device_.handle, nvml::kClockSm, &observed);
+  const std::int64_t end = nvml::now_ns();
+  checked_ns_ = end;
+  if (rc != nvml::kSuccess) {
+    verify_off_ = true;
+    return gpu + "cannot read the SM clock back (" +
+           nvml::Error(api, rc, "nvmlDeviceGetClockInfo").what() +
+           "); clocks are applied but no longer verified\n";
+  }
+  const unsigned target = applied_.load(std::memory_order_relaxed);
+  const ClockLocks::SmView view = ClockLocks::instance().sm_view(device_, start - verify_delay_ns_);
+  const unsigned expected = view.effective_mhz != 0 ? view.effective_mhz : target;
+  const bool right =
+      observed == expected ||
+      std::find(view.recent_mhz.begin(), view.recent_mhz.end(), observed) != view.recent_mhz.end() ||
+      (view.reset_recently && !supported_.empty() && observed == supported_.back());
+  checked_ = true;
+  if (right) {
+    held_ = true;
+    return "";
+  }
+  const SwitchSource cause = held_                 ? SwitchSource::kChanged
+                             : observed < expected ? SwitchSource::kClamped
+                                                   : SwitchSource::kOverridden;
+  const int k = cause == SwitchSource::kOverridden ? 0 : cause == SwitchSource::kClamped ? 1 : 2;
+  record(SwitchRecord{end, start, end - start, expected, observed, 0, cause});
+  mismatches_[k].fetch_add(1);
+  std::string message;
+  if (!warned_[k]) {
+    warned_[k] = true;
+    const std::string locked = std::to_string(expected) + " MHz";
+    const std::string runs = std::to_string(observed) + " MHz";
+    const std::string what[3] = {
+        "locked at " + locked + ", it runs at " + runs +
+            ": the driver overrode the lock (reported on Blackwell) or another tool set the "
+            "clocks. The plan's times and energy assume " +
+            locked + "; check `nvidia-smi -q -d CLOCK,PERFORMANCE`.",
+        "locked at " + locked + ", it runs slower, at " + runs +
+            ": a power or thermal limit, or a driver clamp. The plan's times assume " + locked +
+            "; check the clock event reasons and power limit in `nvidia-smi -q -d PERFORMANCE,POWER`.",
+        "the lock at " + locked + " held, then the GPU ran at " + runs +
+            ": another process, `perseus reset-clocks` or `nvidia-smi -rgc/-lgc` changed its clocks "
+            "while this one trained; re-applying " +
+            locked + ". Do not reset or lock clocks on a node while a job runs on it.",
+    };
+    message = gpu + what[k] +
+              " (said once per cause; every time is in records() and FrequencySwitcher."
+              "clock_mismatches)\n";
+  }
+  if (cause == SwitchSource::kChanged) {
+    const char* function = "nvmlDeviceSetGpuLockedClocks";
+    const std::int64_t t0 = nvml::now_ns();
+    const nvml::Return again = ClockLocks::instance().lock_sm(this, api, device_, target);
+    const std::int64_t t1 = nvml::now_ns();
+    record(SwitchRecord{t1, t0, t1 - t0, target, target, again, SwitchSource::kReapply});
+    if (again == nvml::kSuccess) {
+      changed_ns_ = t1;
+      checked_ = held_ = false;
+    } else {
+      message += gpu + "could not re-apply " + std::to_string(target) +
+                 " MHz: " + nvml::Error(api, again, function).what() + "\n";
+    }
+  }
+  return message;
+}
+
 void FrequencySwitcher::record(const SwitchRecord& r) {
   Shared& s = *shared_;
   const std::lock_guard<std::mutex> lock(s.records_mutex);
@@ -504,8 +600,20 @@ void FrequencySwitcher::run_worker() {
   };
 
   std::unique_lock<std::mutex> lock(s.mutex);
+  const auto woken = [&s] { return s.stopping || (!s.failed && s.desired_seq != s.done_seq); };
   for (;;) {
-    s.wake.wait(lock, [&s] { return s.stopping || (!s.failed && s.desired_seq != s.done_seq); });
+    const std::int64_t due = s.failed ? -1 : verify_due_ns();
+    if (due < 0) {
+      s.wake.wait(lock, woken);
+    } else if (!s.wake.wait_for(
+                   lock, std::chrono::nanoseconds(std::max<std::int64_t>(0, due - nvml::now_ns())),
+                   woken)) {
+      lock.unlock();
+      message = verify();
+      lock.lock();
+      print_unlocked(lock, message);
+      continue;
+    }
     if (s.stopping) break;
     const std::uint64_t seq = s.desired_seq;
     const unsigned target = s.desired;
@@ -530,6 +638,8 @@ void FrequencySwitcher::run_worker() {
     lock.lock();
     if (rc == nvml::kSuccess) {
       applied_.store(target, std::memory_order_release);
+      changed_ns_ = nvml::now_ns();  // read back verify_delay_ns_ from now
+      checked_ = held_ = false;
     } else {
       message = fail(rc, function, false);
       if (recover && reset_rc == nvml::kSuccess) applied_.store(0, std::memory_order_release);

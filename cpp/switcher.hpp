@@ -42,6 +42,19 @@
 // on hung() is true and the object must not be freed: the worker may still
 // return into it. The Python binding leaks such an object; C++ owners must too.
 //
+// Verifying. A lock that NVML accepted is not always the clock the GPU runs:
+// drivers override a locked clock while reporting success (seen on
+// Blackwell), clamp it (power and thermal limits), and another process or
+// `perseus reset-clocks` can unlock a GPU under us. So while it holds a lock
+// the worker reads the SM clock back (nvmlDeviceGetClockInfo): once
+// verify_delay_s after each change, then every verify_interval_s. A reading
+// is right if it is the clock the GPU's latest hold asked for, or any clock
+// this process set on it within the delay (a change takes time to show). A
+// wrong one is recorded (kOverridden, kClamped or kChanged), counted
+// (mismatches()), and warned about on stderr once per cause; a lock that had
+// held and was then changed from outside is re-applied (kReapply) once, a
+// lock the GPU never ran at is not (re-applying would not help).
+//
 // fork(). A child process has no worker thread and must not reset its
 // parent's clocks: close() and the destructor in another process than the
 // creator only forget the object (leaking its memory) and touch nothing.
@@ -62,13 +75,19 @@
 
 namespace perseus {
 
-// Why a clock change was made.
+// Why a clock change was made, or, for the read-back causes, why a reading
+// of the GPU's SM clock was recorded (requested_mhz: the clock it should
+// run at; applied_mhz: the clock it reported).
 enum class SwitchSource : std::uint8_t {
-  kSet = 0,       // set()
-  kStream = 1,    // a host function enqueued by set_on_stream()
-  kReset = 2,     // reset(): back to the driver's default clocks
-  kClose = 3,     // close() gave back what the switcher had locked
-  kRecovery = 4,  // reset after an NVML error
+  kSet = 0,         // set()
+  kStream = 1,      // a host function enqueued by set_on_stream()
+  kReset = 2,       // reset(): back to the driver's default clocks
+  kClose = 3,       // close() gave back what the switcher had locked
+  kRecovery = 4,    // reset after an NVML error
+  kOverridden = 5,  // read-back: faster than just locked (the driver overrode the lock)
+  kClamped = 6,     // read-back: slower than just locked (a clamp or a power/thermal limit)
+  kChanged = 7,     // read-back: a lock that had held was changed from outside
+  kReapply = 8,     // the lock re-applied after kChanged
 };
 
 // Their names, for Python's SwitchSource enum.
@@ -79,7 +98,9 @@ struct SwitchSourceName {
 inline constexpr SwitchSourceName kSwitchSourceNames[] = {
     {SwitchSource::kSet, "SET"},           {SwitchSource::kStream, "STREAM"},
     {SwitchSource::kReset, "RESET"},       {SwitchSource::kClose, "CLOSE"},
-    {SwitchSource::kRecovery, "RECOVERY"},
+    {SwitchSource::kRecovery, "RECOVERY"}, {SwitchSource::kOverridden, "OVERRIDDEN"},
+    {SwitchSource::kClamped, "CLAMPED"},   {SwitchSource::kChanged, "CHANGED"},
+    {SwitchSource::kReapply, "REAPPLY"},
 };
 
 // One NVML clock call made by the worker. Times are CLOCK_MONOTONIC
@@ -110,6 +131,11 @@ struct SwitcherOptions {
   int device = 0;                          // CUDA device index (honours CUDA_VISIBLE_DEVICES)
   unsigned memory_mhz = 0;                 // also lock memory clocks at this MHz; 0 leaves them alone
   std::size_t record_capacity = 1u << 16;  // records kept (oldest dropped first); see below
+  // Read-back (see "Verifying" above): the SM clock is read verify_delay_s
+  // after each change, then every verify_interval_s while locked; 0 turns
+  // read-back off. The delay outlasts a Hopper clock change (10-100 ms).
+  double verify_delay_s = 0.25;
+  double verify_interval_s = 5.0;
 };
 
 // ---- Argument rules. The bindings turn Python values into long long (or
@@ -141,6 +167,8 @@ std::size_t check_record_capacity(long long capacity, const char* argument,
                                   const char* shown = nullptr);
 // A CUstream handle: an address, so 0..2**63-1.
 std::uintptr_t check_stream(long long stream, const char* argument, const char* shown = nullptr);
+// A read-back period in seconds: finite, 0 to 1 day; returns nanoseconds.
+std::int64_t check_period_s(double seconds, const char* argument);
 // Seconds, >= 0 (infinity: forever); returns nanoseconds, -1 for forever.
 std::int64_t check_timeout_s(double timeout_s, const char* argument);
 
@@ -200,6 +228,9 @@ class FrequencySwitcher {
   // The kept records, oldest first.
   SwitchLog records() const;
 
+  // Read-backs that disagreed, by cause (kOverridden, kClamped, kChanged).
+  std::uint64_t mismatches(SwitchSource cause) const;
+
   struct Shared;  // what the worker, callers and host functions share
 
  private:
@@ -212,6 +243,11 @@ class FrequencySwitcher {
   nvml::Return apply(unsigned target, const char** function);
   nvml::Return unlock_all(const char** function);
   void record(const SwitchRecord& r);  // takes the records mutex only
+  // When the next read-back is due (CLOCK_MONOTONIC ns), -1 if none. Worker only.
+  std::int64_t verify_due_ns() const;
+  // Reads the SM clock back and acts on a mismatch; returns what to print.
+  // Worker thread only, shared_->mutex not held.
+  std::string verify();
   // Stores the error; returns the message to print. Mutex held.
   std::string fail(nvml::Return code, const char* function, bool at_close);
   void throw_if_failed_locked();  // mutex held
@@ -230,6 +266,16 @@ class FrequencySwitcher {
   // Something this switcher locked may still be locked (a hold, or a reset
   // that failed and is retried at close); worker thread only.
   bool dirty_ = false;
+  // Read-back state; worker thread only.
+  std::int64_t verify_delay_ns_ = 0;
+  std::int64_t verify_interval_ns_ = 0;  // 0: off
+  std::int64_t changed_ns_ = 0;          // the latest successful lock
+  std::int64_t checked_ns_ = 0;          // the latest reading
+  bool checked_ = false;                 // read since changed_ns_
+  bool held_ = false;                    // read right since changed_ns_
+  bool verify_off_ = false;              // the clock cannot be read: stop trying
+  bool warned_[3] = {false, false, false};
+  std::atomic<std::uint64_t> mismatches_[3] = {{0}, {0}, {0}};  // overridden, clamped, changed
 
   std::mutex close_mutex_;
   bool closed_ = false;     // guarded by close_mutex_

@@ -294,6 +294,10 @@ def test_enums_come_from_the_core(fake_nvml):
         "RESET",
         "CLOSE",
         "RECOVERY",
+        "OVERRIDDEN",
+        "CLAMPED",
+        "CHANGED",
+        "REAPPLY",
     ]
     assert not hasattr(perseus.switcher, "SOURCES") and not hasattr(
         perseus.switcher, "_NVML_NOT_SUPPORTED"
@@ -1526,3 +1530,91 @@ def test_reset_clocks_command_with_no_visible_gpu(fake_nvml, monkeypatch, capsys
     assert cli_main(["reset-clocks"]) == 1
     err = capsys.readouterr().err
     assert "no GPU is visible (CUDA_VISIBLE_DEVICES='')" in err and "nothing was reset" in err
+
+
+# ---- read-back: the clock the GPU really runs -------------------------------------
+
+QUICK_CHECKS = {"verify_delay_s": 0.01, "verify_interval_s": 0.02}
+
+
+def mismatch_records(sw, source):
+    return [(r.requested_mhz, r.applied_mhz) for r in sw.records() if r.source == source]
+
+
+def test_read_back_catches_a_driver_override(fake_nvml, capfd):
+    fake_nvml.libs.nvml.fake_nvml_override(0, 1800)  # the driver runs it faster than locked
+    with FrequencySwitcher(0, **QUICK_CHECKS) as sw:
+        sw.set(1500)
+        sw.wait()
+        wait_until(lambda: sw.clock_mismatches["overridden"] >= 3)
+        assert mismatch_records(sw, SwitchSource.OVERRIDDEN)[0] == (1500, 1800)
+        assert sw.clock_mismatches["clamped"] == sw.clock_mismatches["changed"] == 0
+        # Re-locking would not help: the lock was made once.
+        assert fake_nvml.calls("nvmlDeviceSetGpuLockedClocks") == 1
+    err = capfd.readouterr().err
+    assert err.count("the driver overrode the lock") == 1, err  # once per cause
+    assert "GPU 0 (NVML 0, Fake NVIDIA H200): locked at 1500 MHz, it runs at 1800 MHz" in err
+
+
+def test_read_back_catches_a_silent_clamp(fake_nvml, capfd):
+    fake_nvml.configure(clamp_mhz=1200)
+    with FrequencySwitcher(0, **QUICK_CHECKS) as sw:
+        sw.set(1500)
+        sw.wait()
+        wait_until(lambda: sw.clock_mismatches["clamped"] >= 1)
+        assert mismatch_records(sw, SwitchSource.CLAMPED)[0] == (1500, 1200)
+        sw.set(1005)  # under the clamp: runs as locked
+        sw.wait()
+        seen = sw.clock_mismatches["clamped"]
+        before = fake_nvml.calls("nvmlDeviceGetClockInfo")
+        wait_until(lambda: fake_nvml.calls("nvmlDeviceGetClockInfo") >= before + 3)
+        assert sw.clock_mismatches["clamped"] == seen
+    assert "it runs slower, at 1200 MHz" in capfd.readouterr().err
+
+
+def test_read_back_reapplies_a_lock_reset_from_outside(fake_nvml, capfd):
+    with FrequencySwitcher(0, **QUICK_CHECKS) as sw:
+        sw.set(1500)
+        sw.wait()
+        wait_until(lambda: fake_nvml.calls("nvmlDeviceGetClockInfo") >= 2)  # it held
+        NvmlDevice(0).reset_locked_clocks()  # `perseus reset-clocks` from another shell
+        assert fake_nvml.locked(0) == 0
+        wait_until(lambda: fake_nvml.locked(0) == 1500)  # re-applied
+        assert sw.clock_mismatches["changed"] == 1
+        assert mismatch_records(sw, SwitchSource.CHANGED) == [(1500, 1980)]
+        assert [r.status for r in sw.records() if r.source == SwitchSource.REAPPLY] == [0]
+        assert sw.applied_mhz == 1500
+    assert fake_nvml.locked(0) == 0  # and close() still gives it back
+    err = capfd.readouterr().err
+    assert "changed its clocks while this one trained; re-applying 1500 MHz" in err
+
+
+def test_read_back_knows_the_clock_another_switcher_set(fake_nvml):
+    a = FrequencySwitcher(0, **QUICK_CHECKS)
+    b = FrequencySwitcher(0, **QUICK_CHECKS)
+    try:
+        a.set(1500)
+        a.wait()
+        b.set(1200)  # the GPU runs at b's clock now; a must not call that a mismatch
+        b.wait()
+        before = fake_nvml.calls("nvmlDeviceGetClockInfo")
+        wait_until(lambda: fake_nvml.calls("nvmlDeviceGetClockInfo") >= before + 6)
+        none = {"overridden": 0, "clamped": 0, "changed": 0}
+        assert a.clock_mismatches == none and b.clock_mismatches == none
+    finally:
+        a.close()
+        b.close()
+
+
+def test_read_back_can_be_turned_off_and_checks_its_arguments(fake_nvml):
+    with FrequencySwitcher(0, verify_delay_s=0, verify_interval_s=0) as sw:
+        sw.set(1500)
+        sw.wait()
+        time.sleep(0.05)
+    assert fake_nvml.calls("nvmlDeviceGetClockInfo") == 0
+    with pytest.raises(ValueError, match="verify_delay_s must be between 0 and 86400 seconds"):
+        FrequencySwitcher(0, verify_delay_s=-1)
+    with pytest.raises(ValueError, match="verify_interval_s"):
+        FrequencySwitcher(0, verify_interval_s=float("nan"))
+    with pytest.raises(TypeError, match="verify_interval_s must be a number of seconds"):
+        FrequencySwitcher(0, verify_interval_s=True)

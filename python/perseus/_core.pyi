@@ -254,6 +254,10 @@ class SwitchSource:
     RESET: ClassVar[SwitchSource]
     CLOSE: ClassVar[SwitchSource]
     RECOVERY: ClassVar[SwitchSource]
+    OVERRIDDEN: ClassVar[SwitchSource]
+    CLAMPED: ClassVar[SwitchSource]
+    CHANGED: ClassVar[SwitchSource]
+    REAPPLY: ClassVar[SwitchSource]
     __members__: ClassVar[dict[str, SwitchSource]]
     def __init__(self, value: int) -> None: ...
     def __int__(self) -> int: ...
@@ -285,9 +289,15 @@ class Switcher:
     """Native frequency switcher of one GPU (use perseus.FrequencySwitcher instead)."""
 
     def __init__(
-        self, device: int = 0, memory_mhz: int | None = None, record_capacity: int = 65536
+        self,
+        device: int = 0,
+        memory_mhz: int | None = None,
+        record_capacity: int = 65536,
+        verify_delay_s: float = 0.25,
+        verify_interval_s: float = 5.0,
     ) -> None: ...
     def set(self, mhz: int) -> int: ...
+    def mismatches(self) -> dict[str, int]: ...
     def set_on_stream(self, stream: int, mhz: int) -> int: ...
     def reset(self) -> None: ...
     def wait_idle(self, timeout_s: float | None = None) -> bool: ...

@@ -153,6 +153,14 @@ class FrequencySwitcher:
     record_capacity
         How many records :meth:`records` keeps (the oldest are dropped);
         1 to 2**24.
+    verify_delay_s, verify_interval_s
+        Read-back: while it holds a lock, the worker reads the GPU's SM
+        clock ``verify_delay_s`` after each change (long enough for a
+        Hopper clock change to show) and every ``verify_interval_s`` after
+        that; a disagreement is recorded, counted (:attr:`clock_mismatches`),
+        warned about once per cause and, if the lock had held and was
+        changed from outside, re-applied. ``verify_interval_s=0`` turns
+        read-back off. Seconds, 0 to 86400.
 
     Raises
     ------
@@ -184,10 +192,20 @@ class FrequencySwitcher:
     """
 
     def __init__(
-        self, device: int = 0, *, memory_mhz: Optional[int] = None, record_capacity: int = 65536
+        self,
+        device: int = 0,
+        *,
+        memory_mhz: Optional[int] = None,
+        record_capacity: int = 65536,
+        verify_delay_s: float = 0.25,
+        verify_interval_s: float = 5.0,
     ) -> None:
         self._native: Any = _core.Switcher(
-            device=device, memory_mhz=memory_mhz, record_capacity=record_capacity
+            device=device,
+            memory_mhz=memory_mhz,
+            record_capacity=record_capacity,
+            verify_delay_s=verify_delay_s,
+            verify_interval_s=verify_interval_s,
         )
         self._snapped: set[int] = set()
         _clock_guard.register(self)
@@ -334,6 +352,21 @@ class FrequencySwitcher:
     def applied_mhz(self) -> Optional[int]:
         """The SM clock (MHz) the worker last locked; ``None`` while default clocks apply."""
         return self._native.applied_mhz or None
+
+    @property
+    def clock_mismatches(self) -> dict[str, int]:
+        """Read-backs of the SM clock that disagreed with the lock, by cause.
+
+        ``{"overridden": n, "clamped": n, "changed": n}``: the GPU ran faster
+        than just locked (the driver overrode the lock), slower (a clamp or a
+        power/thermal limit), or a lock that had held was changed from
+        outside (then re-applied). Each is also a record in :meth:`records`
+        (``SwitchSource.OVERRIDDEN`` / ``CLAMPED`` / ``CHANGED``, with
+        ``requested_mhz`` the clock expected and ``applied_mhz`` the clock
+        read), and each cause is warned about once on stderr.
+        """
+        counts: dict[str, int] = self._native.mismatches()
+        return counts
 
     @property
     def closed(self) -> bool:

@@ -21,13 +21,17 @@
  *   FAKE_NVML_STATE       a file holding the locked clocks, read at init and
  *                         rewritten on every change, so that locks outlive
  *                         a process as they do on a real GPU
+ *   FAKE_NVML_CLAMP_MHZ   the GPU silently runs no faster than this, whatever
+ *                         it is locked at (nvmlDeviceGetClockInfo tells)
  *   FAKE_NVML_POWER       "idle_w,max_w" (default "100,700"): the energy
  *                         counter integrates P(f) = idle + (max - idle) *
  *                         (f / f_max)^3 over time, f the current SM clock
  *
  * Test hooks (call through ctypes on the same path; dlopen returns the same
  * copy): fake_nvml_reload, fake_nvml_reset, fake_nvml_locked_clock,
- * fake_nvml_locked_memory_clock, fake_nvml_calls, fake_nvml_init_count.
+ * fake_nvml_locked_memory_clock, fake_nvml_calls, fake_nvml_init_count, fake_nvml_override (the
+ * driver runs a GPU at another clock than it is locked at, as reported on
+ * Blackwell, until called again with 0).
  *
  * Build: cc -shared -fPIC -O1 -o libnvidia-ml.so.1 fake_nvml.c -lpthread
  */
@@ -66,6 +70,7 @@ struct nvmlDevice_st {
   unsigned index;
   unsigned gpu_min, gpu_max; /* locked SM clocks, 0 = unlocked */
   unsigned mem_min, mem_max; /* locked memory clocks, 0 = unlocked */
+  unsigned override_mhz;     /* the clock it really runs at, 0 = as locked */
   double energy_mj;
   long long energy_at_ns;
 };
@@ -94,6 +99,7 @@ static int g_fail_count;
 static struct counter g_counters[MAX_COUNTED];
 static int g_counter_count;
 static double g_sleep_ms;
+static unsigned g_clamp_mhz; /* 0: no clamp */
 static char g_log[1024];
 static char g_state[1024];
 static double g_idle_w = 100.0, g_max_w = 700.0;
@@ -177,6 +183,8 @@ static void configure(void) {
     }
   }
 
+  v = getenv("FAKE_NVML_CLAMP_MHZ");
+  g_clamp_mhz = v ? (unsigned)atoi(v) : 0;
   v = getenv("FAKE_NVML_SLEEP_MS");
   g_sleep_ms = v ? atof(v) : 0.0;
   copy_env(g_log, sizeof g_log, "FAKE_NVML_LOG");
@@ -263,8 +271,10 @@ static void save_state(void) {
 }
 
 static unsigned current_clock(const struct nvmlDevice_st* d) {
-  if (d->gpu_max != 0) return d->gpu_max;
-  return g_clock_count ? g_clocks[0] : 1980;
+  if (d->override_mhz != 0) return d->override_mhz;
+  unsigned top = g_clock_count ? g_clocks[0] : 1980;
+  unsigned mhz = d->gpu_max != 0 ? d->gpu_max : top;
+  return g_clamp_mhz != 0 && mhz > g_clamp_mhz ? g_clamp_mhz : mhz;
 }
 
 /* Brings the energy counter up to now at the current clock. Lock held. */
@@ -572,6 +582,7 @@ EXPORT void fake_nvml_reset(void) {
   for (unsigned i = 0; i < MAX_DEVICES; ++i) {
     g_devices[i].gpu_min = g_devices[i].gpu_max = 0;
     g_devices[i].mem_min = g_devices[i].mem_max = 0;
+    g_devices[i].override_mhz = 0;
     g_devices[i].energy_mj = 0.0;
     g_devices[i].energy_at_ns = now_ns();
   }
@@ -584,6 +595,15 @@ EXPORT unsigned fake_nvml_locked_clock(unsigned index) {
   unsigned v = index < MAX_DEVICES ? g_devices[index].gpu_max : 0;
   pthread_mutex_unlock(&g_lock);
   return v;
+}
+
+EXPORT void fake_nvml_override(unsigned index, unsigned mhz) {
+  pthread_mutex_lock(&g_lock);
+  if (index < MAX_DEVICES) {
+    advance_energy(&g_devices[index]);
+    g_devices[index].override_mhz = mhz;
+  }
+  pthread_mutex_unlock(&g_lock);
 }
 
 EXPORT unsigned fake_nvml_locked_memory_clock(unsigned index) {
