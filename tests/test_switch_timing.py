@@ -60,3 +60,33 @@ def test_command(fake_nvml, capsys):
     assert "visible after  median" in capsys.readouterr().out
     assert cli_main(["switch-latency", "--device", "7"]) == 1
     assert "7" in capsys.readouterr().err
+
+
+def test_profiler_records_switch_latency_in_its_sidecar(fake_nvml, fake_libraries, tmp_path):
+    fake_nvml.configure(clocks="1980,1500,1200,1000", sleep_ms=10)
+    work = {0: {"forward": lambda: None, "backward": lambda: None}}
+    fast = dict(mode="cpu", window_s=0.005, windows=1, warmup_s=0.0, progress=False)
+    out = tmp_path / "p.csv"
+    result = perseus.profile_stages(
+        work,
+        out,
+        frequencies_mhz=[1980, 1500],
+        blocking_power_w=50.0,
+        patience=None,
+        switch_latency_repeats=3,
+        **fast,
+    )
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["switch_latency"]["clocks_mhz"] == [1980, 1500]  # 70 % of 1980 snaps to 1500
+    assert len(sidecar["switch_latency"]["visible_s"]) == 3
+    assert sidecar["switch_latency_s"] >= 0.010
+    assert result.metadata["switch_latency_s"] == sidecar["switch_latency_s"]
+    assert fake_nvml.locked(0) == 0
+    # Off by default; and a bad count is named.
+    plain = tmp_path / "q.csv"
+    perseus.profile_stages(
+        work, plain, frequencies_mhz=[1980], blocking_power_w=50.0, patience=None, **fast
+    )
+    assert "switch_latency_s" not in json.loads(plain.with_suffix(".json").read_text())
+    with pytest.raises(ValueError, match="switch_latency_repeats"):
+        perseus.profile_stages(work, plain, switch_latency_repeats=-1, **fast)

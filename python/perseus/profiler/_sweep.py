@@ -330,6 +330,7 @@ def profile_stages(
     lock_clocks: bool = True,
     resume: bool = True,
     progress: Union[bool, TextIO] = True,
+    switch_latency_repeats: int = 0,
 ) -> ProfilerResult:
     """Measure each stage's forward and backward time and energy across SM frequencies.
 
@@ -400,6 +401,13 @@ def profile_stages(
     progress
         ``True`` prints a line per measurement on stderr; a text stream
         prints there; ``False`` is silent.
+    switch_latency_repeats
+        With locked clocks, also time this many SM clock changes after the
+        blocking power (:func:`perseus.measure_switch_latency`, with the GPU
+        idle between them: a lower bound where an idle GPU drops its clock)
+        and record them in the sidecar under ``switch_latency``, the median
+        as ``switch_latency_s``. 0 (default) skips it; a resumed run keeps
+        what the sidecar holds.
 
     Returns
     -------
@@ -457,6 +465,14 @@ def profile_stages(
     csv_path = Path(os.fsdecode(output))
     if csv_path.suffix == ".json":
         raise ValueError(f"output {csv_path} would collide with its .json sidecar; name it .csv")
+    if (
+        isinstance(switch_latency_repeats, bool)
+        or not isinstance(switch_latency_repeats, numbers.Integral)
+        or switch_latency_repeats < 0
+    ):
+        raise ValueError(
+            f"switch_latency_repeats must be a whole number >= 0, not {switch_latency_repeats!r}"
+        )
     sweep = _Sweep(
         calls,
         csv_path,
@@ -469,6 +485,7 @@ def profile_stages(
         lock_clocks=bool(lock_clocks),
         resume=resume,
         progress=progress,
+        switch_latency_repeats=int(switch_latency_repeats),
     )
     return sweep.run()
 
@@ -496,6 +513,7 @@ class _Sweep:
         lock_clocks: bool,
         resume: bool,
         progress: Union[bool, TextIO],
+        switch_latency_repeats: int = 0,
     ) -> None:
         self.calls = calls
         self.keys = list(calls)
@@ -508,6 +526,7 @@ class _Sweep:
         self.blocking_window_s = blocking_window_s
         self.lock_clocks = lock_clocks
         self.resume = resume
+        self.switch_latency_repeats = switch_latency_repeats
         self.say = _Progress(progress)
         self.backend: Optional[Backend] = None
         self.store: Optional[Store] = None
@@ -522,6 +541,7 @@ class _Sweep:
         try:
             self._start()
             self._blocking_power()
+            self._switch_latency()
             self._sweep()
         except BaseException as error:
             failure = error
@@ -614,6 +634,7 @@ class _Sweep:
             "computations": [list(k) for k in self.keys],
             "stopped": {},
             "blocking_power": previous.get("blocking_power") if previous else None,
+            "switch_latency": previous.get("switch_latency") if previous else None,
             "csv": self.csv_path.name,
             "sweep_s": float(previous.get("sweep_s", 0.0)) if previous else 0.0,
         }
@@ -648,6 +669,28 @@ class _Sweep:
             )
         # The key `perseus optimize` reads; the details stay under "blocking_power".
         self.metadata[BLOCKING_POWER_KEY] = float(self.metadata["blocking_power"]["watts"])
+        self._save()
+
+    def _switch_latency(self) -> None:
+        """Opt-in: time a few clock changes (perseus.measure_switch_latency) for the sidecar."""
+        if not self.switch_latency_repeats or not self.lock_clocks:
+            return
+        if not self.metadata.get("switch_latency"):
+            from ..switch_timing import measure_switch_latency
+
+            m = measure_switch_latency(self.device, repeats=self.switch_latency_repeats)
+            self.metadata["switch_latency"] = {
+                "clocks_mhz": list(m.clocks_mhz),
+                "visible_s": m.visible_s.tolist(),
+                "call_s": m.call_s.tolist(),
+                "timeouts": m.timeouts,
+                "median_s": None if len(m.visible_s) == 0 else m.median_s,
+            }
+            self.say.say(
+                f"switch latency: median {1000 * m.median_s:.3g} ms over {len(m.visible_s)} "
+                f"changes ({m.timeouts} not seen)"
+            )
+        self.metadata["switch_latency_s"] = self.metadata["switch_latency"]["median_s"]
         self._save()
 
     def _sweep(self) -> None:
