@@ -226,8 +226,8 @@ def test_merge_never_slows_a_computation(profile, frontier):
             if tolerance >= 1410 - 800:
                 for g in range(frontier.spec.num_gpus):
                     order = frontier.spec.pipeline().order(g)
-                    # Only rises remain: each GPU's clocks never drop along its order.
-                    assert np.all(np.diff(merged[order]) >= 0)
+                    # Every drop merged, the iteration's wrap included: one clock per GPU.
+                    assert len(set(merged[order].tolist())) == 1
 
 
 @pytest.mark.parametrize("latency_s", [0.0, 0.002, 0.01, 0.05])

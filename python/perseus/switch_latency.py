@@ -38,7 +38,8 @@ Switch-aware plans (`switch_aware_plan`) start from the frontier's plans and
 merge clock changes that do not pay for themselves: on each GPU, a
 computation whose planned clock is within ``tolerance`` MHz below the clock
 already requested keeps that faster clock instead (never a slower one, so
-no computation gets slower than planned). Frontier plans up to BASE_SLACK
+no computation gets slower than planned), cyclically: the iteration's first
+computations follow its last one's clock. Frontier plans up to BASE_SLACK
 times slower than the deadline (at most MAX_BASE_PLANS of them, always
 including `Frontier.plan_for`'s), and the all-fastest plan, are each
 tried with a ladder of tolerances, every candidate is replayed under the model, and the cheapest
@@ -260,8 +261,13 @@ def merge_switches(
         order = [int(i) for i in pipeline.order(g)]
         if not order:
             continue
+        # Two passes: iterations repeat, so the first computations follow the
+        # last one's clock (after one pass at the largest tolerance a GPU's
+        # clocks only rise along its order, and the second pass then keeps it
+        # at one clock all iteration: no change left to land late).
         current = int(out[order[0]])
-        for i in order[1:]:
+        for position in range(1, 2 * len(order)):
+            i = order[position % len(order)]
             planned = int(out[i])
             s, k = int(pipeline.stage[i]), int(pipeline.instruction[i])
             if current - tolerance_mhz <= planned < current and rows.measured(s, k, current):
