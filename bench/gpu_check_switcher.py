@@ -8,7 +8,8 @@ Reports, for one GPU:
    and the supported memory and SM clocks;
 2. the wall time of one ``nvmlDeviceSetGpuLockedClocks`` call;
 3. how long until the new clock shows in ``nvmlDeviceGetClockInfo`` (with the
-   GPU busy, when torch or CuPy can keep it busy);
+   GPU busy, when torch or CuPy can keep it busy), by hand and through
+   ``perseus.measure_switch_latency`` (the ``switch_latency_s`` plans take);
 4. ``set()`` latency seen by the caller on the real driver;
 4b. the switcher's read-back: whether a lock reads back as locked (any
    ``OVERRIDDEN`` / ``CLAMPED`` readings, and on which GPU state), and that
@@ -262,6 +263,31 @@ def check_clock_visible(gpu: NvmlDevice, backend: Any, high: int, low: int) -> N
         say(f"clock visible  -> {r['target_mhz']} MHz: {shown}{'' if busy else ' [GPU idle]'}")
 
 
+def check_measure_switch_latency(device: int, backend: Any, high: int, low: int) -> None:
+    """perseus.measure_switch_latency itself, with the GPU busy: the L that planning takes."""
+    busy = backend is not None
+    if busy:
+        side = backend.stream()
+        backend.spin(side, 3.0)
+    try:
+        m = perseus.measure_switch_latency(device, repeats=10, clocks_mhz=(high, low))
+    finally:
+        if busy:
+            backend.synchronize()
+    report["measure_switch_latency"] = {
+        "gpu_busy": busy,
+        "clocks_mhz": list(m.clocks_mhz),
+        "median_s": m.median_s,
+        "visible_s": m.visible_s.tolist(),
+        "call_s": m.call_s.tolist(),
+        "timeouts": m.timeouts,
+    }
+    say(
+        f"switch latency perseus.measure_switch_latency: median {m.median_s * 1e3:.3f} ms over "
+        f"{len(m.visible_s)} changes, {m.timeouts} not seen{'' if busy else ' [GPU idle]'}"
+    )
+
+
 def check_switcher_latency(device: int, high: int, low: int) -> None:
     with FrequencySwitcher(device) as sw:
         ns = []
@@ -485,6 +511,7 @@ def main() -> int:
         if can_lock:
             check_set_latency(gpu, high, low)
             check_clock_visible(gpu, backend, high, low)
+            check_measure_switch_latency(args.device, backend, high, low)
             check_switcher_latency(args.device, high, low)
             check_read_back(args.device, gpu, backend, low)
         check_stream_order(args.device, backend, high, low, can_lock)
