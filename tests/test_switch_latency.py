@@ -215,6 +215,7 @@ def frontier(profile):
 
 
 def test_merge_never_slows_a_computation(profile, frontier):
+    """Merged computations run at a clock measured for them, and no slower than planned."""
     from perseus.switch_latency import _Rows
 
     rows = _Rows(profile, frontier.spec)
@@ -223,6 +224,10 @@ def test_merge_never_slows_a_computation(profile, frontier):
         for tolerance in (0, 200, 1000):
             merged = merge_switches(frontier.spec, rows, base, tolerance)
             assert np.all(merged >= base)
+            pipeline = frontier.spec.pipeline()
+            for i in np.nonzero(merged != base)[0]:
+                s, k = int(pipeline.stage[i]), int(pipeline.instruction[i])
+                assert rows.at(s, k, merged[i])[0] <= rows.at(s, k, base[i])[0]
             if tolerance >= 1410 - 800:
                 for g in range(frontier.spec.num_gpus):
                     order = frontier.spec.pipeline().order(g)
@@ -365,3 +370,25 @@ def test_switch_aware_plan_at_the_fastest_time_falls_back_to_few_switches(profil
     )
     if late.iteration_time_s > deadline:  # the frontier's own answer misses it ...
         assert aware.frontier_index == -1 or aware.tolerance_mhz > 0  # ... so a merged one wins
+
+
+def test_merge_skips_a_higher_clock_that_is_slower():
+    """Measured rows where 1410 MHz is slower than 1200 MHz for stage 1's forward: never merged up."""
+    records = []
+    for s in range(2):
+        for instruction in (F, B):
+            slow_top = s == 1 and instruction == F
+            records += [
+                (s, instruction, 1410, 0.0125 if slow_top else 0.010, 3.0),
+                (s, instruction, 1200, 0.012, 2.5),
+            ]
+    profile = Profile.from_records(records, blocking_power_w=0.0)
+    spec = PipelineSpec(num_gpus=2, microbatches=1, schedule="1f1b", virtual_stages=1)
+    from perseus.switch_latency import _Rows
+
+    pipeline = spec.pipeline()
+    mhz = np.full(spec.num_computations, 1200)
+    mhz[pipeline.id_of(1, 0, 1)] = 1410  # GPU 1: F1 at 1200, B1 at 1410
+    merged = merge_switches(spec, _Rows(profile, spec), mhz, 1000)
+    assert merged[pipeline.id_of(1, 0, 0)] == 1200  # F1 stays: 1410 MHz is slower for it
+    assert merged[pipeline.id_of(0, 0, 1)] == 1200  # GPU 0 had nothing to merge

@@ -253,7 +253,9 @@ def merge_switches(
     """The plan with small clock drops merged into the clock already requested (see module notes).
 
     A computation keeps the requested clock only where that clock was
-    measured for it, so a merged plan is still made of measured rows.
+    measured for it (a merged plan is still made of measured rows) and runs
+    it no slower than its planned clock (measured rows are not always
+    faster at a higher clock).
     """
     pipeline = spec.pipeline()
     out = np.array(frequencies_mhz, dtype=np.int64, copy=True)
@@ -270,7 +272,12 @@ def merge_switches(
             i = order[position % len(order)]
             planned = int(out[i])
             s, k = int(pipeline.stage[i]), int(pipeline.instruction[i])
-            if current - tolerance_mhz <= planned < current and rows.measured(s, k, current):
+            if (
+                current - tolerance_mhz <= planned < current
+                and rows.measured(s, k, current)
+                # A higher clock is not always faster in measured rows.
+                and rows.at(s, k, current)[0] <= rows.at(s, k, planned)[0]
+            ):
                 out[i] = current
             else:
                 current = planned
