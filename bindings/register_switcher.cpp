@@ -13,6 +13,7 @@
 #include <string>
 
 #include "clock_locks.hpp"
+#include "clockd_client.hpp"
 #include "cuda_loader.hpp"
 #include "cuda_module.hpp"
 #include "nvml_device.hpp"
@@ -369,6 +370,9 @@ void register_switcher(py::module_& m) {
   m.def(
       "clock_watchdog_connected", [] { return ClockLocks::instance().has_watchdog(); },
       "Whether the core still has a live socket to a clock watchdog.");
+  m.def(
+      "clockd_socket", [] { return perseus::clockd::socket_path(); },
+      "The `perseus clockd` socket switchers use for their clock locks ('' for NVML directly).");
   m.def(
       "clock_watchdog_behind", [] { return ClockLocks::instance().watchdog_behind(); },
       "Whether the latest set of locked GPUs has yet to reach the watchdog's socket (it is not "

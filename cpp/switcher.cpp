@@ -1,6 +1,7 @@
 #include "switcher.hpp"
 
 #include "clock_locks.hpp"
+#include "clockd_client.hpp"
 
 #include <pthread.h>
 #include <signal.h>
@@ -173,6 +174,8 @@ FrequencySwitcher::FrequencySwitcher(const SwitcherOptions& options)
   verify_interval_ns_ = check_period_s(options.verify_interval_s, "verify_interval_s");
   session_ = std::make_unique<nvml::Session>();
   const nvml::Api& api = session_->api();
+  const std::string service = clockd::socket_path();
+  clock_api_ = service.empty() ? &api : &clockd::routed(api, service);
   device_ = nvml::open_device(*session_, options.device);
   supported_memory_ = nvml::supported_memory_clocks(api, device_.handle);
 
@@ -504,7 +507,7 @@ std::string FrequencySwitcher::verify() {
   if (cause == SwitchSource::kChanged) {
     const char* function = "nvmlDeviceSetGpuLockedClocks";
     const std::int64_t t0 = nvml::now_ns();
-    const nvml::Return again = ClockLocks::instance().lock_sm(this, api, device_, target);
+    const nvml::Return again = ClockLocks::instance().lock_sm(this, *clock_api_, device_, target);
     const std::int64_t t1 = nvml::now_ns();
     record(SwitchRecord{t1, t0, t1 - t0, target, target, again, SwitchSource::kReapply});
     if (again == nvml::kSuccess) {
@@ -549,7 +552,7 @@ std::string FrequencySwitcher::fail(nvml::Return code, const char* function, boo
 nvml::Return FrequencySwitcher::apply(unsigned target, const char** function) {
   if (target == 0) return unlock_all(function);
   ClockLocks& locks = ClockLocks::instance();
-  const nvml::Api& api = session_->api();
+  const nvml::Api& api = *clock_api_;
   if (memory_mhz_ != 0 && !holds_memory_) {
     *function = "nvmlDeviceSetMemoryLockedClocks";
     const nvml::Return rc = locks.lock_memory(this, api, device_, memory_mhz_);
@@ -564,7 +567,7 @@ nvml::Return FrequencySwitcher::apply(unsigned target, const char** function) {
 
 nvml::Return FrequencySwitcher::unlock_all(const char** function) {
   if (!dirty_) return nvml::kSuccess;
-  const nvml::Return rc = ClockLocks::instance().release(this, session_->api(), device_, function);
+  const nvml::Return rc = ClockLocks::instance().release(this, *clock_api_, device_, function);
   holds_memory_ = false;  // released even when a reset failed (ClockLocks retries it)
   if (rc == nvml::kSuccess) dirty_ = false;
   return rc;

@@ -253,6 +253,9 @@ class FrequencySwitcher {
   void throw_if_failed_locked();  // mutex held
 
   std::unique_ptr<nvml::Session> session_;
+  // NVML's own, or routed to `perseus clockd` (clockd_client.hpp) for the
+  // locked-clock calls when this process is not privileged.
+  const nvml::Api* clock_api_ = nullptr;
   nvml::DeviceInfo device_;
   std::vector<unsigned> supported_;
   std::vector<unsigned> supported_memory_;

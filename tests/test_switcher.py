@@ -1618,3 +1618,130 @@ def test_read_back_can_be_turned_off_and_checks_its_arguments(fake_nvml):
         FrequencySwitcher(0, verify_interval_s=float("nan"))
     with pytest.raises(TypeError, match="verify_interval_s must be a number of seconds"):
         FrequencySwitcher(0, verify_interval_s=True)
+
+
+# ---- perseus clockd: clock locks for processes that are not root ------------------
+
+
+@contextlib.contextmanager
+def clock_service(tmp_path, *allow: str):
+    """`perseus clockd` in a child process, on a socket under tmp_path."""
+    sock = tmp_path / "clockd.sock"
+    argv = [sys.executable, "-m", "perseus", "clockd", "--socket", str(sock)]
+    for rule in allow:
+        argv += ["--allow", rule]
+    service = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_until(lambda: sock.exists() or service.poll() is not None, timeout=30)
+        assert service.poll() is None, service.communicate()[1]
+        yield sock, service
+    finally:
+        if service.poll() is None:
+            service.send_signal(signal.SIGTERM)
+        try:
+            service.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            service.wait()
+        service.stderr.close()
+
+
+def test_clockd_locks_for_a_client_and_resets_when_the_client_dies(fake_nvml, tmp_path):
+    env = {"FAKE_NVML_STATE": str(fake_nvml.state_path)}
+    fake_nvml.configure(state=fake_nvml.state_path)  # the service inherits this environment
+    with clock_service(tmp_path, "all:*") as (sock, service):
+        script = SCRIPT_HEAD + textwrap.dedent(
+            """
+            from perseus import _core
+            a = perseus.FrequencySwitcher(0, verify_interval_s=0)
+            b = perseus.FrequencySwitcher(1, verify_interval_s=0)
+            a.set(1500); b.set(1200); a.wait(); b.wait()
+            b.close()
+            print("service", _core.clockd_socket(), flush=True)
+            print("no watchdog", _guard._watchdog is None, flush=True)
+            print("ready", flush=True)
+            time.sleep(30)
+            """
+        )
+        child = Child(script, dict(env, PERSEUS_CLOCKD_SOCKET=str(sock)))
+        assert f"service {sock}" in child._early.decode()
+        assert "no watchdog True" in child._early.decode()  # the service is its watchdog
+        assert state(fake_nvml)[:2] == ["0 1500 1500 0 0", "1 0 0 0 0"]
+        calls = clock_calls_by_pid(fake_nvml)
+        assert {pid for pid, *_ in calls} == {service.pid}  # the service made every call
+        assert sorted(c[1:3] for c in calls) == [  # two workers: in either order
+            ("nvmlDeviceResetGpuLockedClocks", ("1",)),
+            ("nvmlDeviceSetGpuLockedClocks", ("0", "1500", "1500")),
+            ("nvmlDeviceSetGpuLockedClocks", ("1", "1200", "1200")),
+        ]
+        child.proc.kill()  # nothing runs in the client: the service must notice
+        child.finish()
+        wait_until(lambda: state(fake_nvml)[0] == "0 0 0 0 0", timeout=20)
+        assert clock_calls_by_pid(fake_nvml)[-1] == (
+            service.pid,
+            "nvmlDeviceResetGpuLockedClocks",
+            ("0",),
+            0,
+        )
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(timeout=20) == 0
+        err = service.stderr.read()
+    assert (
+        "disconnected holding GPU GPU-fa4e0000-0000-0000-0000-000000000000: SM clocks reset" in err
+    )
+    assert not sock.exists()
+
+
+def test_clockd_unreachable_is_a_clear_error(fake_nvml, tmp_path):
+    script = SCRIPT_HEAD + textwrap.dedent(
+        """
+        sw = perseus.FrequencySwitcher(0, verify_interval_s=0)
+        try:
+            sw.set(1500); sw.wait()
+        except perseus.switcher.NvmlError as error:
+            print("raised", error.code, flush=True)
+        print("ready", flush=True)
+        """
+    )
+    child = Child(script, {"PERSEUS_CLOCKD_SOCKET": str(tmp_path / "nobody-here.sock")})
+    out, err = child.finish()
+    assert "raised 4" in out
+    assert f"cannot reach the clock service at {tmp_path / 'nobody-here.sock'}" in err
+    assert "is `perseus clockd` running" in err
+
+
+def test_clockd_rules_decide_who_may_lock_which_gpu(fake_nvml, tmp_path):
+    from perseus import clockd
+
+    rules = [clockd.parse_rule("1:uid:1234"), clockd.parse_rule("all:gid:777")]
+    service = clockd.ClockService(str(tmp_path / "s.sock"), rules)
+    uuid0, uuid1 = NvmlDevice(0).uuid, NvmlDevice(1).uuid
+
+    def client(uid, gids):
+        c = object.__new__(clockd._Client)
+        c.pid, c.uid, c.gids, c.held = 1, uid, set(gids), set()
+        return c
+
+    alice, trainer, stranger = client(1234, [100]), client(2000, [777]), client(3000, [100])
+    assert service.handle(alice, f"sm_lock {uuid0} 1500 1500") == 4  # GPU 0 is not hers
+    assert fake_nvml.locked(0) == 0
+    assert service.handle(alice, f"sm_lock {uuid1} 1500 1500") == 0
+    assert service.handle(trainer, f"sm_lock {uuid0} 1410 1410") == 0  # by group
+    assert service.handle(stranger, f"sm_lock {uuid1} 1200 1200") == 4
+    assert (fake_nvml.locked(0), fake_nvml.locked(1)) == (1410, 1500)
+    assert service.handle(alice, "sm_lock nonsense") == 2
+    assert service.handle(alice, f"sm_lock {uuid1} 0 1500") == 2
+    # Two holders of GPU 1: the first to go leaves it locked, the last resets it.
+    assert service.handle(trainer, f"sm_lock {uuid1} 1200 1200") == 0
+    service._gone(alice)
+    assert fake_nvml.locked(1) == 1200
+    service._gone(trainer)
+    assert (fake_nvml.locked(0), fake_nvml.locked(1)) == (0, 0)
+    for bad, message in [
+        ("all", "expected GPUS:WHO"),
+        ("all:user:no-such-user-here", "no user named"),
+        ("all:uid:x", "must be a number"),
+        ("all:team:x", "WHO must be"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            clockd.parse_rule(bad)

@@ -7,6 +7,7 @@
     perseus plot out/frontier.json -o frontier.png [--timeline | --power]
     perseus report out/frontier.json -o report.html
     perseus reset-clocks [--device N]
+    perseus clockd --allow all:group:train        # as root: clock locks for unprivileged jobs
     perseus switch-latency [--device N]            # seconds a clock change takes to show
 
 Conventions: every subcommand has ``--help`` with its defaults and ``--json``
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from ..errors import ProfileError
 from ._arguments import UsageError, _parser
 from ._commands import (
+    _clockd,
     _evaluate,
     _optimize,
     _plan,
@@ -44,6 +46,7 @@ _COMMANDS = {
     "plot": _plot,
     "report": _report,
     "reset-clocks": _reset_clocks,
+    "clockd": _clockd,
     "switch-latency": _switch_latency,
 }
 

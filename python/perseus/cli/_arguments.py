@@ -292,6 +292,34 @@ def _parser() -> argparse.ArgumentParser:
     )
     json_flag(reset)
 
+    clockd = command(
+        "clockd",
+        "run the privileged clock service (as root, once per node)",
+        "Lock GPU clocks for switchers in processes that are not root: listen on a Unix socket, "
+        "check each client's user and groups against --allow, and reset a client's clocks when "
+        "its connection closes. Runs until SIGTERM or Ctrl-C, then resets what clients held.",
+    )
+    clockd.add_argument(
+        "--socket",
+        default="/run/perseus/clockd.sock",
+        metavar="PATH",
+        help="where to listen (default: %(default)s; clients: PERSEUS_CLOCKD_SOCKET)",
+    )
+    clockd.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="GPUS:WHO",
+        help="who may lock which GPUs, repeatable: GPUS is 'all' or NVML indices/UUIDs joined "
+        "by ','; WHO is user:NAME, group:NAME, uid:N, gid:N or '*' (root always may)",
+    )
+    clockd.add_argument(
+        "--mode",
+        default="0666",
+        metavar="OCTAL",
+        help="the socket file's permissions (default: %(default)s; --allow is the real check)",
+    )
+
     timing = command(
         "switch-latency",
         "measure how long an SM clock change takes to show on a GPU",

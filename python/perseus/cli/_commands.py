@@ -519,3 +519,19 @@ def _reset_clocks(args: argparse.Namespace) -> int:
                 f"memory clocks {r.memory}"
             )
     return 0 if all(r.ok for r in results) else 1
+
+
+def _clockd(args: argparse.Namespace) -> int:
+    from ..clockd import parse_rule, run
+
+    try:
+        rules = [parse_rule(text) for text in args.allow]
+        mode = int(args.mode, 8)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if not rules:
+        print(
+            "perseus clockd: warning: no --allow rule, so only root's processes may lock clocks",
+            file=sys.stderr,
+        )
+    return run(args.socket, rules, mode)
