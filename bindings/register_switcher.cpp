@@ -376,7 +376,7 @@ void register_switcher(py::module_& m) {
   m.def(
       "clock_watchdog_behind", [] { return ClockLocks::instance().watchdog_behind(); },
       "Whether the latest set of locked GPUs has yet to reach the watchdog's socket (it is not "
-      "reading); tries to send it first.");
+      "reading); sends nothing itself.");
   m.def(
       "clock_watchdog_stalls", [] { return ClockLocks::instance().watchdog_stalls(); },
       "How many sends to the clock watchdog found its socket full.");

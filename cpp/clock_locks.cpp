@@ -145,6 +145,7 @@ void ClockLocks::remember_sm(Gpu& g, unsigned mhz) {
 }
 
 ClockLocks::SmView ClockLocks::sm_view(const nvml::DeviceInfo& device, std::int64_t since_ns) {
+  flush();  // the switchers' periodic read-back also lets a resumed watchdog catch up
   Gpu& g = gpu(device);
   const std::lock_guard<std::mutex> lock_gpu(g.mutex);
   SmView view;
@@ -165,7 +166,8 @@ void warn_stalled() {
   std::fputs(
       "perseus: the clock watchdog is not reading its socket (stopped? SIGSTOP, a debugger, a "
       "suspended job step); clocks are still applied and the watchdog catches up at the next "
-      "clock change once it runs again, but if this process dies meanwhile (SIGKILL, a crash) "
+      "clock change or read-back once it runs again, but if this process dies meanwhile (SIGKILL, a "
+      "crash) "
       "some GPUs may stay locked: then run `perseus reset-clocks`\n",
       stderr);
   std::fflush(stderr);
@@ -261,8 +263,7 @@ void ClockLocks::set_watchdog(int fd) {
   if (stalled) warn_stalled();
 }
 
-bool ClockLocks::watchdog_behind() {
-  flush();
+bool ClockLocks::watchdog_behind() const {
   const std::lock_guard<std::mutex> lock(mutex_);
   return fd_ >= 0 && (!outbox_.empty() || stale_);
 }

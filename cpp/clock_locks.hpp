@@ -33,9 +33,9 @@
 // scheduler) must never stall us: every send is non-blocking, and what does
 // not fit waits in an outbox that keeps only the latest state (the rest of a
 // line cut short, then the current set once). The outbox is flushed on every
-// later lock or release, so a watchdog that resumes catches up at the next
-// clock change. The first stall prints one warning on stderr; training goes
-// on, and only a death during the stall can leave a GPU locked.
+// later lock or release and every read-back (sm_view), so a watchdog that
+// resumes catches up at the next clock change or read-back. The first stall prints one warning on
+// stderr; training goes on, and only a death during the stall can leave a GPU locked.
 //
 // Cost: a map lookup and a mutex per lock or release; one short non-blocking
 // send() when the set changes or a stalled line is pending.
@@ -96,8 +96,8 @@ class ClockLocks {
   // The line the watchdog was (or would be) sent last, without "\n".
   std::string state_line() const;
   // True while the latest state has not fully reached the watchdog's socket
-  // (it is not reading); tries to send it first.
-  bool watchdog_behind();
+  // (it is not reading). Sends nothing itself.
+  bool watchdog_behind() const;
   // How many sends found the watchdog's socket full, since the process began.
   std::uint64_t watchdog_stalls() const;
 

@@ -1380,7 +1380,8 @@ def test_stopped_watchdog_never_stalls_the_switchers(fake_nvml):
     script = SCRIPT_HEAD + textwrap.dedent(
         """
         from perseus import _core
-        a, b = perseus.FrequencySwitcher(0), perseus.FrequencySwitcher(1)
+        a = perseus.FrequencySwitcher(0, verify_delay_s=0.01, verify_interval_s=0.05)
+        b = perseus.FrequencySwitcher(1)
         b.set(1200); b.wait()
         watchdog = _guard._watchdog.pid
         os.kill(watchdog, signal.SIGSTOP)
@@ -1393,11 +1394,12 @@ def test_stopped_watchdog_never_stalls_the_switchers(fake_nvml):
         print("gpu 1 after close:", fake.fake_nvml_locked_clock(1), flush=True)
         a.set(1410); a.wait()
         os.kill(watchdog, signal.SIGCONT)
-        a.set(1500); a.wait()  # the next change flushes what waited
+        # No further change: a's periodic read-back flushes what waited.
         deadline = time.monotonic() + 30
         while _core.clock_watchdog_behind() and time.monotonic() < deadline:
             time.sleep(0.01)
         print("behind", int(_core.clock_watchdog_behind()), flush=True)
+        print("mismatches", a.clock_mismatches, flush=True)
         ready()
         os._exit(0)  # no close: the watchdog must know GPU 0 is locked
         """
@@ -1406,6 +1408,7 @@ def test_stopped_watchdog_never_stalls_the_switchers(fake_nvml):
     out, err = child.finish()
     assert child.proc.returncode == 0, (out, err)
     assert "locked during the stop: 10001" in out  # every cycle reached the GPU
+    assert "mismatches {'overridden': 0, 'clamped': 0, 'changed': 0}" in out
     stalls = int(out.split("stalls ")[1].split()[0])
     assert stalls > 0
     assert "behind 1" in out and out.rstrip().endswith("ready")
