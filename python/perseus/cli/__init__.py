@@ -7,6 +7,7 @@
     perseus plot out/frontier.json -o frontier.png [--timeline | --power]
     perseus report out/frontier.json -o report.html
     perseus reset-clocks [--device N]
+    perseus bench [PROFILE.csv -m 32 64] [--json FILE] [--baseline FILE]
 
 Conventions: every subcommand has ``--help`` with its defaults and ``--json``
 for scripts; a user error is one line on stderr naming the flag or file,
@@ -22,7 +23,16 @@ from collections.abc import Sequence
 
 from ..errors import ProfileError
 from ._arguments import UsageError, _parser
-from ._commands import _evaluate, _optimize, _plan, _plot, _report, _reset_clocks, _show
+from ._commands import (
+    _bench,
+    _evaluate,
+    _optimize,
+    _plan,
+    _plot,
+    _report,
+    _reset_clocks,
+    _show,
+)
 
 __all__ = ["main"]
 
@@ -34,6 +44,7 @@ _COMMANDS = {
     "plot": _plot,
     "report": _report,
     "reset-clocks": _reset_clocks,
+    "bench": _bench,
 }
 
 
