@@ -297,3 +297,33 @@ def test_the_shipped_corpus_runs(capsys):
         "sosp24-gpt3-175b m=48 1f1b",
         "sosp24-bloom-176b m=48 1f1b",
     ]
+
+
+# --- the documented CI example -----------------------------------------------------------
+
+
+def test_the_github_actions_example_runs_a_valid_bench_command():
+    """The workflow users copy: its `perseus bench` line parses, with and without the gate."""
+    import shlex
+
+    from perseus.cli._arguments import _parser
+
+    yaml = pytest.importorskip("yaml")
+    root = Path(__file__).resolve().parent.parent
+    workflow = yaml.safe_load((root / "examples" / "perseus-bench-workflow.yml").read_text())
+    steps = workflow["jobs"]["bench"]["steps"]
+    runs = [s["run"] for s in steps if "perseus bench" in s.get("run", "")]
+    assert len(runs) == 1
+    (line,) = [ln.strip() for ln in runs[0].splitlines() if ln.strip().startswith("perseus bench")]
+    profiles = workflow["env"]["PROFILES"]
+    for gate in ([], ["--baseline", "perseus-baseline.json"]):
+        text = line.replace("$PROFILES", profiles).replace('"${gate[@]}"', shlex.join(gate))
+        args = _parser().parse_args(shlex.split(text)[1:])
+        assert args.command == "bench" and args.profiles == profiles.split()
+        assert args.json == "perseus-bench.json" and args.baseline == (gate[1] if gate else None)
+    # the baseline is restored on pull requests and saved on pushes, under one key prefix
+    uses = {s.get("uses", "").split("@")[0]: s for s in steps}
+    restore, save = uses["actions/cache/restore"], uses["actions/cache/save"]
+    assert restore["with"]["path"] == save["with"]["path"] == "perseus-baseline.json"
+    assert save["with"]["key"].startswith(restore["with"]["restore-keys"])
+    assert "pull_request" in restore["if"] and "push" in save["if"]
