@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import perseus
@@ -327,3 +328,54 @@ def test_the_github_actions_example_runs_a_valid_bench_command():
     assert restore["with"]["path"] == save["with"]["path"] == "perseus-baseline.json"
     assert save["with"]["key"].startswith(restore["with"]["restore-keys"])
     assert "pull_request" in restore["if"] and "push" in save["if"]
+
+
+# --- lowtime, the reference ----------------------------------------------------------------
+
+
+def test_compare_lowtime_judges_both_solvers_by_the_same_replay(capsys, tmp_path):
+    pytest.importorskip("lowtime")
+    path = tmp_path / "with-lowtime.json"
+    status, out, _ = run(
+        capsys, "bench", SMALL, "-m", "4", "--repeats", "1", "--compare-lowtime", "--json", path
+    )
+    assert status == 0
+    (case,) = json.loads(path.read_text())["cases"]
+    lowtime = case["lowtime"]
+    assert lowtime["plans"] > 1 and lowtime["wall_s"] > 0
+    # lowtime's fastest replayed plan cannot beat all-fastest's time
+    assert lowtime["fastest"]["iteration_time_s"] >= case["all_fastest"]["iteration_time_s"] * (
+        1 - 1e-9
+    )
+    for mine, theirs in zip(case["slowdowns"], lowtime["slowdowns"]):
+        assert theirs["slowdown"] == mine["slowdown"]
+        assert theirs["energy_j"] is not None  # lowtime reaches within 1.05x of perseus's time
+        assert theirs["energy_ratio"] == pytest.approx(mine["energy_j"] / theirs["energy_j"])
+        assert 0.9 < theirs["energy_ratio"] < 1.01  # the two solvers agree closely
+    assert f"lowtime {lowtime['version']}: {SMALL} m=4 1f1b:" in out
+
+
+def test_compare_lowtime_skips_what_lowtime_cannot_solve(capsys):
+    pytest.importorskip("lowtime")
+    status, out, _ = run(
+        capsys,
+        "bench",
+        EXAMPLES / "gpt3-a100-8stage.csv",
+        "-m",
+        "8",
+        "--schedule",
+        "interleaved-1f1b",
+        "--virtual-stages",
+        "2",
+        "--repeats",
+        "1",
+        "--compare-lowtime",
+    )
+    assert status == 0
+    assert "not compared (lowtime solves 1F1B only)" in out
+
+
+def test_compare_lowtime_without_lowtime_says_what_to_install(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "lowtime", None)  # makes `import lowtime` fail
+    status, _, err = run(capsys, "bench", SMALL, "-m", "4", "--compare-lowtime")
+    one_line_error(status, err, "--compare-lowtime", "pip install lowtime")

@@ -188,7 +188,7 @@ def _energies(frontier: Any) -> dict[str, Any]:
     }
 
 
-def _solve_repeatedly(case: BenchCase, repeats: int) -> dict[str, Any]:
+def _solve_repeatedly(case: BenchCase, repeats: int, compare_lowtime: bool) -> dict[str, Any]:
     """The child's work: solve ``repeats`` times, measure, summarize (one JSON object)."""
     from .optimize import optimize
     from .profile import Profile
@@ -210,6 +210,9 @@ def _solve_repeatedly(case: BenchCase, repeats: int) -> dict[str, Any]:
         counters.append((frontier.steps, frontier.cuts, len(frontier)))
     assert frontier is not None
     steps, cuts, plans = counters[-1]
+    energies = _energies(frontier)
+    peak_rss_bytes = _peak_rss_bytes()  # before lowtime, whose memory is not ours
+    lowtime = _lowtime(case, energies, statistics.median(wall_s)) if compare_lowtime else None
     return {
         "cpu_s": _spread(cpu_s),
         "wall_s": _spread(wall_s),
@@ -217,8 +220,43 @@ def _solve_repeatedly(case: BenchCase, repeats: int) -> dict[str, Any]:
         "cuts": cuts,
         "plans": plans,
         "deterministic": len(set(counters)) == 1,
-        **_energies(frontier),
-        "peak_rss_bytes": _peak_rss_bytes(),
+        **energies,
+        "peak_rss_bytes": peak_rss_bytes,
+        **({"lowtime": lowtime} if compare_lowtime else {}),
+    }
+
+
+def _lowtime(
+    case: BenchCase, energies: Mapping[str, Any], perseus_wall_s: float
+) -> Optional[dict[str, Any]]:
+    """lowtime on the same case (1F1B only: None otherwise), judged by the same replay."""
+    if case.schedule != "1f1b":
+        return None
+    from ._lowtime import lowtime_available, solve_and_replay
+
+    points = energies["slowdowns"]
+    found = solve_and_replay(
+        case.profile,
+        blocking_power_w=case.blocking_power_w,
+        microbatches=case.microbatches,
+        unit_time_s=case.unit_time_s,
+        deadlines_s=[p["deadline_s"] for p in points],
+    )
+    return {
+        "version": lowtime_available(),
+        "wall_s": found["wall_s"],
+        "wall_ratio": found["wall_s"] / perseus_wall_s,  # lowtime's wall time over perseus's
+        "plans": found["plans"],
+        "fastest": found["fastest"],
+        "slowdowns": [
+            {
+                "slowdown": p["slowdown"],
+                "energy_j": lowtime_j,
+                # perseus's energy over lowtime's at the same deadline: < 1 is perseus cheaper
+                "energy_ratio": None if lowtime_j is None else p["energy_j"] / lowtime_j,
+            }
+            for p, lowtime_j in zip(points, found["energy_at_deadlines_j"])
+        ],
     }
 
 
@@ -227,11 +265,17 @@ def _sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def run_case(case: BenchCase, repeats: int) -> dict[str, Any]:
-    """Benchmark one case in a fresh child process (so its peak memory is its own)."""
+def run_case(case: BenchCase, repeats: int, *, compare_lowtime: bool = False) -> dict[str, Any]:
+    """Benchmark one case in a fresh child process (so its peak memory is its own).
+
+    With `compare_lowtime`, lowtime then solves the same case once in that
+    process (1F1B cases only; the result's ``lowtime`` is None for others).
+    """
     if repeats < 1:
         raise BenchError(f"repeats must be >= 1, got {repeats}")
-    request = json.dumps({"case": asdict(case), "repeats": repeats})
+    request = json.dumps(
+        {"case": asdict(case), "repeats": repeats, "compare_lowtime": compare_lowtime}
+    )
     env = dict(os.environ)
     # The child imports this very perseus, wherever it came from.
     package_parent = str(Path(__file__).resolve().parents[1])
@@ -258,6 +302,7 @@ def run_cases(
     cases: Sequence[BenchCase],
     repeats: int,
     *,
+    compare_lowtime: bool = False,
     progress: Optional[Callable[[BenchCase], None]] = None,
 ) -> dict[str, Any]:
     """Run every case; the result is the versioned document ``--json`` writes."""
@@ -271,7 +316,7 @@ def run_cases(
     for case in cases:
         if progress is not None:
             progress(case)
-        results.append(run_case(case, repeats))
+        results.append(run_case(case, repeats, compare_lowtime=compare_lowtime))
     return {
         "schema": SCHEMA,
         "perseus_version": __version__,
@@ -417,7 +462,8 @@ def compare(
 def _worker() -> int:
     request = json.loads(sys.stdin.read())
     case = BenchCase(**request["case"])
-    json.dump(_solve_repeatedly(case, int(request["repeats"])), sys.stdout)
+    result = _solve_repeatedly(case, int(request["repeats"]), bool(request["compare_lowtime"]))
+    json.dump(result, sys.stdout)
     return 0
 
 

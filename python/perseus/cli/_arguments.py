@@ -360,6 +360,12 @@ def _bench_command(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "--force", action="store_true", help="overwrite the --json file if it exists"
     )
+    bench.add_argument(
+        "--compare-lowtime",
+        action="store_true",
+        help="also solve each 1F1B case once with lowtime (pip install lowtime), driven as "
+        "Zeus drives it, and compare energy at the same deadlines and wall time",
+    )
 
 
 def _plan_choice(sub: argparse.ArgumentParser, *, required: bool) -> None:

@@ -442,6 +442,13 @@ def _bench(args: argparse.Namespace) -> int:
         check_writable_directory(os.path.dirname(args.json) or ".")
         _refuse_existing(args.json, args.force)
     baseline = load_result(args.baseline) if args.baseline is not None else None  # fail early
+    if args.compare_lowtime:
+        from .._lowtime import lowtime_available
+
+        if lowtime_available() is None:
+            raise UsageError(
+                "argument --compare-lowtime: lowtime is not installed (pip install lowtime)"
+            )
 
     cases = corpus_cases() if (args.corpus or not args.profiles) else []
     for path in args.profiles:
@@ -469,7 +476,9 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"perseus bench: {case.name} ({args.repeats}x)", file=sys.stderr, flush=True)
 
     try:
-        result = run_cases(cases, args.repeats, progress=progress)
+        result = run_cases(
+            cases, args.repeats, compare_lowtime=args.compare_lowtime, progress=progress
+        )
         comparison = (
             compare(
                 result,
@@ -531,3 +540,20 @@ def _bench_table(result: dict[str, Any]) -> None:
         "save@X: energy saved against all-fastest when the iteration may take X times the "
         "fastest plan's time; peak: the resident memory of the process that ran the case"
     )
+    for c in result["cases"]:
+        if "lowtime" not in c:
+            continue
+        lt = c["lowtime"]
+        if lt is None:
+            print(f"lowtime: {c['name']}: not compared (lowtime solves 1F1B only)")
+            continue
+        ratios = ", ".join(
+            f"{p['slowdown']:g}x: "
+            + ("no plan" if p["energy_ratio"] is None else f"{p['energy_ratio']:.4f}")
+            for p in lt["slowdowns"]
+        )
+        print(
+            f"lowtime {lt['version']}: {c['name']}: {lt['wall_s']:.2f} s wall "
+            f"({lt['wall_ratio']:.1f}x perseus's median), {lt['plans']} plans; perseus's "
+            f"energy over lowtime's at {ratios}"
+        )
