@@ -272,7 +272,6 @@ def test_sdist_carries_its_tests_and_passes_them_outside_git(tmp_path: Path) -> 
             "no:cacheprovider",
             "tests/test_docs.py",
             "tests/test_packaging.py",
-            "tests/test_profile.py",
         ],
         cwd=root,
         env=env,
