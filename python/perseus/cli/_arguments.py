@@ -289,7 +289,8 @@ _BENCH_HELP = (
     "fastest plan and at 1.05/1.1/1.2x its time, the saving against all-fastest and the peak "
     "memory. Without PROFILE, the shipped corpus subset runs. With --baseline FILE (an earlier "
     "--json result) the exit status is 1 and each regression is one line when energy rises "
-    "by more than --max-energy-regression percent, or steps, cuts or CPU time grow by more "
+    "by more than --max-energy-regression percent, or steps, cuts or the fastest repeat's "
+    "CPU time grow by more "
     "than --max-slowdown times; wall time is reported, never gated.",
 )
 
