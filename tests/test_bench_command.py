@@ -247,6 +247,18 @@ def test_baseline_without_any_common_case_is_an_error(result, capsys, tmp_path):
     )
 
 
+def test_malformed_baseline_case_is_named(result, capsys, tmp_path):
+    _, document = result
+
+    def without_steps(d):
+        del d["cases"][0]["steps"]
+
+    status, _, err = rerun(capsys, document, doctored(tmp_path, document, without_steps))
+    assert status == 2
+    assert "baseline case" in err.splitlines()[-1] and "m=4 1f1b" in err.splitlines()[-1]
+    assert "'steps'" in err.splitlines()[-1]
+
+
 def test_cpu_time_is_gated_unless_told_not_to(result):
     _, document = result
     slower = json.loads(json.dumps(document))
@@ -281,6 +293,7 @@ def test_bad_profile_names_the_file(capsys, tmp_path):
         (["bench", SMALL, "-m", "4", "--max-slowdown", "0.5"], "--max-slowdown"),
         (["bench", SMALL, "-m", "4", "--max-energy-regression", "-1"], "--max-energy-regression"),
         (["bench", SMALL, "-m", "0"], "--microbatches"),
+        (["bench", SMALL, SMALL, "-m", "4"], "share the name"),
     ],
 )
 def test_flag_errors(capsys, args, needle):
