@@ -34,7 +34,18 @@ from .switch_timing import SwitchLatency, measure_switch_latency
 from .switcher import FrequencySwitcher
 from .timeline import PowerTimeline, Timeline
 
-__version__ = "0.1.0"
+
+def _installed_version() -> str:
+    """The version in the installed package's metadata; pyproject.toml is its one source."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("perseus-energy")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _installed_version()
 
 __all__ = [
     "INSTRUCTIONS",

@@ -9,6 +9,7 @@
     perseus reset-clocks [--device N]
     perseus clockd --allow all:group:train        # as root: clock locks for unprivileged jobs
     perseus switch-latency [--device N]            # seconds a clock change takes to show
+    perseus bench [PROFILE.csv -m 32 64] [--json FILE] [--baseline FILE]
 
 Conventions: every subcommand has ``--help`` with its defaults and ``--json``
 for scripts; a user error is one line on stderr naming the flag or file,
@@ -26,6 +27,7 @@ from ..errors import ProfileError
 from ._arguments import UsageError, _parser
 from ._commands import (
     _clockd,
+    _bench,
     _evaluate,
     _optimize,
     _plan,
@@ -48,6 +50,7 @@ _COMMANDS = {
     "reset-clocks": _reset_clocks,
     "clockd": _clockd,
     "switch-latency": _switch_latency,
+    "bench": _bench,
 }
 
 

@@ -9,6 +9,7 @@ import re
 from typing import NoReturn, Optional
 
 from .. import __version__
+from .._shipped import EXAMPLES
 from ..profile import LIMITS
 from ..schedule import SCHEDULES
 
@@ -137,7 +138,16 @@ def _parser() -> argparse.ArgumentParser:
         "(PROFILE.json, key blocking_power_w) when there is one; --blocking-power overrides it.",
     )
     opt.add_argument(
-        "profile", metavar="PROFILE", help="profile CSV (stage,instruction,frequency,time,energy)"
+        "profile",
+        nargs="?",
+        metavar="PROFILE",
+        help="profile CSV (stage,instruction,frequency,time,energy); or --example",
+    )
+    opt.add_argument(
+        "--example",
+        choices=sorted(EXAMPLES),
+        default=None,
+        help="an example profile installed with perseus (with its sidecar), instead of PROFILE",
     )
     opt.add_argument(
         "-m",
@@ -278,6 +288,8 @@ def _parser() -> argparse.ArgumentParser:
     force_flag(report)
     json_flag(report)
 
+    _bench_command(command("bench", *_BENCH_HELP))
+
     reset = command(
         "reset-clocks",
         "give locked GPU clocks back to the driver (e.g. after kill -9)",
@@ -334,6 +346,93 @@ def _parser() -> argparse.ArgumentParser:
     timing.add_argument("--repeats", type=_count, default=10, metavar="K", help="clock changes")
     json_flag(timing)
     return parser
+
+
+_BENCH_HELP = (
+    "benchmark the solver on the shipped corpus or your profiles; gate against a baseline",
+    "Solve each case REPEATS times in a fresh process and report CPU and wall seconds "
+    "(median, min, max), the solver's work counters (steps, cuts, plans), the energy of the "
+    "fastest plan and at 1.05/1.1/1.2x its time, the saving against all-fastest and the peak "
+    "memory. Without PROFILE, the shipped corpus subset runs. With --baseline FILE (an earlier "
+    "--json result) the exit status is 1 and each regression is one line when energy rises "
+    "by more than --max-energy-regression percent, or steps, cuts or the fastest repeat's "
+    "CPU time grow by more "
+    "than --max-slowdown times; wall time is reported, never gated.",
+)
+
+
+def _bench_command(bench: argparse.ArgumentParser) -> None:
+    from ..benchmark import DEFAULT_MAX_ENERGY_REGRESSION_PERCENT, DEFAULT_MAX_SLOWDOWN
+
+    bench.add_argument(
+        "profiles", nargs="*", metavar="PROFILE", help="profile CSVs (default: the shipped corpus)"
+    )
+    bench.add_argument(
+        "-m",
+        "--microbatches",
+        type=_count,
+        nargs="+",
+        default=None,
+        metavar="M",
+        help="microbatches per iteration, one case each (required with PROFILE)",
+    )
+    bench.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
+    bench.add_argument(
+        "--virtual-stages", type=_count, default=1, metavar="V", help="model chunks per GPU"
+    )
+    bench.add_argument(
+        "--unit-time", type=_seconds, default=1e-3, metavar="S", help="solver time quantum, seconds"
+    )
+    bench.add_argument(
+        "--blocking-power",
+        type=_watts,
+        default=None,
+        metavar="W",
+        help="watts a waiting GPU draws (default: each profile's sidecar)",
+    )
+    bench.add_argument(
+        "--corpus", action="store_true", help="run the shipped corpus too, with PROFILE"
+    )
+    bench.add_argument("--repeats", type=_count, default=3, metavar="N", help="solves per case")
+    bench.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="FILE",
+        help="write the result (versioned JSON) to FILE, or to stdout without FILE",
+    )
+    bench.add_argument(
+        "--baseline", default=None, metavar="FILE", help="an earlier --json result to compare with"
+    )
+    bench.add_argument(
+        "--max-energy-regression",
+        type=_number,
+        default=DEFAULT_MAX_ENERGY_REGRESSION_PERCENT,
+        metavar="PERCENT",
+        help="energy rise, in percent, beyond which a case regressed",
+    )
+    bench.add_argument(
+        "--max-slowdown",
+        type=_factor,
+        default=DEFAULT_MAX_SLOWDOWN,
+        metavar="X",
+        help="growth factor of steps, cuts or CPU time beyond which a case regressed",
+    )
+    bench.add_argument(
+        "--no-cpu-gate",
+        action="store_true",
+        help="do not gate CPU time (a baseline from another machine); counters stay gated",
+    )
+    bench.add_argument(
+        "--force", action="store_true", help="overwrite the --json file if it exists"
+    )
+    bench.add_argument(
+        "--compare-lowtime",
+        action="store_true",
+        help="also solve each 1F1B case once with lowtime (pip install lowtime), driven as "
+        "Zeus drives it, and compare energy at the same deadlines and wall time",
+    )
 
 
 def _plan_choice(sub: argparse.ArgumentParser, *, required: bool) -> None:

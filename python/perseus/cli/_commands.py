@@ -11,6 +11,7 @@ import sys
 from typing import Any, Optional
 
 from .._files import check_writable_directory, replace_user_file
+from .._shipped import shipped_profile
 from .._sidecar import BLOCKING_POWER_KEY, read_blocking_power, sidecar_path
 from ..errors import ProfileError
 from ..frontier import Frontier, PowerCapError
@@ -118,6 +119,10 @@ def _optimize(args: argparse.Namespace) -> int:
     from ..optimize import optimize
     from ..progress import ProgressBar
 
+    if (args.profile is None) == (args.example is None):
+        raise UsageError("give a PROFILE or --example NAME (one of them)")
+    if args.example is not None:
+        args.profile = str(shipped_profile(args.example))
     target = os.path.join(args.output, "frontier.json")
     check_writable_directory(args.output)  # before the solve, not after it
     _refuse_existing(target, args.force)
@@ -535,3 +540,144 @@ def _clockd(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return run(args.socket, rules, mode)
+def _bench(args: argparse.Namespace) -> int:
+    from ..benchmark import (
+        BenchCase,
+        BenchError,
+        case_name,
+        compare,
+        corpus_cases,
+        load_result,
+        run_cases,
+    )
+
+    if args.profiles and args.microbatches is None:
+        raise UsageError("argument -m/--microbatches: required with PROFILE")
+    if not args.profiles and args.microbatches is not None:
+        raise UsageError("argument -m/--microbatches: only with PROFILE (the corpus sets its own)")
+    if (args.virtual_stages > 1) != (args.schedule == "interleaved-1f1b"):
+        raise UsageError(
+            "argument --virtual-stages: interleaved-1f1b needs 2 or more, the others exactly 1"
+        )
+    if args.max_energy_regression < 0:
+        raise UsageError("argument --max-energy-regression: must be >= 0 percent")
+    to_file = args.json not in (None, "-")
+    if to_file:  # before the work, not after it
+        check_writable_directory(os.path.dirname(args.json) or ".")
+        _refuse_existing(args.json, args.force)
+    baseline = load_result(args.baseline) if args.baseline is not None else None  # fail early
+    if args.compare_lowtime:
+        from .._lowtime import lowtime_available
+
+        if lowtime_available() is None:
+            raise UsageError(
+                "argument --compare-lowtime: lowtime is not installed (pip install lowtime)"
+            )
+
+    cases = corpus_cases() if (args.corpus or not args.profiles) else []
+    for path in args.profiles:
+        power_w, _ = _blocking_power(path, args.blocking_power)
+        profile = Profile.from_csv(path, blocking_power_w=power_w)  # a bad profile stops here
+        if profile.num_stages % args.virtual_stages:
+            raise UsageError(
+                f"argument --virtual-stages: {args.virtual_stages} does not divide {path}'s "
+                f"{profile.num_stages} stages"
+            )
+        for m in args.microbatches:
+            cases.append(
+                BenchCase(
+                    case_name(path, m, args.schedule, args.virtual_stages, args.unit_time),
+                    path,
+                    power_w,
+                    m,
+                    args.schedule,
+                    args.virtual_stages,
+                    args.unit_time,
+                )
+            )
+
+    def progress(case: BenchCase) -> None:
+        print(f"perseus bench: {case.name} ({args.repeats}x)", file=sys.stderr, flush=True)
+
+    try:
+        result = run_cases(
+            cases, args.repeats, compare_lowtime=args.compare_lowtime, progress=progress
+        )
+        comparison = (
+            compare(
+                result,
+                baseline,
+                max_energy_regression_percent=args.max_energy_regression,
+                max_slowdown=args.max_slowdown,
+                gate_cpu_time=not args.no_cpu_gate,
+            )
+            if baseline is not None
+            else None
+        )
+    except BenchError as error:
+        raise UsageError(str(error)) from None
+    text = json.dumps(result, indent=2) + "\n"
+    if to_file:
+        replace_user_file(args.json, text)
+    if args.json == "-":
+        sys.stdout.write(text)
+    else:
+        _bench_table(result)
+        if to_file:
+            print(f"written       {args.json}")
+    if comparison is None:
+        return 0
+    out = sys.stderr if args.json == "-" else sys.stdout
+    for line in comparison.notes:
+        print(f"note: {line}", file=out)
+    for line in comparison.improvements:
+        print(f"improvement: {line}", file=out)
+    for line in comparison.regressions:
+        print(f"REGRESSION: {line}", file=out)
+    if comparison.regressions:
+        print(
+            f"perseus bench: {len(comparison.regressions)} regression(s) against {args.baseline}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"no regression against {args.baseline}", file=out)
+    return 0
+
+
+def _bench_table(result: dict[str, Any]) -> None:
+    """One row per case; the case's name last, so a long profile path is never cut."""
+    labels = " ".join(f"{'save@' + format(x, 'g'):>9}" for x in result["slowdowns"])
+    print(
+        f"{'cpu s med':>9} {'(min..max)':>15} {'wall s':>7} {'steps':>8} {'cuts':>6} "
+        f"{'plans':>5} {'E fast J':>10} {labels} {'peak MiB':>8}  case"
+    )
+    for c in result["cases"]:
+        cpu = c["cpu_s"]
+        spread = f"({cpu['min']:.2f}..{cpu['max']:.2f})"
+        savings = " ".join(f"{p['saving_percent']:>8.2f}%" for p in c["slowdowns"])
+        print(
+            f"{cpu['median']:>9.3f} {spread:>15} {c['wall_s']['median']:>7.2f} {c['steps']:>8} "
+            f"{c['cuts']:>6} {c['plans']:>5} {c['fastest']['energy_j']:>10.1f} {savings} "
+            f"{c['peak_rss_bytes'] / 2**20:>8.1f}  {c['name']}"
+        )
+    print(
+        "save@X: energy saved against all-fastest when the iteration may take X times the "
+        "fastest plan's time; peak: the resident memory of the process that ran the case"
+    )
+    for c in result["cases"]:
+        if "lowtime" not in c:
+            continue
+        lt = c["lowtime"]
+        if lt is None:
+            print(f"lowtime: {c['name']}: not compared (lowtime solves 1F1B only)")
+            continue
+        ratios = ", ".join(
+            f"{p['slowdown']:g}x: "
+            + ("no plan" if p["energy_ratio"] is None else f"{p['energy_ratio']:.4f}")
+            for p in lt["slowdowns"]
+        )
+        print(
+            f"lowtime {lt['version']}: {c['name']}: {lt['wall_s']:.2f} s wall "
+            f"({lt['wall_ratio']:.1f}x perseus's median), {lt['plans']} plans; perseus's "
+            f"energy over lowtime's at {ratios}"
+        )
