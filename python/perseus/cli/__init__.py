@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from ..errors import ProfileError
 from ._arguments import UsageError, _parser
 from ._commands import (
-    _clockd,
     _bench,
+    _clockd,
     _evaluate,
     _optimize,
     _plan,

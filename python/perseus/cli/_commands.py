@@ -540,6 +540,8 @@ def _clockd(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return run(args.socket, rules, mode)
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ..benchmark import (
         BenchCase,
