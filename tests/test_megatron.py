@@ -484,7 +484,8 @@ def test_writers_get_per_iteration_scalars(job):
             "perseus/power_w",
             "perseus/plan_switches",
         }
-        assert sorted({s for _, _, s in metrics["writer"]}) == [0, 1, 2, 3, 4, 5]
+        # at Megatron-LM's step: resumed at its iteration 60, the first one is logged as 61
+        assert sorted({s for _, _, s in metrics["writer"]}) == [61, 62, 63, 64, 65, 66]
         assert bool(metrics["megatron_writer"]) == (index == 3)
 
 
@@ -648,8 +649,9 @@ def test_profile_mode_with_recomputation_writes_every_stage_and_leaves_training_
 @pytest.mark.filterwarnings("ignore::perseus.ProfileWarning")  # CPU timings, see above
 def test_example_profiles_optimizes_and_runs_with_tp2_and_recomputation(fake_libraries, tmp_path):
     """examples/megatron_gpt.py as a user runs it (through the CPU shims), on 4 ranks with
-    TP=2, PP=2 and full recomputation: profile, then optimize and run with calibration; rank 0
-    prints the measured-energy table of all GPUs."""
+    TP=2, PP=2 and full recomputation: profile, `perseus optimize` (its frontier.json carries
+    the profile's fingerprint, which run mode checks against the job), then run from that
+    frontier.json with calibration; rank 0 prints the measured-energy table of all GPUs."""
     csv = tmp_path / "out" / "gpt.csv"
     common = [str(EXAMPLE), "--cpu", "--pipeline=2", "--tensor=2", "--recompute=full"]
     env = {"FAKE_NVML_DEVICES": "4"}
@@ -671,13 +673,24 @@ def test_example_profiles_optimizes_and_runs_with_tp2_and_recomputation(fake_lib
     assert "iteration 2:" not in logs[2]  # after="stop": training stopped at the profile
     sidecar = json.loads(csv.with_suffix(".json").read_text())
     assert sidecar["blocking_power_w"] > 0 and sidecar["tensor_parallel_size"] == 2
+    # `perseus optimize` as a user runs it: schedule, V and the fingerprint from the sidecar
+    optimized = subprocess.run(
+        [sys.executable, "-m", "perseus", "optimize", str(csv), "-m", "4", "-o", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert optimized.returncode == 0, optimized.stderr
+    frontier = perseus.Frontier.load(tmp_path / "frontier.json")
+    assert frontier.fingerprint["tensor_parallel_size"] == 2
+    assert frontier.fingerprint["recompute_granularity"] == "full"
     codes, logs = launch(
         4,
         [
             *common,
             "--iterations=8",
             "--mode=run",
-            f"--profile={csv}",
+            f"--frontier={tmp_path / 'frontier.json'}",
             "--calibrate=2",
             "--report-every=4",
             f"--json={tmp_path / 'run.json'}",
@@ -1584,6 +1597,15 @@ def test_writers_of_either_kind_get_the_same_scalars():
     assert board.scalars[("perseus/power_w", 7)] == pytest.approx(
         30.0 / report.iterations[0].time_s
     )
+    # at Megatron-LM's step: perseus's iteration 7 of a job resumed at Megatron's iteration 60
+    from perseus.megatron._metrics import megatron_step_offset
+
+    offset = megatron_step_offset(types.SimpleNamespace(curr_iteration=60, iteration=60))
+    assert offset == 61 and megatron_step_offset(types.SimpleNamespace(iteration=5)) == 6
+    assert megatron_step_offset(None) == 0
+    board = Board()
+    write([board], report, offset)
+    assert board.scalars[("perseus/energy_j", 68)] == 30.0
 
 
 def test_energy_table_lists_every_rank_and_the_job():

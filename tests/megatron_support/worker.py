@@ -462,6 +462,8 @@ def scenario_metrics(results: dict[str, Any]) -> None:
         megatron_writer if dist.get_rank() == dist.get_world_size() - 1 else None
     )
     stand_in.get_wandb_writer = lambda: None
+    # Resumed at Megatron-LM's iteration 60: its scalars (and perseus's) go on at step 61.
+    stand_in._GLOBAL_ARGS = argparse.Namespace(curr_iteration=60)
     sys.modules["megatron.training.global_vars"] = stand_in
     try:
         attachment = perseus.megatron.attach(

@@ -407,6 +407,9 @@ class Attachment:
             decisions=self.decisions,
             iteration_times_s=self.iteration_times_s,
         )
+        # Scalars at Megatron-LM's own step: read once, at the first iteration (after a resume,
+        # Megatron's counter starts from the checkpoint's, perseus's from 0).
+        self._between.step_offset = _metrics.megatron_step_offset(_megatron_lm_args())
 
     # -- hooks the wrappers call -----------------------------------------------------------
 
