@@ -1484,6 +1484,26 @@ def test_a_frontier_from_another_setup_is_refused_before_training(tmp_path):
     assert settings_from_args(_megatron_args(tmp_path, frontier, **same))
 
 
+def test_load_time_warnings_come_from_rank_0_only(monkeypatch, tmp_path, caplog):
+    """Every rank finds the same differing fingerprint: rank 0 warns, the others log at debug
+    level (1,000 ranks, one warning)."""
+    from perseus.megatron import PlanWarning
+
+    frontier = _fingerprinted(8)
+    job = {"tensor_model_parallel_size": 1, "recompute_granularity": None}
+    args = _megatron_args(tmp_path, frontier, flags=["--perseus-on-mismatch=warn"], **job)
+    monkeypatch.setenv("RANK", "0")
+    with pytest.warns(PlanWarning, match="tensor_parallel_size"):
+        settings_from_args(args)
+    monkeypatch.setenv("RANK", "7")
+    caplog.set_level("DEBUG", logger="perseus.megatron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        settings_from_args(args)
+    assert [w for w in caught if issubclass(w.category, PlanWarning)] == []
+    assert "tensor_parallel_size: profiled with 2" in caplog.text
+
+
 def test_run_mode_compares_the_fingerprint_with_the_running_job():
     """At an iteration, megatron-core's config and the call's shape against the frontier's
     fingerprint, once per workload: raise by default, warn once with on_mismatch='warn'."""

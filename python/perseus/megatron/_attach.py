@@ -47,6 +47,7 @@ from ._errors import (
 )
 from ._fingerprint import differences, fingerprint_of, gpu_model
 from ._following import PLAN_SCHEDULE, Iteration, PlanBook, PlanWarning, WorkloadKey
+from ._once import warn_for_job
 from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
 from ._patching import SchedulePatch
 from ._preflight import check_frontiers, fingerprint_reaction, run_mode_parallelism_problem
@@ -633,8 +634,7 @@ class Attachment:
         )
         if self._settings.on_mismatch == "raise":
             raise ScheduleMismatchError(text + " (or pass on_mismatch='warn' to run it anyway)")
-        warnings.warn(text + "; running it anyway (on_mismatch='warn')", PlanWarning, stacklevel=4)
-        logger.warning(text)
+        warn_for_job(text + "; running it anyway (on_mismatch='warn')", PlanWarning)
 
     def _pipeline(self, kind: str, kwargs: dict[str, Any]) -> tuple[int, int]:
         if kind == "no-pipelining":

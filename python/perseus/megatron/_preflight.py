@@ -17,8 +17,6 @@ catch them.
 
 from __future__ import annotations
 
-import logging
-import warnings
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -26,6 +24,7 @@ from ..frontier import Frontier
 from ._errors import ScheduleMismatchError, UnsupportedScheduleError
 from ._fingerprint import differences, from_arguments
 from ._following import PlanWarning, WorkloadKey
+from ._once import warn_for_job
 
 __all__ = [
     "JobShape",
@@ -130,10 +129,8 @@ def fingerprint_reaction(on_mismatch: str) -> Callable[[str], None]:
     def react(message: str) -> None:
         if on_mismatch == "raise":
             raise ScheduleMismatchError(message + " (or pass on_mismatch='warn' to run it anyway)")
-        warnings.warn(
-            message + "; running it anyway (on_mismatch='warn')", PlanWarning, stacklevel=3
-        )
-        logging.getLogger("perseus.megatron").warning(message)
+        # Every rank finds the same difference: one warning for the job (rank 0).
+        warn_for_job(message + "; running it anyway (on_mismatch='warn')", PlanWarning)
 
     return react
 
