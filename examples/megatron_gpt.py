@@ -13,8 +13,11 @@ One process per GPU, started by torchrun. The three steps of perseus:
    plan and K at the plan, and reports the measured saving), following
    stragglers when there is more than one data-parallel replica::
 
+       perseus optimize out/gpt.csv -m 4 -o out   # schedule, V, fingerprint from gpt.json
        torchrun --nproc-per-node 4 examples/megatron_gpt.py --pipeline 2 --tensor 2 \\
-           --recompute full --mode run --profile out/gpt.csv --calibrate 10 --iterations 40
+           --recompute full --mode run --frontier out/frontier.json --calibrate 10 --iterations 40
+
+   (``--profile out/gpt.csv`` instead of ``--frontier`` optimizes on every rank.)
 
    At the end rank 0 prints a table of the energy every GPU measured.
    (``--mode plain`` trains without perseus, for comparison.)
@@ -94,6 +97,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument(
         "--profile", type=Path, help="profile CSV: written in profile mode, read in run mode"
+    )
+    parser.add_argument(
+        "--frontier",
+        type=Path,
+        help="run mode: the frontier.json `perseus optimize` wrote (instead of --profile, "
+        "which optimizes on every rank)",
     )
     parser.add_argument(
         "--blocking-power",
@@ -356,9 +365,15 @@ def schedule_of(args: argparse.Namespace) -> str:
 
 
 def load_frontier(args: argparse.Namespace) -> perseus.Frontier:
-    """The frontier for this pipeline from the profile written by profile mode."""
+    """The frontier for this pipeline: `perseus optimize`'s frontier.json (``--frontier``), or
+    one optimized here from the profile written by profile mode."""
+    if args.frontier is not None:
+        return perseus.Frontier.load(args.frontier)
     if args.profile is None:
-        raise SystemExit("--mode run needs --profile (the CSV profile mode wrote)")
+        raise SystemExit(
+            "--mode run needs --frontier (perseus optimize's frontier.json) or --profile (the "
+            "CSV profile mode wrote)"
+        )
     blocking_w = args.blocking_power
     if blocking_w is None:
         sidecar = args.profile.with_suffix(".json")

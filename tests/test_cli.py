@@ -111,6 +111,39 @@ def test_optimize_interleaved_options(tmp_path, capsys):
     assert "2 GPUs" in out and "from --blocking-power" in out
 
 
+def test_optimize_takes_schedule_and_stages_from_the_sidecar(tmp_path, capsys):
+    """A Megatron profile's sidecar records its schedule, virtual stages and fingerprint:
+    without flags the frontier is interleaved with V=2 (not a 1F1B 4-GPU one) and carries the
+    fingerprint; a flag that contradicts the sidecar is refused, naming both."""
+    csv = copy_profile(tmp_path)
+    sidecar = csv.with_suffix(".json")
+    document = json.loads(sidecar.read_text())
+    fingerprint = {"tensor_parallel_size": 2, "recompute_granularity": "full", "gpu_model": "H100"}
+    document.update(schedule="interleaved-1f1b", virtual_stages=2, fingerprint=fingerprint)
+    sidecar.write_text(json.dumps(document))
+    status, _, err = run(capsys, "optimize", csv, "-m", 4, "-o", tmp_path, "--quiet")
+    assert status == 0, err
+    frontier = perseus.Frontier.load(tmp_path / "frontier.json")
+    assert frontier.spec.schedule == "interleaved-1f1b" and frontier.spec.virtual_stages == 2
+    assert frontier.spec.num_gpus == 2
+    assert dict(frontier.fingerprint) == fingerprint
+    status, _, err = run(
+        capsys, "optimize", csv, "-m", 4, "--schedule", "1f1b", "-o", tmp_path / "b", "--quiet"
+    )
+    assert_one_line_error(status, err, "argument --schedule", "'1f1b'", "interleaved-1f1b")
+    status, _, err = run(
+        capsys, "optimize", csv, "-m", 4, "--virtual-stages", "4", "-o", tmp_path / "c"
+    )
+    assert_one_line_error(status, err, "argument --virtual-stages", "4", "virtual_stages 2")
+    # the flags that agree are fine
+    status, _, err = run(
+        capsys,
+        *("optimize", csv, "-m", 4, "--schedule", "interleaved-1f1b", "--virtual-stages", 2),
+        *("-o", tmp_path / "d", "--quiet"),
+    )
+    assert status == 0, err
+
+
 def test_missing_sidecar_needs_the_flag(tmp_path, capsys):
     csv = copy_profile(tmp_path, sidecar=False)
     status, _, err = run(capsys, "optimize", csv, "-m", 8, "-o", tmp_path, "-q")
@@ -340,7 +373,7 @@ def test_progress_on_a_terminal_redraws_one_line():
 @pytest.mark.parametrize(
     ("command", "defaults"),
     [
-        ("optimize", ["(default: 1f1b)", "(default: 0.001)", "(default: .)", "(default: 1)"]),
+        ("optimize", ["else 1f1b)", "(default: 0.001)", "(default: .)", "else 1)"]),
         ("show", ["--json"]),
         ("plan", ["(default: json)", "--power-cap", "--peak", "--slowdown"]),
         ("evaluate", ["--frontier", "(default: None)"]),

@@ -344,3 +344,59 @@ def test_save_errors_name_the_target(tmp_path, frontier):
         frontier.save(tmp_path / "dir.json")
     assert info.value.filename == str(tmp_path / "dir.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.json"]  # no temporary left
+
+
+FINGERPRINT = {
+    "gpu_model": "NVIDIA H100 80GB HBM3",
+    "tensor_parallel": 4,
+    "sequence_length": 4096,
+    "recompute": False,
+    "driver": None,
+    "memory_clock_ghz": 2.619,
+}
+
+
+def test_fingerprint_round_trip(tmp_path, profile):
+    frontier = perseus.optimize(profile, microbatches=4, fingerprint=FINGERPRINT)
+    assert dict(frontier.fingerprint) == FINGERPRINT
+    with pytest.raises(TypeError):
+        frontier.fingerprint["gpu_model"] = "A100"  # read-only
+    frontier.save(tmp_path / "f.json")
+    assert json.loads((tmp_path / "f.json").read_text())["fingerprint"] == FINGERPRINT
+    loaded = Frontier.load(tmp_path / "f.json")
+    assert dict(loaded.fingerprint) == FINGERPRINT
+    assert all(type(loaded.fingerprint[k]) is type(v) for k, v in FINGERPRINT.items())
+
+
+def test_fingerprint_is_empty_when_absent(tmp_path, frontier, document):
+    assert dict(frontier.fingerprint) == {} and "fingerprint" not in document
+    assert dict(Frontier.load(write(tmp_path, document)).fingerprint) == {}
+
+
+@pytest.mark.parametrize(
+    ("fingerprint", "message"),
+    [
+        ([1, 2], "expected an object"),
+        ({"gpu": [1]}, r"fingerprint\.gpu: expected a string"),
+        ({"gpu": {"a": 1}}, r"fingerprint\.gpu: expected a string"),
+        ({"": 1}, "must be 1 to 64"),
+        ({"a b": 1}, "must be 1 to 64"),
+        ({"k" * 65: 1}, "must be 1 to 64"),
+        ({"gpu": "x" * 257}, r"fingerprint\.gpu: 257 characters"),
+        ({"gpu": "a\u001b]0;pwn\u0007"}, "control character"),
+        ({"tp": 2**64}, "64-bit"),
+        ({f"k{i}": i for i in range(65)}, "65 fields"),
+    ],
+)
+def test_fingerprint_is_checked_when_read(tmp_path, document, fingerprint, message):
+    document["fingerprint"] = fingerprint
+    bad = write(tmp_path, document)
+    with pytest.raises(ValueError, match=rf"^{bad}: malformed frontier file: .*{message}"):
+        Frontier.load(bad)
+
+
+def test_fingerprint_is_checked_when_given(profile):
+    with pytest.raises(TypeError, match=r"fingerprint\.gpu"):
+        perseus.optimize(profile, microbatches=4, fingerprint={"gpu": object()})
+    with pytest.raises(ValueError, match="finite"):
+        perseus.optimize(profile, microbatches=4, fingerprint={"x": float("nan")})

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import textwrap
 import types
+import warnings
 from pathlib import Path
 
 import perseus
@@ -55,6 +56,8 @@ from perseus.megatron import (
 from perseus.megatron._cli import settings_from_args
 from perseus.megatron._compat import SCHEDULE_FUNCTIONS, full_iteration_graphs, parse_version
 from perseus.megatron._device import choose_device
+from perseus.megatron._fingerprint import FIELDS as FINGERPRINT_FIELDS
+from perseus.megatron._fingerprint import differences
 from perseus.megatron._following import normalize_frontiers
 from perseus.megatron._metrics import JobIteration, calibration, job_rows
 
@@ -340,8 +343,9 @@ def test_idle_and_evaluation_clocks(job):
 def test_straggler_followed_and_recovered_with_default_settings(job):
     """Two replicas, default StragglerOptions; replica 1 is 2.4 s slower in iterations 8-15.
 
-    With a window of 5 the median turns at the third slow iteration (10) and back at the
-    third fast one (18); replica 0 runs the frontier's plan for the straggler's time in
+    With the default min_duration (7 of the last 10 iterations) replica 0 follows at the
+    seventh slow iteration (14) and comes back at the seventh fast one (22); it runs the
+    frontier's plan for the straggler's time in
     between, replica 1 keeps the base plan, and the two ranks of each pipeline agree.
     """
     healthy = [r["straggler"] for r in job if r["straggler"]["dp_rank"] == 0]
@@ -357,12 +361,12 @@ def test_straggler_followed_and_recovered_with_default_settings(job):
     seen = {"times": healthy[0]["times"], "straggler": slow[0]["times"], "switches": switches[0]}
     assert len(switches[0]) == 2, seen  # followed once, recovered once: no flapping on noise
     follow, back = switches[0]
-    assert follow["iteration"] == 10 and follow["reason"] == "straggler"
+    assert follow["iteration"] == 14 and follow["reason"] == "straggler"
     assert follow["straggler"] == 1 and follow["slowdown"] > 2
     assert follow["from_time_s"] == base and follow["to_time_s"] > base
     assert follow["to_time_s"] == healthy[0]["plan_for"][repr(follow["deadline_s"])]
     assert follow["deadline_s"] == pytest.approx(base * follow["slowdown"])
-    assert back["iteration"] == 18 and back["reason"] == "recovered"
+    assert back["iteration"] == 22 and back["reason"] == "recovered"
     assert back["to_time_s"] == base
     assert "follows straggler replica 1" in healthy[0]["messages"][0]
     assert "recovered" in healthy[0]["messages"][1]
@@ -385,6 +389,11 @@ def test_frontiers_by_microbatch_count_follow_a_ramp_up(job):
             else:
                 assert requested == [None] * (2 * count)
         assert result["phases"] == ["plan", "plan", "unlocked", "unlocked", "plan"]
+        # without the opt-in, the count with no frontier stops the job at that iteration
+        unknown = result["unknown_count"]
+        assert unknown["error"] == "ScheduleMismatchError" and unknown["restored"]
+        assert "no frontier for 6 microbatches (it has: 4)" in unknown["message"]
+        assert "unknown_workload='unlocked'" in unknown["message"]
         assert len(result["warnings"]) == 1
         assert "no frontier for 6 microbatches (it has: 4, 8)" in result["warnings"][0]
         assert "unlocked" in result["warnings"][0]
@@ -475,7 +484,8 @@ def test_writers_get_per_iteration_scalars(job):
             "perseus/power_w",
             "perseus/plan_switches",
         }
-        assert sorted({s for _, _, s in metrics["writer"]}) == [0, 1, 2, 3, 4, 5]
+        # at Megatron-LM's step: resumed at its iteration 60, the first one is logged as 61
+        assert sorted({s for _, _, s in metrics["writer"]}) == [61, 62, 63, 64, 65, 66]
         assert bool(metrics["megatron_writer"]) == (index == 3)
 
 
@@ -516,13 +526,21 @@ def test_mismatch_can_warn_and_let_go(job):
         ("variable_lengths", "variable_seq_lengths=True"),
         ("args_graph", "--cuda-graph-impl full_iteration"),
         ("args_experts", "expert_model_parallel_size=2"),
+        ("args_context_run", "run mode cannot run with context_parallel_size=2"),
+        ("args_microbatches", "no frontier for 8 (frontiers for: 4)"),
+        ("args_pipeline", "pipeline size 2, but --pipeline-model-parallel-size is 4"),
+        ("args_flags", "json: pipeline size 2, but --pipeline-model-parallel-size is 4"),
     ],
 )
 def test_unsupported_configurations_are_refused_naming_the_setting(job, case, words):
     for rank in job:
         result = rank["errors"][case]
-        assert result["error"] == "UnsupportedScheduleError", result
+        mismatch = case in ("args_microbatches", "args_pipeline", "args_flags")
+        wanted = "ScheduleMismatchError" if mismatch else "UnsupportedScheduleError"
+        assert result["error"] == wanted, result
         assert words in result["message"]
+        if case == "args_flags":  # the file, by the flag that named it
+            assert "--perseus-frontier /" in result["message"]
         assert result["restored"]
 
 
@@ -544,6 +562,11 @@ def test_version_and_signature_checks_on_real_schedules(job):
 # ---- Megatron-LM's command line --------------------------------------------------------------
 
 
+def _is_subsequence(values, sequence):
+    rest = iter(sequence)
+    return all(any(v == s for s in rest) for v in values)
+
+
 def test_command_line_arguments_drive_an_attachment(job):
     """--perseus-mode run --perseus-frontier F: read at once, or late from Megatron-LM's
     get_args() (a stand-in for megatron.training); --perseus-mode off detaches at once."""
@@ -552,9 +575,12 @@ def test_command_line_arguments_drive_an_attachment(job):
         now = result["now"]
         assert now["iterations"] == 2 and now["device"] == rank["devices"]["local_rank"]
         # perseus's own switcher coalesces requests that pile up: the plan's clocks, in order.
+        # Requests that pile up are coalesced to the latest, so the clocks set are a subsequence
+        # of the plan's, iteration after iteration (not necessarily starting at its first).
         sequence = _clock_sequence(now["nvml"])
-        assert sequence[0] == ("set", now["planned_mhz"][0]) and sequence[-1] == ("reset",)
-        assert {f for kind, *f in sequence if kind == "set" for f in f} <= set(now["planned_mhz"])
+        assert sequence[-1] == ("reset",)
+        sets = [f for kind, *f in sequence if kind == "set" for f in f]
+        assert sets and _is_subsequence(sets, now["planned_mhz"] * now["iterations"])
         assert result["late"] == {
             "iterations": 2,
             "mode": "run",
@@ -591,6 +617,17 @@ def test_profile_mode_with_recomputation_writes_every_stage_and_leaves_training_
     assert sidecar["tensor_parallel_size"] == sidecar["gpus_per_stage"] == tensor
     assert sidecar["recompute_granularity"] == case.split("-")[1]
     assert sidecar["blocking_power_w"] > 0
+    # the fingerprint: what the measurement depended on, from megatron-core's own config
+    fingerprint = sidecar["fingerprint"]
+    assert fingerprint["tensor_parallel_size"] == tensor
+    assert fingerprint["recompute_granularity"] == case.split("-")[1]
+    assert fingerprint["schedule"] == "1f1b" and fingerprint["pipeline_size"] == 2
+    assert fingerprint["virtual_stages"] == 1
+    assert fingerprint["megatron_core"].startswith(job.version)  # package_info's, e.g. 0.19.2+hash
+    assert fingerprint["context_parallel_size"] == fingerprint["expert_parallel_size"] == 1
+    assert fingerprint["dtype"] in ("float32", "bfloat16", "float16")
+    assert fingerprint["micro_batch_size"] >= 1 and fingerprint["seq_length"] >= 1
+    assert set(fingerprint) == set(FINGERPRINT_FIELDS)
     profile = perseus.Profile.from_csv(path, blocking_power_w=sidecar["blocking_power_w"])
     assert profile.num_stages == 2
     rows = path.read_text().splitlines()
@@ -612,8 +649,9 @@ def test_profile_mode_with_recomputation_writes_every_stage_and_leaves_training_
 @pytest.mark.filterwarnings("ignore::perseus.ProfileWarning")  # CPU timings, see above
 def test_example_profiles_optimizes_and_runs_with_tp2_and_recomputation(fake_libraries, tmp_path):
     """examples/megatron_gpt.py as a user runs it (through the CPU shims), on 4 ranks with
-    TP=2, PP=2 and full recomputation: profile, then optimize and run with calibration; rank 0
-    prints the measured-energy table of all GPUs."""
+    TP=2, PP=2 and full recomputation: profile, `perseus optimize` (its frontier.json carries
+    the profile's fingerprint, which run mode checks against the job), then run from that
+    frontier.json with calibration; rank 0 prints the measured-energy table of all GPUs."""
     csv = tmp_path / "out" / "gpt.csv"
     common = [str(EXAMPLE), "--cpu", "--pipeline=2", "--tensor=2", "--recompute=full"]
     env = {"FAKE_NVML_DEVICES": "4"}
@@ -635,13 +673,24 @@ def test_example_profiles_optimizes_and_runs_with_tp2_and_recomputation(fake_lib
     assert "iteration 2:" not in logs[2]  # after="stop": training stopped at the profile
     sidecar = json.loads(csv.with_suffix(".json").read_text())
     assert sidecar["blocking_power_w"] > 0 and sidecar["tensor_parallel_size"] == 2
+    # `perseus optimize` as a user runs it: schedule, V and the fingerprint from the sidecar
+    optimized = subprocess.run(
+        [sys.executable, "-m", "perseus", "optimize", str(csv), "-m", "4", "-o", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert optimized.returncode == 0, optimized.stderr
+    frontier = perseus.Frontier.load(tmp_path / "frontier.json")
+    assert frontier.fingerprint["tensor_parallel_size"] == 2
+    assert frontier.fingerprint["recompute_granularity"] == "full"
     codes, logs = launch(
         4,
         [
             *common,
             "--iterations=8",
             "--mode=run",
-            f"--profile={csv}",
+            f"--frontier={tmp_path / 'frontier.json'}",
             "--calibrate=2",
             "--report-every=4",
             f"--json={tmp_path / 'run.json'}",
@@ -682,7 +731,7 @@ def test_example_follows_a_straggler_and_recovers(fake_libraries, tmp_path):
             "--cpu",
             "--pipeline=1",
             "--microbatches=1",
-            "--iterations=22",
+            "--iterations=24",  # min_duration 7: follows at 14, recovered at 22
             "--mode=run",
             f"--profile={synthetic}",
             "--blocking-power=80",
@@ -922,13 +971,14 @@ def test_policy_fast_outliers_neither_switch_nor_blind_it():
     rows = _noisy(70, 2, seed=3, noise=0.02, slow=times)
     healthy, straggler = _replay(_policies(_frontier(), 2), rows)
     assert straggler == []
-    assert _reasons(healthy) == [("straggler", 1, 32), ("recovered", 1, 52)]
+    assert _reasons(healthy) == [("straggler", 1, 36), ("recovered", 1, 56)]
 
 
 def test_policy_follows_a_1_2_to_1_5x_straggler_for_8_iterations():
     """The reproduced case: replica 1 is 1.2-1.5x slower in iterations 20-27, replica 0 at its
-    own pace (+10 % here and there). Replica 0 follows from the third slow iteration, with the
-    plan for the straggler's time, and returns at the third fast one."""
+    own pace (+10 % here and there). Replica 0 follows from the seventh slow iteration (the
+    default min_duration), with the plan for the straggler's time, and returns at the seventh
+    fast one."""
     rng = random.Random(4)
     slowdowns = {i: rng.uniform(1.2, 1.5) for i in range(20, 28)}
 
@@ -942,13 +992,13 @@ def test_policy_follows_a_1_2_to_1_5x_straggler_for_8_iterations():
     policies = _policies(frontier, 2)
     healthy, straggler = _replay(policies, rows)
     assert straggler == [] and policies[1].plan is frontier.fastest
-    assert _reasons(healthy)[0] == ("straggler", 1, 22)
+    assert _reasons(healthy)[0] == ("straggler", 1, 26)
     follow = healthy[0]
     assert 1.2 < follow.slowdown < 1.5
     assert follow.deadline_s == pytest.approx(frontier.fastest.iteration_time_s * follow.slowdown)
     assert follow.to_time_s == frontier.plan_for(follow.deadline_s).iteration_time_s
     assert follow.to_time_s > follow.from_time_s
-    assert _reasons(healthy)[-1] == ("recovered", 1, 30)
+    assert _reasons(healthy)[-1] == ("recovered", 1, 34)
     assert all(s.reason in ("straggler", "straggler changed", "recovered") for s in healthy)
     assert "follows straggler replica 1" in str(follow)
 
@@ -1008,10 +1058,10 @@ def test_policy_straggler_that_changes_replica():
     policies = _policies(frontier, 3)
     switches = _replay(policies, _noisy(70, 3, seed=7, noise=0.02, slow=times))
     assert _reasons(switches[0]) == [
-        ("straggler", 1, 12),
+        ("straggler", 1, 16),
         ("recovered", 1, 32),
-        ("straggler", 2, 37),
-        ("recovered", 2, 52),
+        ("straggler", 2, 39),
+        ("recovered", 2, 56),
     ]
     assert [s.reason for s in switches[1]] == ["straggler", "recovered"]  # follows replica 2
     assert [(s.reason, s.straggler) for s in switches[2]] == [("straggler", 1), ("recovered", 1)]
@@ -1059,7 +1109,7 @@ def test_policy_returns_when_a_follower_becomes_the_slowest():
 
 
 def test_policy_reports_every_decision_with_its_numbers():
-    rows = [[1.0, 1.5 if i >= 8 else 1.0] for i in range(14)]
+    rows = [[1.0, 1.5 if i >= 8 else 1.0] for i in range(16)]
     policy = _policies(_frontier(), 2)[0]
     for i, times in enumerate(rows):
         policy.observe(i, times)
@@ -1067,7 +1117,9 @@ def test_policy_reports_every_decision_with_its_numbers():
     assert len(decisions) == len(rows)
     assert [d.action for d in decisions[:4]] == ["collecting"] * 4
     follow = next(d for d in decisions if d.action == "follow")
-    assert follow.iteration == 10 and follow.straggler == 1 and follow.samples == 5
+    # the seventh slow iteration (min_duration); before it, each "none" says why
+    assert follow.iteration == 14 and follow.straggler == 1 and follow.samples == 5
+    assert decisions[13].reason == "duration: slower in 6 of 10 iterations, min_duration 7"
     assert follow.straggler_s == 1.5 and follow.reference_s == 1.0 and follow.slowdown == 1.5
     assert follow.deadline_s == pytest.approx(1.5 * policy.base.iteration_time_s)
     assert follow.plan_time_s == policy.plan.iteration_time_s
@@ -1093,7 +1145,7 @@ def test_policy_arguments():
 
 def test_plan_switch_keeps_the_old_field_name_for_a_release(monkeypatch):
     monkeypatch.setattr(perseus._deprecation, "_warned", set())
-    rows = [[1.0, 1.5] for _ in range(6)]
+    rows = [[1.0, 1.5] for _ in range(8)]
     switch = _replay(_policies(_frontier(), 2), rows)[0][0]
     with pytest.warns(DeprecationWarning, match="PlanSwitch.slowest_s"):
         assert switch.slowest_s == switch.straggler_s
@@ -1224,6 +1276,8 @@ def test_add_arguments_and_settings_from_them(tmp_path):
             str(f4),
             str(f8),
             "--perseus-tolerance=0.2",
+            "--perseus-straggler-min-duration=4",
+            "--perseus-straggler-min-gain=0.05",
             "--perseus-idle-mhz=1005",
             "--perseus-calibrate=5",
             "--perseus-on-mismatch=warn",
@@ -1232,6 +1286,7 @@ def test_add_arguments_and_settings_from_them(tmp_path):
     settings = settings_from_args(args)
     assert sorted(settings.frontiers) == [4, 8] and settings.mode == "run"
     assert settings.stragglers.tolerance == 0.2 and settings.clocks.idle_mhz == 1005
+    assert settings.stragglers.min_duration == 4 and settings.stragglers.min_gain == 0.05
     assert settings.metrics.calibrate == 5 and settings.on_mismatch == "warn"
     with pytest.raises(ValueError, match="both for 4 microbatches"):
         settings_from_args(
@@ -1260,6 +1315,225 @@ def test_add_arguments_and_settings_from_them(tmp_path):
     graphs.cuda_graph_impl = "full_iteration"  # as Megatron-LM's own argument
     with pytest.raises(perseus.megatron.UnsupportedScheduleError, match="full_iteration"):
         settings_from_args(graphs)
+
+
+def _megatron_args(tmp_path, *frontiers, flags=(), **shape):
+    """--perseus-* flags for run mode with `frontiers`, on a namespace holding Megatron-LM's
+    validated arguments (pp 2, dp 2, global batch 16, micro batch 1: M = 8) changed by `shape`."""
+    paths = []
+    for i, frontier in enumerate(frontiers):
+        paths.append(str(tmp_path / f"f{i}.json"))
+        frontier.save(paths[-1])
+    parser = perseus.megatron.add_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(["--perseus-mode=run", "--perseus-frontier", *paths, *flags])
+    megatron = {
+        "pipeline_model_parallel_size": 2,
+        "virtual_pipeline_model_parallel_size": None,
+        "global_batch_size": 16,
+        "micro_batch_size": 1,
+        "data_parallel_size": 2,
+        "rampup_batch_size": None,
+        "context_parallel_size": 1,
+        "expert_model_parallel_size": 1,
+        **shape,
+    }
+    for name, value in megatron.items():
+        setattr(args, name, value)
+    return args
+
+
+def test_megatron_lm_arguments_are_checked_before_training(tmp_path):
+    """attach_from_args(args) refuses, naming the flag and both values, whatever Megatron-LM's
+    validated arguments say cannot fit: before any import of torch or megatron."""
+    from perseus.megatron import ScheduleMismatchError, UnsupportedScheduleError
+
+    f8 = _frontier(8)
+    assert settings_from_args(_megatron_args(tmp_path, f8)).frontiers.keys() == {8}
+    with pytest.raises(
+        ScheduleMismatchError,
+        match=r"is 8 microbatch\(es\) per iteration, and there is no frontier for 8 \(frontiers for: 4\)",
+    ):
+        perseus.megatron.attach_from_args(_megatron_args(tmp_path, _frontier(4)))
+    # the opt-in lets a count with no frontier through (it runs unlocked)
+    unlocked = _megatron_args(tmp_path, _frontier(4), flags=["--perseus-unknown-workload=unlocked"])
+    assert settings_from_args(unlocked).unknown_workload == "unlocked"
+    # global batch 12 / (1 x 2): M = 6
+    with pytest.raises(ScheduleMismatchError, match=r"no frontier for 6"):
+        settings_from_args(_megatron_args(tmp_path, f8, global_batch_size=12))
+    # a ramp-up 4 -> 16 by 4 at dp 2 runs M = 2, 4, 6, 8: each needs a frontier
+    with pytest.raises(ScheduleMismatchError, match=r"ramp-up runs 2, 4, 6 microbatch"):
+        settings_from_args(_megatron_args(tmp_path, f8, rampup_batch_size=["4", "4", "1000"]))
+    ramp = [_frontier(m) for m in (2, 4, 6, 8)]
+    settings = settings_from_args(
+        _megatron_args(tmp_path, *ramp, rampup_batch_size=["4", "4", "9"])
+    )
+    assert sorted(settings.frontiers) == [2, 4, 6, 8]
+    with pytest.raises(
+        ScheduleMismatchError,
+        match=r"f0.json: pipeline size 2, but --pipeline-model-parallel-size is 4",
+    ):
+        settings_from_args(_megatron_args(tmp_path, f8, pipeline_model_parallel_size=4))
+    with pytest.raises(
+        ScheduleMismatchError,
+        match=r"1 virtual stage\(s\) per GPU, but Megatron-LM's virtual_pipeline_model_parallel_size is 2",
+    ):
+        settings_from_args(_megatron_args(tmp_path, f8, virtual_pipeline_model_parallel_size=2))
+    interleaved = perseus.optimize(
+        _frontier_profile(4),
+        microbatches=8,
+        schedule="interleaved-1f1b",
+        virtual_stages=2,
+        progress=False,
+    )
+    assert settings_from_args(
+        _megatron_args(tmp_path, interleaved, virtual_pipeline_model_parallel_size=2)
+    )
+    with pytest.raises(
+        ScheduleMismatchError, match=r"--microbatch-group-size-per-virtual-stage is 4"
+    ):
+        settings_from_args(
+            _megatron_args(
+                tmp_path,
+                interleaved,
+                virtual_pipeline_model_parallel_size=2,
+                microbatch_group_size_per_vp_stage=4,
+            )
+        )
+    for name, words in (
+        ("context_parallel_size", "context_parallel_size=2"),
+        ("expert_model_parallel_size", "expert_model_parallel_size=2"),
+    ):
+        with pytest.raises(UnsupportedScheduleError, match=f"run mode cannot run with {words}"):
+            settings_from_args(_megatron_args(tmp_path, f8, **{name: 2}))
+    # the frontier file itself: missing, or not a frontier
+    parser = perseus.megatron.add_arguments(argparse.ArgumentParser())
+    missing = parser.parse_args(
+        ["--perseus-mode=run", "--perseus-frontier", str(tmp_path / "nope.json")]
+    )
+    with pytest.raises(ValueError, match=r"--perseus-frontier .*nope.json: cannot read it"):
+        settings_from_args(missing)
+    (tmp_path / "bad.json").write_text("{}")
+    bad = parser.parse_args(
+        ["--perseus-mode=run", "--perseus-frontier", str(tmp_path / "bad.json")]
+    )
+    with pytest.raises(ValueError, match=r"--perseus-frontier .*bad.json: not a valid frontier"):
+        settings_from_args(bad)
+
+
+def test_a_count_with_no_frontier_raises_unless_opted_in():
+    from perseus.megatron import PlanWarning, ScheduleMismatchError
+    from perseus.megatron._following import PlanBook
+
+    frontiers = {4: _frontier(4)}
+    book = PlanBook(frontiers, False, None, StragglerOptions(enabled=False))
+    assert book.lookup(4, None) == 4
+    with pytest.raises(
+        ScheduleMismatchError, match=r"no frontier for 6 microbatches \(it has: 4\)"
+    ):
+        book.lookup(6, None)
+    book = PlanBook(frontiers, False, None, StragglerOptions(enabled=False), "unlocked")
+    with pytest.warns(PlanWarning, match="no frontier for 6 microbatches"):
+        assert book.lookup(6, None) is None
+    with pytest.raises(ValueError, match="unknown_workload must be one of"):
+        attach(frontiers[4], unknown_workload="ignore")
+
+
+def _fingerprinted(microbatches=4, **fields):
+    fingerprint = {
+        "schedule": "1f1b",
+        "pipeline_size": 2,
+        "tensor_parallel_size": 2,
+        "recompute_granularity": "full",
+        "seq_length": 16,
+        **fields,
+    }
+    return perseus.optimize(
+        _frontier_profile(), microbatches=microbatches, progress=False, fingerprint=fingerprint
+    )
+
+
+def test_fingerprint_differences_name_each_field():
+    recorded = {"tensor_parallel_size": 2, "recompute_granularity": "full", "gpu_model": None}
+    job = {"tensor_parallel_size": 1, "recompute_granularity": "none", "gpu_model": "H100"}
+    assert differences(recorded, job) == [
+        "tensor_parallel_size: profiled with 2, this job runs 1",
+        "recompute_granularity: profiled with 'full', this job runs 'none'",
+    ]
+    assert differences(recorded, {"tensor_parallel_size": 2}) == []  # unknown is not compared
+    assert differences({}, job) == []
+
+
+def test_a_frontier_from_another_setup_is_refused_before_training(tmp_path):
+    """A frontier made from a TP2, full-recomputation profile, in a TP1 job without
+    recomputation (Megatron-LM's arguments): refused at attach_from_args(args), naming both
+    fields; --perseus-on-mismatch warn warns with the same names and goes on."""
+    from perseus.megatron import PlanWarning, ScheduleMismatchError
+
+    frontier = _fingerprinted(8)
+    job = {"tensor_model_parallel_size": 1, "recompute_granularity": None, "seq_length": 16}
+    with pytest.raises(ScheduleMismatchError) as caught:
+        perseus.megatron.attach_from_args(_megatron_args(tmp_path, frontier, **job))
+    message = str(caught.value)
+    assert "tensor_parallel_size: profiled with 2, this job runs 1" in message
+    assert "recompute_granularity: profiled with 'full', this job runs 'none'" in message
+    assert "f0.json" in message and "seq_length" not in message
+    warned = _megatron_args(tmp_path, frontier, flags=["--perseus-on-mismatch=warn"], **job)
+    with pytest.warns(PlanWarning, match="tensor_parallel_size: profiled with 2"):
+        assert settings_from_args(warned).on_mismatch == "warn"
+    same = {"tensor_model_parallel_size": 2, "recompute_granularity": "full", "seq_length": 16}
+    assert settings_from_args(_megatron_args(tmp_path, frontier, **same))
+
+
+def test_load_time_warnings_come_from_rank_0_only(monkeypatch, tmp_path, caplog):
+    """Every rank finds the same differing fingerprint: rank 0 warns, the others log at debug
+    level (1,000 ranks, one warning)."""
+    from perseus.megatron import PlanWarning
+
+    frontier = _fingerprinted(8)
+    job = {"tensor_model_parallel_size": 1, "recompute_granularity": None}
+    args = _megatron_args(tmp_path, frontier, flags=["--perseus-on-mismatch=warn"], **job)
+    monkeypatch.setenv("RANK", "0")
+    with pytest.warns(PlanWarning, match="tensor_parallel_size"):
+        settings_from_args(args)
+    monkeypatch.setenv("RANK", "7")
+    caplog.set_level("DEBUG", logger="perseus.megatron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        settings_from_args(args)
+    assert [w for w in caught if issubclass(w.category, PlanWarning)] == []
+    assert "tensor_parallel_size: profiled with 2" in caplog.text
+
+
+def test_run_mode_compares_the_fingerprint_with_the_running_job():
+    """At an iteration, megatron-core's config and the call's shape against the frontier's
+    fingerprint, once per workload: raise by default, warn once with on_mismatch='warn'."""
+    from perseus.megatron import PlanWarning, ScheduleMismatchError
+    from perseus.megatron._following import Iteration
+
+    config = types.SimpleNamespace(
+        tensor_model_parallel_size=1, recompute_granularity=None, params_dtype=None
+    )
+    kwargs = {"micro_batch_size": 1}
+    it = Iteration(0, "1f1b", 2, 0, 1, 4, 32)
+    it.key = 4
+    attachment = attach(_fingerprinted(4), stragglers=False)
+    with pytest.raises(ScheduleMismatchError) as caught:
+        attachment._check_fingerprint(it, config, kwargs)
+    for words in (
+        "tensor_parallel_size: profiled with 2, this job runs 1",
+        "seq_length: profiled with 16, this job runs 32",
+    ):
+        assert words in str(caught.value)
+    warned = attach(_fingerprinted(4), stragglers=False, on_mismatch="warn")
+    with pytest.warns(PlanWarning, match="recompute_granularity: profiled with 'full'"):
+        warned._check_fingerprint(it, config, kwargs)
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        warned._check_fingerprint(it, config, kwargs)  # once per workload
+    assert again == []
+    same = types.SimpleNamespace(tensor_model_parallel_size=2, recompute_granularity="full")
+    it.seq_length = 16
+    attach(_fingerprinted(4), stragglers=False)._check_fingerprint(it, same, kwargs)
 
 
 # ---- metrics arithmetic ------------------------------------------------------------------------
@@ -1343,6 +1617,15 @@ def test_writers_of_either_kind_get_the_same_scalars():
     assert board.scalars[("perseus/power_w", 7)] == pytest.approx(
         30.0 / report.iterations[0].time_s
     )
+    # at Megatron-LM's step: perseus's iteration 7 of a job resumed at Megatron's iteration 60
+    from perseus.megatron._metrics import megatron_step_offset
+
+    offset = megatron_step_offset(types.SimpleNamespace(curr_iteration=60, iteration=60))
+    assert offset == 61 and megatron_step_offset(types.SimpleNamespace(iteration=5)) == 6
+    assert megatron_step_offset(None) == 0
+    board = Board()
+    write([board], report, offset)
+    assert board.scalars[("perseus/energy_j", 68)] == 30.0
 
 
 def test_energy_table_lists_every_rank_and_the_job():
@@ -1392,3 +1675,74 @@ def test_a_forward_backward_function_from_before_attaching_is_refused():
         perseus.megatron.MegatronIntegrationError, match="get_forward_backward_func"
     ):
         attachment._outside(lambda: None, "forward_step", (), {})
+
+
+# -- hysteresis: minimum duration and minimum gain ----------------------------------------------
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+@pytest.mark.parametrize("noise", [0.05, 0.08, 0.10])
+def test_policy_5_to_10_percent_noise_never_switches(replicas, noise):
+    """Uniform noise of ±5, ±8 and ±10 % on every replica's step, 200 iterations, three seeds:
+    no replica is consistently slower, so nobody ever switches."""
+    for seed in (11, 12, 13):
+        rows = _noisy(200, replicas, seed=seed, noise=noise)
+        assert _replay(_policies(_frontier(), replicas), rows) == [[]] * replicas, seed
+
+
+@pytest.mark.parametrize(("every", "factor"), [(2, 3.0), (3, 2.0), (2, 1.3)])
+def test_policy_periodic_hiccups_never_switch(every, factor):
+    """Replica 1 takes `factor` x every `every`-th iteration (a 3x hiccup every other iteration,
+    as reproduced): the others cannot slow only in those iterations, and following it would
+    stretch the fast ones, so nobody follows."""
+
+    def hiccups(i, r):
+        return factor if r == 1 and i % every == 0 else 1.0
+
+    policies = _policies(_frontier(), 2)
+    assert _replay(policies, _noisy(200, 2, seed=14, noise=0.03, slow=hiccups)) == [[], []]
+
+
+@pytest.mark.parametrize("noise", [0.05, 0.10])
+def test_policy_follows_a_1_2x_straggler_within_10_iterations_despite_noise(noise):
+    """A 1.2x straggler from iteration 50 to 119 under ±5-10 % noise: followed within 10 of its
+    iterations, once, and recovered within 10 iterations of its end; no other switch."""
+
+    def straggler(i, r):
+        return 1.2 if r == 1 and 50 <= i < 120 else 1.0
+
+    for seed in (21, 22, 23):
+        healthy, slow = _replay(
+            _policies(_frontier(), 2), _noisy(200, 2, seed=seed, noise=noise, slow=straggler)
+        )
+        assert slow == [], seed
+        reasons = [s.reason for s in healthy]
+        assert reasons == ["straggler", "recovered"], (seed, _reasons(healthy))
+        assert 50 <= healthy[0].iteration < 60 and 120 <= healthy[1].iteration < 130, seed
+
+
+def test_policy_min_gain_keeps_the_base_plan_when_following_saves_too_little():
+    """A 1.2x straggler is followed with the defaults; with min_gain above what following it
+    saves (the plan's predicted energy at the deadline against the base plan's, waiting
+    included) nobody switches, and the decisions say why, with the numbers."""
+
+    def straggler(i, r):
+        return 1.2 if r == 1 and i >= 10 else 1.0
+
+    rows = _noisy(60, 2, seed=31, noise=0.01, slow=straggler)
+    frontier = _frontier()
+    healthy, _ = _replay(_policies(frontier, 2), rows)
+    assert [s.reason for s in healthy] == ["straggler"]
+    deadline = healthy[0].deadline_s
+    plan = frontier.plan_for(deadline)
+    followed = plan.energy_at(max(deadline, plan.iteration_time_s))
+    gain = 1 - followed / frontier.fastest.energy_at(deadline)
+    assert 0 < gain < 0.5
+    policies = _policies(frontier, 2, min_gain=gain + 0.01)
+    assert _replay(policies, rows) == [[], []]
+    held = [d for d in policies[0].decisions if d.reason.startswith("gain")]
+    assert held and f"{gain:.1%}" in held[0].reason
+    with pytest.raises(ValueError, match="min_gain"):
+        _policies(frontier, 2, min_gain=1.5)
+    with pytest.raises(ValueError, match="min_duration"):
+        _policies(frontier, 2, min_duration=0)

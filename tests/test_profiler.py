@@ -545,6 +545,10 @@ def test_second_profiler_on_the_same_output_is_refused(nvml, fake_libraries, tmp
     with pytest.raises(ComputationError) as info:
         profile_stages(comps, out, frequencies_mhz=[1980], **FAST)
     assert "another profiler is writing" in str(info.value.__cause__)
+    # no lock file is left beside the profile, whether the run failed or finished
+    assert not list(tmp_path.glob(".*.lock"))
+    profile_stages(stages(fake_libraries), out, frequencies_mhz=[1980], **FAST)
+    assert not list(tmp_path.glob(".*.lock")) and out.exists()
 
 
 CHILD = textwrap.dedent(

@@ -10,6 +10,7 @@ Version 2 (written)::
      "computation_id": "<how ids are formed>",
      "computations": {"stage": [...], "instruction": [...], "microbatch": [...]},
      "profile": null | {"source", "blocking_power_w", "columns", "rows": [[...], ...]},
+     "fingerprint": {key: str | int | float | bool | null}   (optional, see check_fingerprint),
      "plans": [{"iteration_time_s", "energy_j", "energy_before_reclaim_j",
                 "frequencies_mhz": [MHz per computation id]}, ...]}
 
@@ -42,6 +43,7 @@ from .frontier import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
     Frontier,
+    check_fingerprint,
 )
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan
@@ -74,7 +76,7 @@ _TOP_REQUIRED = {
 }
 _TOP_OPTIONAL = {
     1: ("steps", "cuts", "solver_unit_time_s", "stop_reason", "phase_times_s", "computation_id"),
-    2: ("computation_id",),
+    2: ("computation_id", "fingerprint"),
 }
 
 
@@ -111,6 +113,7 @@ def encode(frontier: Frontier) -> dict[str, Any]:
             "microbatch": pipeline.microbatch.tolist(),
         },
         "profile": None if profile is None else _encode_profile(profile),
+        **({"fingerprint": dict(frontier.fingerprint)} if frontier.fingerprint else {}),
         "plans": [
             {
                 "iteration_time_s": p.iteration_time_s,
@@ -515,6 +518,13 @@ def _decode(
             )
     if "computation_id" in document and not isinstance(document["computation_id"], str):
         _fail("computation_id", f"expected a string, got {_kind(document['computation_id'])}")
+    fingerprint = document.get("fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, dict):
+        _fail("fingerprint", f"expected an object, got {_kind(fingerprint)}")
+    try:
+        fingerprint = check_fingerprint(fingerprint)
+    except (TypeError, ValueError) as error:
+        raise _Malformed(str(error)) from None
     plans = _plans(document["plans"], spec, version, blocking_power_w)
     if stored is not None:
         _check_against(stored, spec, plans, baseline, stored=True)
@@ -538,4 +548,5 @@ def _decode(
         stop_reason=stop_reason,
         phase_times_s=phase_times_s,
         profile=given if given is not None else stored,
+        fingerprint=fingerprint,
     )

@@ -14,8 +14,10 @@ import json
 import math
 import numbers
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Optional, TypedDict, overload
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, overload
 
 import numpy as np
 
@@ -37,6 +39,72 @@ READABLE_VERSIONS = (1, 2)
 MAX_FILE_BYTES = 512 * 1024 * 1024
 """Frontier files larger than this are refused unread (override with ``max_bytes``)."""
 _STOP_REASONS = ("minimum_time", "no_progress", "infeasible_flow")
+
+# A fingerprint says what a profile's measurement depended on (GPU model,
+# parallelism, sequence length, ...), so a run can tell that a frontier was
+# made for other hardware or another model. Flat and small on purpose: it is
+# compared field by field, never interpreted here.
+FINGERPRINT_MAX_FIELDS = 64
+FINGERPRINT_MAX_KEY_CHARS = 64
+FINGERPRINT_MAX_TEXT_CHARS = 256
+_FINGERPRINT_KEY = re.compile(r"[A-Za-z0-9_.\-]+")
+FingerprintValue = Optional[Union[str, int, float, bool]]
+
+
+def check_fingerprint(value: object, where: str = "fingerprint") -> Mapping[str, FingerprintValue]:
+    """A read-only copy of `value` if it is a valid fingerprint, else ValueError/TypeError.
+
+    A fingerprint is a flat mapping of at most `FINGERPRINT_MAX_FIELDS` keys
+    (1 to `FINGERPRINT_MAX_KEY_CHARS` characters of letters, digits, ``_.-``)
+    to a string (at most `FINGERPRINT_MAX_TEXT_CHARS` characters, no control
+    characters), an integer (64-bit), a finite float, a boolean or None.
+    """
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"{where}: expected a mapping of field to value, got {type(value).__name__}"
+        )
+    if len(value) > FINGERPRINT_MAX_FIELDS:
+        raise ValueError(
+            f"{where}: {len(value)} fields, more than a fingerprint may hold "
+            f"({FINGERPRINT_MAX_FIELDS})"
+        )
+    checked: dict[str, FingerprintValue] = {}
+    for key, item in value.items():
+        if (
+            not isinstance(key, str)
+            or not 0 < len(key) <= FINGERPRINT_MAX_KEY_CHARS
+            or not _FINGERPRINT_KEY.fullmatch(key)
+        ):
+            raise ValueError(
+                f"{where}: key {str(key)[:40]!r} must be 1 to {FINGERPRINT_MAX_KEY_CHARS} "
+                "letters, digits, '_', '.' or '-'"
+            )
+        field = f"{where}.{key}"
+        if item is None or isinstance(item, bool):
+            pass
+        elif isinstance(item, int):
+            if not -(2**63) <= item < 2**63:
+                raise ValueError(f"{field}: integer out of the 64-bit range")
+            item = int(item)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(f"{field}: must be a finite number, got {item!r}")
+        elif isinstance(item, str):
+            if len(item) > FINGERPRINT_MAX_TEXT_CHARS:
+                raise ValueError(
+                    f"{field}: {len(item)} characters, more than {FINGERPRINT_MAX_TEXT_CHARS}"
+                )
+            if any(not c.isprintable() for c in item):
+                raise ValueError(f"{field}: holds a control character")
+        else:
+            raise TypeError(
+                f"{field}: expected a string, integer, float, boolean or None, "
+                f"got {type(item).__name__}"
+            )
+        checked[key] = item
+    return MappingProxyType(checked)
 
 
 class PowerCapError(ValueError):
@@ -114,6 +182,10 @@ class Frontier(Sequence[Plan]):
     profile : Profile or None
         The profile the plans were made from (kept in saved files), which
         the power and timeline views replay plans on; every plan carries it.
+    fingerprint : Mapping[str, str | int | float | bool | None]
+        What the profile's measurement depended on (GPU model, parallelism,
+        sequence length, ...), as the caller gave it; read-only, empty when
+        unknown. Saved and loaded with the frontier (see `check_fingerprint`).
     """
 
     def __init__(
@@ -131,7 +203,9 @@ class Frontier(Sequence[Plan]):
         stop_reason: str = "minimum_time",
         phase_times_s: Optional[Mapping[str, float]] = None,
         profile: Optional[Profile] = None,
+        fingerprint: Optional[Mapping[str, FingerprintValue]] = None,
     ) -> None:
+        self._fingerprint = check_fingerprint(fingerprint)
         if not plans:
             raise ValueError("a frontier needs at least one plan")
         times = np.array([p.iteration_time_s for p in plans], dtype=np.float64)
@@ -177,6 +251,10 @@ class Frontier(Sequence[Plan]):
     cuts = property(lambda self: self._cuts, doc="Minimum cuts solved.")
     stop_reason = property(lambda self: self._stop_reason, doc="Why the min-cut loop stopped.")
     profile = property(lambda self: self._profile, doc="The profile the plans were made from.")
+    fingerprint = property(
+        lambda self: self._fingerprint,
+        doc="What the profile's measurement depended on (read-only mapping; empty if unknown).",
+    )
 
     @property
     def average_powers_w(self) -> np.ndarray:

@@ -16,7 +16,7 @@ from . import _core
 from ._deprecation import warn_renamed
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
-from .frontier import Frontier
+from .frontier import Frontier, check_fingerprint
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan
 from .profile import LIMITS, Profile
@@ -224,6 +224,7 @@ def optimize(
     budgets: Optional[Union[_core.SolverBudgets, Mapping[str, Any]]] = None,
     progress_period_s: float = 0.1,
     unit_time: Optional[float] = None,
+    fingerprint: Optional[Mapping[str, Any]] = None,
 ) -> Frontier:
     """Compute the iteration time-energy Pareto frontier of one training iteration.
 
@@ -261,6 +262,10 @@ def optimize(
     progress_period_s : float
         Least time between two progress reports, measured from the end of
         the previous one.
+    fingerprint : mapping, optional
+        What the profile's measurement depended on (GPU model, parallelism,
+        ...), kept as `Frontier.fingerprint` and saved with it; checked
+        before the solve (see `perseus.frontier.check_fingerprint`).
 
     Returns
     -------
@@ -286,6 +291,7 @@ def optimize(
     started = time.perf_counter()
     if not isinstance(refine, bool):
         raise TypeError(f"refine must be True or False, got {refine!r}")
+    checked_fingerprint = check_fingerprint(fingerprint)
     spec = _spec(profile, microbatches, schedule, virtual_stages)
     unit = _unit_time_argument(unit_time_s, unit_time)
     solver_budgets = _budgets_argument(budgets)
@@ -325,6 +331,7 @@ def optimize(
         stop_reason=_core.stop_reason_name(result.stop_reason),
         phase_times_s=result.phase_seconds,
         profile=profile,
+        fingerprint=checked_fingerprint,
     )
 
 

@@ -311,7 +311,7 @@ def scenario_devices(results: dict[str, Any]) -> None:
 
 def scenario_straggler(results: dict[str, Any]) -> None:
     """Two replicas, default settings; replica 1 is 2.4 s slower in iterations 8-15."""
-    iterations, slow = 22, range(8, 16)
+    iterations, slow = 24, range(8, 16)
     # One microbatch: the toy model's compute (and the CPU's noise on it) is small
     # against the common pause below.
     args = arguments(2, 1, 1, iterations)
@@ -387,7 +387,9 @@ def scenario_workloads(results: dict[str, Any]) -> None:
     f4, f8 = frontier_for("1f1b", 2, 1, 4), frontier_for("1f1b", 2, 1, 8)
     counts = [4, 8, 6, 6, 4]
     args = arguments(2, 1, 4, len(counts))
-    attachment = perseus.megatron.attach({4: f4, 8: f8}, stragglers=False, record=True)
+    attachment = perseus.megatron.attach(
+        {4: f4, 8: f8}, stragglers=False, record=True, unknown_workload="unlocked"
+    )
     from megatron.core import parallel_state as ps
 
     def ramp(trainer: Any, i: int) -> None:
@@ -409,6 +411,19 @@ def scenario_workloads(results: dict[str, Any]) -> None:
         "warnings": _warnings(caught),
         "phases": [m.phase for m in attachment.metrics.iterations],
     }
+
+    # By default a count with no frontier stops the job, at that iteration, on every rank.
+    def to_six(trainer: Any, i: int) -> None:
+        trainer.args.microbatches = 6
+
+    try:
+        train(
+            arguments(2, 1, 4, 2), 2, perseus.megatron.attach(f4, stragglers=False), between=to_six
+        )
+        out["unknown_count"] = {"error": None}
+    except perseus.megatron.ScheduleMismatchError as error:
+        out["unknown_count"] = {"error": type(error).__name__, "message": str(error)}
+    out["unknown_count"]["restored"] = _restored()
 
     # A sequence length that changes, refused; then opted in by frontiers keyed by length.
     def shorter(trainer: Any, i: int) -> None:
@@ -447,6 +462,8 @@ def scenario_metrics(results: dict[str, Any]) -> None:
         megatron_writer if dist.get_rank() == dist.get_world_size() - 1 else None
     )
     stand_in.get_wandb_writer = lambda: None
+    # Resumed at Megatron-LM's iteration 60: its scalars (and perseus's) go on at step 61.
+    stand_in._GLOBAL_ARGS = argparse.Namespace(curr_iteration=60)
     sys.modules["megatron.training.global_vars"] = stand_in
     try:
         attachment = perseus.megatron.attach(
@@ -587,6 +604,24 @@ def scenario_errors(results: dict[str, Any]) -> None:
                 {"expert_model_parallel_size": 2},
                 lambda: perseus.megatron.attach(profile=ProfileOptions(path="unused.csv")),
             ),
+            ("args_context_run", {"context_parallel_size": 2}, lambda: run_attach(f4)),
+            # Megatron-LM's validated shape: pp 2, M = 16 / (1 x 2) = 8, and an M=4 frontier.
+            ("args_microbatches", dict(MEGATRON_SHAPE), lambda: run_attach(f4)),
+            (
+                "args_pipeline",
+                {**MEGATRON_SHAPE, "global_batch_size": 8, "pipeline_model_parallel_size": 4},
+                lambda: run_attach(f4),
+            ),
+            # Megatron-LM >= 0.18: --perseus-* arguments parsed before pretrain(), read at attach.
+            (
+                "args_flags",
+                {
+                    **MEGATRON_SHAPE,
+                    **cli_flags(f4, "args_flags"),
+                    "pipeline_model_parallel_size": 4,
+                },
+                perseus.megatron.attach_from_args,
+            ),
         ):
             stand_in._GLOBAL_ARGS = argparse.Namespace(**settings)
             attachment = make()
@@ -594,7 +629,7 @@ def scenario_errors(results: dict[str, Any]) -> None:
                 attachment.attach()
                 attachment.detach()
                 out[name] = {"error": None}
-            except perseus.megatron.UnsupportedScheduleError as error:
+            except perseus.megatron.MegatronIntegrationError as error:
                 out[name] = {"error": type(error).__name__, "message": str(error)}
             out[name]["restored"] = _restored()
     finally:
@@ -628,6 +663,26 @@ def scenario_errors(results: dict[str, Any]) -> None:
         checks["signature"] = {"error": str(error)}
     out["checks"] = checks
     results["errors"] = out
+
+
+#: Megatron-LM's validated arguments of a pp2 x dp2 job at global batch 16, micro batch 1.
+MEGATRON_SHAPE = {
+    "pipeline_model_parallel_size": 2,
+    "virtual_pipeline_model_parallel_size": None,
+    "global_batch_size": 16,
+    "micro_batch_size": 1,
+    "data_parallel_size": 2,
+    "rampup_batch_size": None,
+}
+
+
+def cli_flags(frontier: perseus.Frontier, name: str) -> dict[str, Any]:
+    """--perseus-* arguments for run mode with `frontier`, as parsed (saved under `name`)."""
+    path = Path(os.environ["WORKER_OUT"]) / name / f"frontier.rank{os.environ['RANK']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frontier.save(path)
+    parser = perseus.megatron.add_arguments(argparse.ArgumentParser())
+    return vars(parser.parse_args(["--perseus-mode", "run", "--perseus-frontier", str(path)]))
 
 
 def scenario_cli(results: dict[str, Any]) -> None:

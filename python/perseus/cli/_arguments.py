@@ -164,13 +164,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="W",
         help="watts a GPU draws while it waits on a pipeline neighbour (default: from the sidecar)",
     )
-    opt.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
+    opt.add_argument(
+        "--schedule",
+        default=argparse.SUPPRESS,  # unset unless given: the sidecar's, else 1f1b
+        choices=SCHEDULES,
+        help="pipeline schedule (default: the one the profile's sidecar records, else 1f1b)",
+    )
     opt.add_argument(
         "--virtual-stages",
         type=_count,
-        default=1,
+        default=argparse.SUPPRESS,
         metavar="V",
-        help="model chunks per GPU (with --schedule interleaved-1f1b)",
+        help="model chunks per GPU, with --schedule interleaved-1f1b (default: the sidecar's, "
+        "else 1)",
     )
     opt.add_argument(
         "--unit-time", type=_seconds, default=1e-3, metavar="S", help="solver time quantum, seconds"

@@ -59,6 +59,34 @@ def _blocking_power(csv_path: str, flag_w: Optional[float]) -> tuple[float, str]
     return stored.blocking_power_w, f"read from {stored.path}"
 
 
+def _layout_from_sidecar(args: argparse.Namespace) -> Optional[dict[str, Any]]:
+    """Fill --schedule and --virtual-stages from what the profile's sidecar records (a flag that
+    contradicts it is refused); returns the sidecar's fingerprint, for the frontier."""
+    path = sidecar_path(args.profile)
+    recorded: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            document = None  # reported (or refused) with the blocking power it should hold
+        recorded = document if isinstance(document, dict) else {}
+    for flag, name, key, default in (
+        ("--schedule", "schedule", "schedule", "1f1b"),
+        ("--virtual-stages", "virtual_stages", "virtual_stages", 1),
+    ):
+        stored, given = recorded.get(key), getattr(args, name, None)
+        if stored is not None and given is not None and stored != given:
+            raise UsageError(
+                f"argument {flag}: {given!r} contradicts the profile, measured as {key} "
+                f"{stored!r} (recorded in {path}); leave {flag} out to use it, or profile again"
+            )
+        setattr(
+            args, name, given if given is not None else stored if stored is not None else default
+        )
+    fingerprint = recorded.get("fingerprint")
+    return dict(fingerprint) if isinstance(fingerprint, dict) and fingerprint else None
+
+
 def _load_frontier(path: str) -> Frontier:
     return Frontier.load(path)
 
@@ -127,6 +155,7 @@ def _optimize(args: argparse.Namespace) -> int:
     check_writable_directory(args.output)  # before the solve, not after it
     _refuse_existing(target, args.force)
     power_w, power_source = _blocking_power(args.profile, args.blocking_power)
+    fingerprint = _layout_from_sidecar(args)
     profile = Profile.from_csv(args.profile, blocking_power_w=power_w)
     if args.virtual_stages > 1 and args.schedule != "interleaved-1f1b":
         raise UsageError(
@@ -149,6 +178,7 @@ def _optimize(args: argparse.Namespace) -> int:
             virtual_stages=args.virtual_stages,
             unit_time_s=args.unit_time,
             progress=bar,
+            fingerprint=fingerprint,
         )
     except ProfileError as error:  # the library names its arguments; here they are flags
         raise UsageError(_flags_for_arguments(str(error))) from None

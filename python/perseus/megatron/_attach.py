@@ -45,9 +45,12 @@ from ._errors import (
     ScheduleMismatchError,
     UnsupportedScheduleError,
 )
+from ._fingerprint import differences, fingerprint_of, gpu_model
 from ._following import PLAN_SCHEDULE, Iteration, PlanBook, PlanWarning, WorkloadKey
+from ._once import warn_for_job
 from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
 from ._patching import SchedulePatch
+from ._preflight import check_frontiers, fingerprint_reaction, run_mode_parallelism_problem
 from ._profiling import Layout, ProfileSession, unsupported_for_profiling
 from ._settings import FrontierArgument, Settings, from_old_keywords, settings_of
 from ._stragglers import PlanSwitch, StragglerDecision
@@ -116,7 +119,7 @@ class Attachment:
         settings: Optional[Settings],
         *,
         allow_untested_version: bool = False,
-        configure: Optional[Callable[[], Optional[Settings]]] = None,
+        configure: Optional[Callable[[Any], Optional[Settings]]] = None,
         exit_when_profiled: bool = False,
     ) -> None:
         self._settings = settings
@@ -154,6 +157,7 @@ class Attachment:
         self._last_plan: Optional[Plan] = None
         self._passthrough = 0
         self._following = True
+        self._fingerprinted: set[WorkloadKey] = set()
         self.mode = "run"
         self.frontiers: dict[WorkloadKey, Frontier] = {}
         if settings is not None:
@@ -164,7 +168,11 @@ class Attachment:
         self.mode = settings.mode
         self.frontiers = dict(settings.frontiers)
         self._book = PlanBook(
-            settings.frontiers, settings.by_length, settings.plan, settings.stragglers
+            settings.frontiers,
+            settings.by_length,
+            settings.plan,
+            settings.stragglers,
+            settings.unknown_workload,
         )
         if settings.profile is not None:
             self._session = ProfileSession(settings.profile)
@@ -229,7 +237,17 @@ class Attachment:
         version = str(getattr(package_info, "__version__", "unknown"))
         patch = SchedulePatch(schedules, self, self)
         check_megatron(schedules, version, allow_untested_version=self._allow_untested)
-        self._refuse_from_args(_megatron_lm_args())
+        parsed = _megatron_lm_args()
+        if self._settings is None and self._configure is not None and parsed is not None:
+            # Megatron-LM >= 0.18 parses its arguments before pretrain(): read them now, so
+            # that a wrong flag or frontier fails here, before the model is built.
+            settings = self._configure(parsed)
+            self._configure = None
+            if settings is None:
+                logger.debug("perseus is off for this job (--perseus-mode off)")
+                return
+            self._apply(settings)
+        self._refuse_from_args(parsed)
         self._torch = torch
         self._schedules = schedules
         self.megatron_version = version
@@ -260,6 +278,13 @@ class Attachment:
         if bypass is not None:
             raise UnsupportedScheduleError(
                 f"perseus cannot follow this Megatron schedule: {bypass}"
+            )
+        if settings.frontiers:
+            check_frontiers(
+                settings.frontiers,
+                args,
+                unknown_workload=settings.unknown_workload,
+                on_fingerprint=fingerprint_reaction(settings.on_mismatch),
             )
 
     def detach(self) -> None:
@@ -301,13 +326,14 @@ class Attachment:
         """Resolve the GPU, read Megatron's layout, make perseus's groups (every rank at once)."""
         self._started = True
         if self._settings is None and self._configure is not None:
-            settings = self._configure()
+            settings = self._configure(_megatron_lm_args())
             if settings is None:  # perseus is off for this job
                 self._off = True
                 if self._patch is not None:
                     self._patch.uninstall()
                 return
             self._apply(settings)
+            self._refuse_from_args(_megatron_lm_args())  # Megatron-LM <= 0.17: parsed by now
         settings = self._settings
         assert settings is not None
         if full_iteration_graphs(config):
@@ -329,6 +355,9 @@ class Attachment:
                 raise UnsupportedScheduleError(f"perseus's profile mode cannot run with {problem}")
             self._session.setup(torch, layout)
         else:
+            problem = run_mode_parallelism_problem(layout.context_size, layout.expert_size)
+            if problem is not None:
+                raise UnsupportedScheduleError(f"perseus's run mode cannot run with {problem}")
             self._start_run(settings, layout, gpu)
 
     def _start_run(self, settings: Settings, layout: Layout, gpu: bool) -> None:
@@ -379,6 +408,9 @@ class Attachment:
             decisions=self.decisions,
             iteration_times_s=self.iteration_times_s,
         )
+        # Scalars at Megatron-LM's own step: read once, at the first iteration (after a resume,
+        # Megatron's counter starts from the checkpoint's, perseus's from 0).
+        self._between.step_offset = _metrics.megatron_step_offset(_megatron_lm_args())
 
     # -- hooks the wrappers call -----------------------------------------------------------
 
@@ -517,6 +549,7 @@ class Attachment:
             it.following = False
         elif self.mode == "run":
             self._choose_plan(it, config)
+            self._check_fingerprint(it, config, kwargs)
         if self._recorder is not None and now is not None:
             plan = it.plan
             self._recorder.open(
@@ -561,10 +594,47 @@ class Attachment:
                     deallocate=self._schedules.deallocate_output_tensor,
                     device=self.device,
                     megatron_version=self.megatron_version,
+                    fingerprint=self._fingerprint(it, config, kwargs),
                 )
             finally:  # also when finishing stops training (after="stop")
                 self.profile = session.profile
         return result
+
+    def _fingerprint(self, it: Iteration, config: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """What this iteration's computations depend on (see :mod:`._fingerprint`)."""
+        micro = kwargs.get("micro_batch_size")
+        return fingerprint_of(
+            config,
+            gpu=gpu_model(self._torch, self.device),
+            megatron_version=self.megatron_version,
+            schedule=PLAN_SCHEDULE[it.kind],
+            pipeline_size=it.pp_size,
+            virtual_stages=it.chunks,
+            seq_length=it.seq_length,
+            micro_batch_size=None if micro is None else int(micro),
+        )
+
+    def _check_fingerprint(self, it: Iteration, config: Any, kwargs: dict[str, Any]) -> None:
+        """The frontier's fingerprint against this job, once per workload."""
+        key, book = it.key, self._book
+        assert book is not None and self._settings is not None
+        if key is None or key in self._fingerprinted or key not in book.frontiers:
+            return
+        self._fingerprinted.add(key)
+        recorded = book.frontiers[key].fingerprint
+        if not recorded:
+            return
+        found = differences(recorded, self._fingerprint(it, config, kwargs))
+        if not found:
+            return
+        text = (
+            f"perseus: the frontier for {key} microbatches was made from a profile of another "
+            f"setup: {'; '.join(found)}. Its plans' times and energies do not describe this job; "
+            "profile this job again (perseus.megatron profile mode) and re-optimize"
+        )
+        if self._settings.on_mismatch == "raise":
+            raise ScheduleMismatchError(text + " (or pass on_mismatch='warn' to run it anyway)")
+        warn_for_job(text + "; running it anyway (on_mismatch='warn')", PlanWarning)
 
     def _pipeline(self, kind: str, kwargs: dict[str, Any]) -> tuple[int, int]:
         if kind == "no-pipelining":
@@ -680,6 +750,7 @@ def attach(
     on_mismatch: str = "raise",
     record: bool = False,
     allow_untested_version: bool = False,
+    unknown_workload: str = "raise",
     **old_keywords: Any,
 ) -> Attachment:
     """Attach perseus to megatron-core's pipeline schedules.
@@ -705,8 +776,9 @@ def attach(
         size, virtual stages and microbatches as Megatron runs them); or
         frontiers keyed by microbatch count (``{4: f4, 8: f8}``, a batch-size
         ramp-up), or by ``(microbatches, seq_length)`` to opt in to variable
-        sequence lengths. An iteration whose workload has no frontier runs
-        with clocks unlocked, with one :class:`PlanWarning`. Needed in run mode.
+        sequence lengths. An iteration whose workload has no frontier raises
+        :class:`ScheduleMismatchError` (see `unknown_workload`). Needed in
+        run mode.
     mode
         ``"run"`` (default without `profile`): before each computation,
         request its planned SM clock (stream-ordered on a GPU).
@@ -737,6 +809,13 @@ def attach(
     allow_untested_version
         Try a megatron-core outside the supported range (with a warning);
         its schedule functions' signatures are still checked.
+    unknown_workload
+        ``"raise"`` (default): an iteration whose microbatch count (or
+        length) has no frontier stops the job, and when Megatron-LM's
+        arguments are parsed at ``attach`` every count they imply (a
+        ``--rampup-batch-size`` ramp-up's too) is checked there.
+        ``"unlocked"``: such iterations run with clocks unlocked (one
+        :class:`PlanWarning` per workload) and the next known one resumes.
     **old_keywords
         perseus 0.1's keywords (``device``, ``switcher``, ``tolerance``,
         ``recovery``, ``warmup_iterations``, ``data_parallel_group``,
@@ -770,5 +849,6 @@ def attach(
         profile=profile,
         on_mismatch=on_mismatch,
         record=record,
+        unknown_workload=unknown_workload,
     )
     return Attachment(settings, allow_untested_version=allow_untested_version)

@@ -73,6 +73,7 @@ class Between:
         self._switches = switches
         self._decisions = decisions
         self._times = iteration_times_s
+        self.step_offset = 0  # Megatron-LM's step of perseus's iteration 0 (see _metrics)
 
     def finish(self, prev: Iteration, now: tuple[float, float]) -> None:
         """The previous iteration: time, straggler decision, energy record, report."""
@@ -149,4 +150,4 @@ class Between:
         if options.megatron_writers:
             writers += _metrics.megatron_writers()
         if writers:
-            _metrics.write(writers, report)
+            _metrics.write(writers, report, self.step_offset)

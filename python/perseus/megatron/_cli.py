@@ -23,7 +23,8 @@ from ._attach import Attachment
 from ._compat import full_iteration_graphs
 from ._errors import MegatronIntegrationError, UnsupportedScheduleError
 from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
-from ._settings import Settings, settings_of
+from ._preflight import check_frontiers, fingerprint_reaction
+from ._settings import UNKNOWN_WORKLOAD, Settings, settings_of
 
 __all__ = ["add_arguments", "attach_from_args", "settings_from_args"]
 
@@ -79,6 +80,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--perseus-recovery", type=float, default=None)
     g.add_argument("--perseus-straggler-window", type=int, default=_STRAGGLERS.window)
     g.add_argument(
+        "--perseus-straggler-min-duration",
+        type=int,
+        default=_STRAGGLERS.min_duration,
+        metavar="N",
+        help="iterations (of the last N + 3) a straggler must last before it is followed, and "
+        "its recovery before following ends",
+    )
+    g.add_argument(
+        "--perseus-straggler-min-gain",
+        type=float,
+        default=_STRAGGLERS.min_gain,
+        metavar="FRACTION",
+        help="least energy saving (0.01: 1 %%) for which followers switch plans",
+    )
+    g.add_argument(
         "--perseus-idle-mhz",
         type=int,
         default=None,
@@ -99,6 +115,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="A/B: K iterations at the all-fastest plan, then K at the plan; report the saving",
     )
     g.add_argument("--perseus-on-mismatch", choices=("raise", "warn"), default="raise")
+    g.add_argument(
+        "--perseus-unknown-workload",
+        choices=UNKNOWN_WORKLOAD,
+        default="raise",
+        help="a microbatch count with no frontier: raise (default), or run it with clocks "
+        "unlocked (a batch-size ramp-up keyed by count)",
+    )
     return parser
 
 
@@ -150,7 +173,14 @@ def settings_from_args(args: Any) -> Optional[Settings]:
     frontiers: dict[int, Frontier] = {}
     origin: dict[int, str] = {}
     for path in paths:
-        frontier = Frontier.load(path)
+        try:
+            frontier = Frontier.load(path)
+        except OSError as error:
+            raise ValueError(
+                f"--perseus-frontier {path}: cannot read it ({error.strerror or error})"
+            ) from error
+        except ValueError as error:
+            raise ValueError(f"--perseus-frontier {path}: not a valid frontier: {error}") from error
         count = int(frontier.spec.microbatches)
         if count in frontiers:
             raise ValueError(
@@ -162,18 +192,31 @@ def settings_from_args(args: Any) -> Optional[Settings]:
         tolerance=args.perseus_tolerance,
         recovery=args.perseus_recovery,
         window=args.perseus_straggler_window,
+        min_duration=getattr(args, "perseus_straggler_min_duration", _STRAGGLERS.min_duration),
+        min_gain=getattr(args, "perseus_straggler_min_gain", _STRAGGLERS.min_gain),
     )
     metrics = MetricsOptions(
         report_every=args.perseus_report_every, calibrate=args.perseus_calibrate
     )
-    return settings_of(
+    unknown = getattr(args, "perseus_unknown_workload", "raise")
+    settings = settings_of(
         frontiers,
         mode="run",
         clocks=clocks,
         stragglers=stragglers,
         metrics=metrics,
         on_mismatch=args.perseus_on_mismatch,
+        unknown_workload=unknown,
     )
+    # Megatron-LM's own arguments, when this namespace has them: refused now, before the model.
+    check_frontiers(
+        settings.frontiers,
+        args,
+        unknown_workload=unknown,
+        origin={key: f"--perseus-frontier {path}" for key, path in origin.items()},
+        on_fingerprint=fingerprint_reaction(args.perseus_on_mismatch),
+    )
+    return settings
 
 
 def _megatron_args() -> Any:
@@ -209,7 +252,7 @@ def attach_from_args(args: Any = None, *, allow_untested_version: bool = False) 
         if settings is None:
             return Attachment(
                 None,
-                configure=lambda: None,
+                configure=lambda parsed: None,
                 allow_untested_version=allow_untested_version,
             )
         return Attachment(
@@ -217,7 +260,11 @@ def attach_from_args(args: Any = None, *, allow_untested_version: bool = False) 
         )
     return Attachment(
         None,
-        configure=lambda: settings_from_args(_megatron_args()),
+        # Megatron-LM's parsed arguments when perseus finds them (at attach on >= 0.18, at the
+        # first iteration before), else megatron.training.get_args().
+        configure=lambda parsed: settings_from_args(
+            parsed if parsed is not None else _megatron_args()
+        ),
         allow_untested_version=allow_untested_version,
         exit_when_profiled=True,
     )

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import inspect
 import re
-import warnings
 from collections.abc import Callable
 from typing import Any, Optional
 
 from ._errors import MegatronVersionError
+from ._once import warn_for_job
 
 __all__ = [
     "FULL_GRAPH_MESSAGE",
@@ -130,7 +130,7 @@ def check_megatron(schedules: Any, version: str, *, allow_untested_version: bool
                 message + "; install a supported release, or pass allow_untested_version=True "
                 "to try anyway (the schedule functions' signatures are still checked)"
             )
-        warnings.warn(message + "; trying anyway (allow_untested_version=True)", stacklevel=3)
+        warn_for_job(message + "; trying anyway (allow_untested_version=True)", stacklevel=3)
     for name in (*STEP_FUNCTIONS, *SCHEDULE_FUNCTIONS):
         function = getattr(schedules, name, None)
         if not callable(function):

@@ -23,6 +23,7 @@ from typing import Any, Optional, Union
 from ..frontier import Frontier
 from ..plan import Plan
 from ..schedule import pipeline_order
+from ._errors import ScheduleMismatchError
 from ._options import StragglerOptions
 from ._patching import OutputMap
 from ._stragglers import StragglerPolicy
@@ -156,6 +157,10 @@ class PlanBook:
         A base plan instead of ``frontier.fastest`` (one frontier, or none).
     stragglers
         Straggler settings (a policy per frontier, made when first needed).
+    unknown_workload
+        ``"raise"``: a workload with no frontier stops the job
+        (:class:`ScheduleMismatchError`); ``"unlocked"``: it runs with clocks
+        unlocked, with one :class:`PlanWarning` per workload.
     """
 
     def __init__(
@@ -164,8 +169,10 @@ class PlanBook:
         by_length: bool,
         plan: Optional[Plan],
         stragglers: StragglerOptions,
+        unknown_workload: str = "raise",
     ) -> None:
         self.frontiers = frontiers
+        self.unknown_workload = unknown_workload
         self.by_length = by_length
         self._plan = plan
         self._stragglers = stragglers
@@ -191,13 +198,29 @@ class PlanBook:
         return int(microbatches)
 
     def lookup(self, microbatches: int, seq_length: Optional[int]) -> Optional[WorkloadKey]:
-        """The key of this iteration's frontier; None (and one warning) if there is none."""
+        """The key of this iteration's frontier; None (and one warning) if there is none.
+
+        Raises :class:`ScheduleMismatchError` instead unless unknown workloads
+        were opted in to (``unknown_workload="unlocked"``).
+        """
         key = self.key_of(microbatches, seq_length)
         if key in self.known:
             return key
+        known = ", ".join(str(k) for k in sorted(self.known, key=str))
+        if self.unknown_workload == "raise":
+            what = f"{microbatches} microbatches" + (
+                f" of sequence length {seq_length}" if self.by_length else ""
+            )
+            raise ScheduleMismatchError(
+                f"perseus has no frontier for {what} (it has: {known}); the job's microbatch "
+                "count is global batch / (micro batch x data-parallel size), which changes when "
+                "a job restarts on fewer nodes or its batch size changes. Make a frontier for it "
+                "(perseus optimize -m <count>), or opt in to running such iterations with clocks "
+                "unlocked: attach(..., unknown_workload='unlocked') or "
+                "--perseus-unknown-workload unlocked"
+            )
         if key not in self._warned:
             self._warned.add(key)
-            known = ", ".join(str(k) for k in sorted(self.known, key=str))
             what = (
                 f"{microbatches} microbatches of sequence length {seq_length}"
                 if self.by_length
@@ -233,6 +256,8 @@ class PlanBook:
                 recovery=o.recovery,
                 window=o.window,
                 min_samples=o.min_samples,
+                min_duration=o.min_duration,
+                min_gain=o.min_gain,
             )
             self._policies[key] = policy
         return policy

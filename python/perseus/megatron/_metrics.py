@@ -298,9 +298,26 @@ def megatron_writers() -> list[Any]:
     return writers
 
 
-def write(writers: Sequence[Any], report: EnergyReport) -> None:
-    """Per-iteration scalars to TensorBoard-style (``add_scalar``) or W&B-style (``log``) writers."""
+def megatron_step_offset(args: Any) -> int:
+    """What to add to perseus's iteration count to get Megatron-LM's logging step.
+
+    Megatron-LM sets ``args.curr_iteration`` to the iteration about to run (after a resume, the
+    checkpoint's) and logs it, once done, as step ``curr_iteration + 1``; perseus's first
+    iteration is that one. 0 where Megatron-LM's arguments are not known.
+    """
+    for name in ("curr_iteration", "iteration"):
+        value = getattr(args, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value + 1
+    return 0
+
+
+def write(writers: Sequence[Any], report: EnergyReport, step_offset: int = 0) -> None:
+    """Per-iteration scalars to TensorBoard-style (``add_scalar``) or W&B-style (``log``) writers,
+    at Megatron-LM's step (perseus's iteration + `step_offset`), so a resumed job's scalars go on
+    where they stopped instead of restarting at 0."""
     for row in report.iterations:
+        step = row.iteration + step_offset
         scalars = {
             "perseus/energy_j": row.energy_j,
             "perseus/predicted_energy_j": row.predicted_energy_j,
@@ -312,9 +329,9 @@ def write(writers: Sequence[Any], report: EnergyReport) -> None:
         for writer in writers:
             if hasattr(writer, "add_scalar"):
                 for tag, value in scalars.items():
-                    writer.add_scalar(tag, value, row.iteration)
+                    writer.add_scalar(tag, value, step)
             else:
-                writer.log(scalars, step=row.iteration)
+                writer.log(scalars, step=step)
 
 
 def job_rows(payloads: Sequence[dict[str, Any]]) -> list[JobIteration]:

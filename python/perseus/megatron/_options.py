@@ -111,6 +111,16 @@ class StragglerOptions:
     min_samples : int or None
         Iterations measured before the first decision, and after every
         switch; default `window`.
+    min_duration : int
+        Iterations, of the last ``min_duration + 3``, in which a straggler
+        must be beyond the threshold before it is followed, and back within
+        `recovery` before following ends (hysteresis against noise and
+        periodic hiccups; 7 follows a lasting 1.2x straggler within about
+        10 iterations).
+    min_gain : float
+        Following must save at least this fraction (0.01: 1 %) of the
+        followers' predicted energy at the straggler's pace; else they keep
+        the base plan.
     warmup_iterations : int
         First iterations never measured (compilation, allocator warm-up).
     data_parallel_group, model_parallel_group
@@ -123,6 +133,8 @@ class StragglerOptions:
     recovery: Optional[float] = None
     window: int = 5
     min_samples: Optional[int] = None
+    min_duration: int = 7
+    min_gain: float = 0.01
     warmup_iterations: int = 2
     data_parallel_group: Any = None
     model_parallel_group: Any = None
@@ -148,6 +160,13 @@ class StragglerOptions:
                     f"StragglerOptions.min_samples ({self.min_samples}) cannot exceed window "
                     f"({self.window})"
                 )
+        _check_count("StragglerOptions.min_duration", self.min_duration, 1)
+        _check_fraction("StragglerOptions.min_gain", self.min_gain, allow_zero=True)
+        if float(self.min_gain) >= 1:
+            raise ValueError(
+                f"StragglerOptions.min_gain must be below 1 (a fraction of energy), not "
+                f"{self.min_gain!r}"
+            )
         _check_count("StragglerOptions.warmup_iterations", self.warmup_iterations, 0)
 
     @property

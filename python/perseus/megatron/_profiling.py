@@ -203,6 +203,7 @@ class ProfileSession:
         deallocate: Callable[[Any, bool], None],
         device: int,
         megatron_version: str,
+        fingerprint: Optional[dict[str, Any]] = None,
     ) -> Profile:
         """Sweep, gather, write; raises ProfilingFinished with ``after="stop"``."""
         layout = self.layout
@@ -256,6 +257,9 @@ class ProfileSession:
                     "tensor_parallel_size": layout.tensor_size,
                     "gpus_per_stage": layout.tensor_size,
                     "recompute_granularity": getattr(config, "recompute_granularity", None),
+                    # What the measurement depended on: `perseus optimize` copies it into the
+                    # frontier, and run mode compares it with the job.
+                    "fingerprint": fingerprint or {},
                     BLOCKING_POWER_KEY: blocking_w,
                     "blocking_power_per_pipeline_rank_w": {
                         str(p["pp_rank"]): p["blocking_power_w"] for p in leaders

@@ -17,9 +17,21 @@ from ..plan import Plan
 from ._following import WorkloadKey, normalize_frontiers
 from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
 
-__all__ = ["MODES", "FrontierArgument", "Settings", "from_old_keywords", "settings_of"]
+__all__ = [
+    "MODES",
+    "UNKNOWN_WORKLOAD",
+    "FrontierArgument",
+    "Settings",
+    "from_old_keywords",
+    "settings_of",
+]
 
 MODES = ("run", "profile")
+
+#: What an iteration whose microbatch count (or length) has no frontier does: stop the job
+#: (default; a job restarted on fewer nodes changes its count silently otherwise), or run it
+#: with clocks unlocked (an explicit opt-in, e.g. for a batch-size ramp-up keyed by count).
+UNKNOWN_WORKLOAD = ("raise", "unlocked")
 
 FrontierArgument = Union[Frontier, Mapping[Any, Frontier], None]
 
@@ -38,6 +50,7 @@ class Settings:
     profile: Optional[ProfileOptions]
     on_mismatch: str
     record: bool
+    unknown_workload: str = "raise"
 
 
 _OLD_KEYWORDS = {
@@ -103,6 +116,7 @@ def settings_of(
     profile: Optional[ProfileOptions] = None,
     on_mismatch: str = "raise",
     record: bool = False,
+    unknown_workload: str = "raise",
 ) -> Settings:
     """:func:`attach`'s arguments, checked (before anything is imported)."""
     if mode is None:
@@ -111,6 +125,10 @@ def settings_of(
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if on_mismatch not in ("raise", "warn"):
         raise ValueError(f"on_mismatch must be 'raise' or 'warn', not {on_mismatch!r}")
+    if unknown_workload not in UNKNOWN_WORKLOAD:
+        raise ValueError(
+            f"unknown_workload must be one of {UNKNOWN_WORKLOAD}, not {unknown_workload!r}"
+        )
     for name, value, kind in (
         ("clocks", clocks, ClockOptions),
         ("profile", profile, ProfileOptions),
@@ -162,4 +180,5 @@ def settings_of(
         profile=profile,
         on_mismatch=on_mismatch,
         record=bool(record),
+        unknown_workload=unknown_workload,
     )

@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -160,6 +160,17 @@ class StragglerPolicy:
     min_samples
         Iterations measured before the first decision and after each
         switch; default `window`.
+    min_duration
+        Iterations, out of the last ``min_duration + 3``, in which the
+        straggler must be beyond the threshold (slower than the others'
+        median of that same iteration by more than `tolerance` to be
+        followed; within `recovery` of the reference to count as recovered).
+        A window median alone flaps on noise and on periodic hiccups (a 3x
+        step every other iteration); this asks for a slowdown that lasts.
+    min_gain
+        Following must save at least this fraction of the followers'
+        predicted energy at the straggler's pace (the plan for the deadline
+        against the base plan waiting for it); else the base plan is kept.
     """
 
     def __init__(
@@ -172,12 +183,19 @@ class StragglerPolicy:
         recovery: Optional[float] = None,
         window: int = 5,
         min_samples: Optional[int] = None,
+        min_duration: int = 7,
+        min_gain: float = 0.01,
     ) -> None:
         from ._options import StragglerOptions
 
         # One place checks the numbers: the options record.
         options = StragglerOptions(
-            tolerance=tolerance, recovery=recovery, window=window, min_samples=min_samples
+            tolerance=tolerance,
+            recovery=recovery,
+            window=window,
+            min_samples=min_samples,
+            min_duration=min_duration,
+            min_gain=min_gain,
         )
         if isinstance(replica, bool) or not isinstance(replica, int) or replica < 0:
             raise ValueError(f"replica must be a data-parallel rank >= 0, not {replica!r}")
@@ -188,6 +206,9 @@ class StragglerPolicy:
         self.recovery = options.recovery_fraction
         self.window = int(options.window)
         self.min_samples = options.samples
+        self.min_duration = int(options.min_duration)
+        self.min_gain = float(options.min_gain)
+        self._evidence = self.min_duration + 3  # iterations the duration is counted over
         self.decisions: deque[StragglerDecision] = deque(maxlen=1000)
         self._replicas = 0
         self.reset()
@@ -200,7 +221,7 @@ class StragglerPolicy:
         self.straggler: Optional[int] = None  #: replica followed now, if any
         self.reference_s = math.nan  #: the others' median time when following began
         self.deadline_s: Optional[float] = None  #: the deadline followed now
-        self._history: deque[tuple[float, ...]] = deque(maxlen=self.window)
+        self._history: deque[tuple[float, ...]] = deque(maxlen=max(self.window, self._evidence))
         self._since = 0  # samples since the last switch or reset
         # While following: each follower's median on its current plan, first measured.
         self._plan_reference: Optional[dict[int, float]] = None
@@ -244,10 +265,20 @@ class StragglerPolicy:
         return self._follow(iteration)
 
     def _column(self, replica: int, last: Optional[int] = None) -> list[float]:
-        rows = list(self._history)
-        if last is not None:
-            rows = rows[-last:]
+        rows = list(self._history)[-(self.window if last is None else last) :]
         return [row[replica] for row in rows]
+
+    def _lasting(self, beyond: Callable[[tuple[float, ...]], bool]) -> tuple[int, int]:
+        """In how many of the last ``min_duration + 3`` iterations `beyond` holds, of how many."""
+        rows = list(self._history)[-self._evidence :]
+        return sum(1 for row in rows if beyond(row)), len(rows)
+
+    def _slower_than_others(self, straggler: int) -> Callable[[tuple[float, ...]], bool]:
+        def beyond(row: tuple[float, ...]) -> bool:
+            others = [t for r, t in enumerate(row) if r != straggler]
+            return row[straggler] > statistics.median(others) * (1 + self.tolerance) + _EPS
+
+        return beyond
 
     def _start(self, iteration: int) -> Optional[PlanSwitch]:
         medians = [statistics.median(self._column(r)) for r in range(self._replicas)]
@@ -259,9 +290,28 @@ class StragglerPolicy:
         numbers = (straggler, medians[straggler], reference, slowdown)
         if slowdown <= 1 + self.tolerance + _EPS:
             return self._decide(iteration, "none", numbers)
+        lasting, of = self._lasting(self._slower_than_others(straggler))
+        if lasting < self.min_duration:
+            why = f"duration: slower in {lasting} of {of} iterations, min_duration {self.min_duration}"
+            return self._decide(iteration, "none", numbers, reason=why)
+        deadline = self.base.iteration_time_s * slowdown
+        gain = self._gain(deadline)
+        if gain < self.min_gain:
+            why = (
+                f"gain: following saves {gain:.1%} at {slowdown:.3f}x, min_gain {self.min_gain:.1%}"
+            )
+            return self._decide(iteration, "none", numbers, reason=why)
         self.straggler = straggler
         self.reference_s = reference
         return self._retarget(iteration, slowdown, numbers, "follow", "straggler")
+
+    def _gain(self, deadline_s: float) -> float:
+        """The fraction of energy following saves: the plan for the deadline against the base
+        plan, both waiting (blocking power) until the deadline."""
+        plan = self.frontier.plan_for(deadline_s)
+        followed = plan.energy_at(max(deadline_s, plan.iteration_time_s))
+        waiting = self.base.energy_at(max(deadline_s, self.base.iteration_time_s))
+        return 1 - followed / waiting
 
     def _follow(self, iteration: int) -> Optional[PlanSwitch]:
         straggler = self.straggler
@@ -277,18 +327,41 @@ class StragglerPolicy:
             # relative to these from now on are what slows (or speeds) every replica alike.
             self._plan_reference = dict(followers)
         drift = statistics.median(followers[r] / self._plan_reference[r] for r in followers)
+        if abs(drift - 1) <= self.tolerance:
+            # Within the tolerance a drift is noise in medians of few samples; carried into
+            # the reference at every retarget it would walk away from the truth.
+            drift = 1.0
         reference = self.reference_s * drift
         median_s = statistics.median(self._column(straggler))
         slowdown = median_s / reference
         numbers = (straggler, median_s, reference, slowdown)
         if slowdown <= 1 + self.recovery + _EPS:
-            return self._back_to_base(iteration, numbers, "recovered")
+            bound = reference * (1 + self.recovery) + _EPS
+            lasting, of = self._lasting(lambda row: row[straggler] <= bound)
+            if lasting >= self.min_duration:
+                return self._back_to_base(iteration, numbers, "recovered")
+            why = (
+                f"duration: back in {lasting} of {of} iterations, min_duration {self.min_duration}"
+            )
+            return self._decide(iteration, "hold", numbers, reason=why)
         straggler_now = statistics.median(self._column(straggler, recent))
         if max(followers.values()) > straggler_now * (1 + self.tolerance) + _EPS:
             return self._back_to_base(iteration, numbers, "follower slowest")
         deadline = self.base.iteration_time_s * slowdown
         if abs(deadline - self.deadline_s) <= self.tolerance * self.deadline_s + _EPS:
             return self._decide(iteration, "hold", numbers)
+        # A changed slowdown moves the deadline only when it lasts, too.
+        followed = self.deadline_s / self.base.iteration_time_s
+        sign = 1.0 if slowdown > followed else -1.0
+
+        def moved(row: tuple[float, ...]) -> bool:
+            change = row[straggler] / reference - followed
+            return sign * change > self.tolerance * followed + _EPS
+
+        lasting, of = self._lasting(moved)
+        if lasting < self.min_duration:
+            why = f"duration: changed in {lasting} of {of} iterations, min_duration {self.min_duration}"
+            return self._decide(iteration, "hold", numbers, reason=why)
         self.reference_s = reference  # the drift so far belongs to the reference
         return self._retarget(iteration, slowdown, numbers, "retarget", "straggler changed")
 
@@ -340,7 +413,7 @@ class StragglerPolicy:
             numbers if numbers is not None else (None, math.nan, math.nan, math.nan)
         )
         deadline = deadline_s if deadline_s is not None else self.deadline_s
-        samples = len(self._history)
+        samples = min(len(self._history), self.window)
         self.decisions.append(
             StragglerDecision(
                 iteration=iteration,

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -50,12 +51,17 @@ class Store:
         self.csv_path = csv_path
         self.json_path = csv_path.with_suffix(".json")
         csv_path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(csv_path.with_name(f".{csv_path.name}.lock"), "w")  # noqa: SIM115
+        self._lock_path = csv_path.with_name(f".{csv_path.name}.lock")
+        self._lock_file = open(self._lock_path, "w")  # noqa: SIM115
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # The holder removes the lock file when it closes (no .lock left beside profiles); a
+            # lock taken on a file removed meanwhile guards nothing: treat it as held.
+            if os.fstat(self._lock_file.fileno()).st_ino != os.stat(self._lock_path).st_ino:
+                raise OSError(errno.EAGAIN, "lock file replaced")
         except OSError as error:
             self._lock_file.close()
-            if error.errno in (errno.EAGAIN, errno.EACCES):
+            if error.errno in (errno.EAGAIN, errno.EACCES, errno.ENOENT):
                 raise ProfilerError(
                     f"another profiler is writing {csv_path}; wait for it or choose another path"
                 ) from None
@@ -108,4 +114,6 @@ class Store:
 
     def close(self) -> None:
         if not self._lock_file.closed:
+            with contextlib.suppress(OSError):  # removed while still held: see __init__
+                self._lock_path.unlink()
             self._lock_file.close()
