@@ -371,6 +371,11 @@ class CaseResult:
     perseus_steps: Optional[int] = None
     perseus_cuts: Optional[int] = None
     perseus_file_bytes: Optional[int] = None  # frontier.save's file (user-scale cases)
+    # --vs-plain: the default frontier against refine=False's, both replayed by the judge,
+    # at every refine=False plan (dE% as against lowtime; > 0: the default uses more).
+    plain_plans: Optional[int] = None
+    plain_worst_pct: Optional[float] = None
+    plain_unmatched: Optional[int] = None
     perseus_phase_times_s: Optional[dict[str, float]] = None
     perseus_plans: Optional[int] = None
     perseus_fastest_s: Optional[float] = None
@@ -511,6 +516,27 @@ def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResu
     p_t, p_e = p_t[order], p_e[order]
     res.perseus_fastest_s, res.perseus_fastest_j = float(p_t[0]), float(p_e[0])
     res.perseus_slowest_s = float(p_t[-1])
+
+    if args.vs_plain:
+        plain = perseus.optimize(
+            profile,
+            microbatches=case.microbatches,
+            schedule=case.schedule,
+            virtual_stages=case.virtual_stages,
+            unit_time_s=case.unit_time_s,
+            refine=False,
+        )
+        pl_t, pl_e = replay_frontier(plain, judge)
+        del plain
+        vs = compare(pl_t, pl_e, p_t, p_e, blocking_w)
+        res.plain_plans = int(pl_t.size)
+        res.plain_worst_pct = vs["energy_diff_worst_pct"]
+        res.plain_unmatched = vs["unmatched"]
+        log(
+            f"  vs refine=False: worst {_fmt(res.plain_worst_pct, '+.4f')} %, "
+            f"{res.plain_unmatched}/{res.plain_plans} plain plans beaten by > "
+            f"{MATCH_TOLERANCE_PCT:g} %"
+        )
 
     af_t, af_e = judge.evaluate(judge.all_fastest())
     res.all_fastest_s, res.all_fastest_j = float(af_t[0]), float(af_e[0])
@@ -767,6 +793,13 @@ def check_targets(
                 f"{r.case} perseus <= {case.target_wall_s:g} s",
                 "ok" if r.perseus_wall_s <= case.target_wall_s else "MISS",
                 f"{r.perseus_wall_s:.3f} s",
+            )
+        if r.plain_plans:
+            add(
+                f"{r.case} never worse than refine=False (<= +{MATCH_TOLERANCE_PCT:g} %)",
+                "ok" if r.plain_unmatched == 0 else "MISS",
+                f"{r.plain_unmatched}/{r.plain_plans} plain plans unmatched, worst "
+                f"{_fmt(r.plain_worst_pct, '+.4f')} %",
             )
         if r.lowtime_frontier_plans:
             name = f"{r.case} never worse than lowtime (<= +{MATCH_TOLERANCE_PCT:g} %)"
@@ -1161,6 +1194,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     parser.add_argument(
         "--no-save", action="store_true", help="skip saving user-scale frontiers (file size)"
+    )
+    parser.add_argument(
+        "--vs-plain",
+        action="store_true",
+        help="also solve with refine=False and check, on the judge's replays, that the default "
+        "frontier is within +0.01 %% of it at every refine=False plan (issue 23)",
     )
     parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
