@@ -79,13 +79,24 @@ class Worker {
     if (release_) release_();
     if (result_.valid()) result_.wait();
   }
-  // Waits for the job, calling poll(done, total) now and then with its last
-  // progress; rethrows the job's exception.
+  // Waits for the job, calling poll(done, total) with its last progress
+  // whenever the pacer has a report or an interrupt poll due, and sleeping
+  // in between (no fixed-period wake-ups: on a busy machine a waiting thread
+  // costs nothing); rethrows the job's exception.
   template <typename Poll>
-  void finish(Poll poll) {
-    while (result_.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready)
+  void finish(const Pacer& pacer, Poll poll) {
+    for (;;) {
+      const auto due = pacer.next_due();
+      if (due == std::chrono::steady_clock::time_point::max()) {
+        result_.wait();
+        break;
+      }
+      // At least 1 ms apart, so a zero period cannot make this a spin.
+      const auto until = std::max(due, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+      if (result_.wait_until(until) == std::future_status::ready) break;
       poll(done_.load(std::memory_order_relaxed),
            std::max<std::int64_t>(total_.load(std::memory_order_relaxed), 1));
+    }
     result_.get();
   }
 
@@ -179,8 +190,8 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     started = Clock::now();
     // The chains follow the loop; what is left of them now runs on both cores.
     const auto report = [&](std::int64_t done, std::int64_t total) { pacer.tick(walk, done, total); };
-    reclaimed.finish(report);
-    tight.finish(report);
+    reclaimed.finish(pacer, report);
+    tight.finish(pacer, report);
     double first_step_s = result.baseline.iteration_time_s;
     bool any = false;
     for (int k = 0; k < 2; ++k)
@@ -274,7 +285,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
                          found, [&](std::int64_t done, std::int64_t total) {
                            pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
                          });
-        other.finish([&](std::int64_t done, std::int64_t total) {  // the other half's progress
+        other.finish(pacer, [&](std::int64_t done, std::int64_t total) {  // the other half's progress
           pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
         });
       }
