@@ -554,6 +554,57 @@ PRESETS: dict[str, Preset] = {
         ),
         seed=5,
     ),
+    # Issue 23: the shapes Megatron-LM users train (16-32 GPUs, interleaved, 128-1,024
+    # microbatches), about 80 clocks each, with seeds no earlier preset used.
+    "h100-16u": Preset(
+        PipelineModel(
+            gpu="h100",
+            num_stages=16,
+            forward_ms=18.0,
+            memory_bound_stages=2,
+            lowest_mhz=810,
+            description="16 stages on H100, 79 clocks 1980..810 MHz (user-scale 1F1B/GPipe)",
+        ),
+        seed=31,
+    ),
+    "h200-32u": Preset(
+        PipelineModel(
+            gpu="h200",
+            num_stages=32,
+            forward_ms=12.0,
+            memory_bound_stages=3,
+            memory_speedup=1.3,
+            lowest_mhz=795,
+            description=(
+                "32 stages or chunks on H200, 80 clocks 1980..795 MHz "
+                "(32 x 256 1F1B, interleaved V=2 on 16)"
+            ),
+        ),
+        seed=32,
+    ),
+    "h100-64chunk-u": Preset(
+        PipelineModel(
+            gpu="h100",
+            num_stages=64,
+            forward_ms=6.0,
+            memory_bound_stages=5,
+            lowest_mhz=810,
+            description="64 model chunks on H100 (interleaved V=4 on 16 GPUs), 79 clocks",
+        ),
+        seed=33,
+    ),
+    "h200-128chunk-u": Preset(
+        PipelineModel(
+            gpu="h200",
+            num_stages=128,
+            forward_ms=3.0,
+            memory_bound_stages=8,
+            memory_speedup=1.3,
+            lowest_mhz=795,
+            description="128 model chunks on H200 (interleaved V=8 on 16 GPUs), 80 clocks",
+        ),
+        seed=34,
+    ),
     "a100-coarse-2s5c": _coarse("a100", 2, 5, 18.0, seed=11),
     "a100-coarse-3s6c": _coarse("a100", 3, 6, 14.0, seed=12),
     "h100-coarse-3s4c": _coarse("h100", 3, 4, 12.0, seed=13, coarse_lowest_mhz=1380),

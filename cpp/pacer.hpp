@@ -8,6 +8,7 @@
 // SolveCancelled, which unwinds the solve from wherever it is.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -30,6 +31,10 @@ class Pacer {
     const Clock::time_point now = Clock::now();
     if (now >= next_poll_ || now >= next_report_) due(now, phase, done, total);
   }
+
+  // When tick() next has something to do: a thread that only waits for
+  // others sleeps until then (time_point::max() when there are no hooks).
+  std::chrono::steady_clock::time_point next_due() const { return std::min(next_poll_, next_report_); }
 
  private:
   using Clock = std::chrono::steady_clock;

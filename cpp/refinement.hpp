@@ -18,6 +18,11 @@
 //   fast end     deadlines from the all-fastest time up to the fastest step
 //                plan, one user unit apart: the all-fastest plan reclaimed,
 //                and the last step's plan tightened (a chain) and reclaimed;
+//   plain plans  every unit's plan of the walk at the user's own unit,
+//                unreclaimed: what refine=False returns. The finer walk is
+//                another path whose sampled plans do not cover these, so
+//                without them the refined frontier lost to the plain one at
+//                some times (frontier.cpp runs that walk first);
 //   local search at every frontier plan's time and on a grid over the
 //                frontier's range: three starts per deadline (the slowest
 //                plan that meets it reclaimed into it, the next one tightened
