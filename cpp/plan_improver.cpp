@@ -297,8 +297,10 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     const double longest = makespan(), tolerance = 1e-9 * deadline;
     for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
       if (choice_[ix(i)] > 0 && longest - times_.through(i) <= tolerance) critical_.push_back(i);
-    std::sort(critical_.begin(), critical_.end(),
-              [&](Index a, Index b) { return speedup_cost(a) < speedup_cost(b); });
+    std::sort(critical_.begin(), critical_.end(), [&](Index a, Index b) {
+      const double cost_a = speedup_cost(a), cost_b = speedup_cost(b);
+      return cost_a < cost_b || (cost_a == cost_b && a < b);  // strict: same order in every library
+    });
     work_ += static_cast<std::int64_t>(choice_.size());
     for (const Index jump : kJumps) {
       for (std::size_t a = 0; a < critical_.size() && !improved && work() < limit; ++a) {

@@ -151,7 +151,12 @@ class PlanImprover {
   struct Move {
     double score;
     Index computation;
-    bool operator<(const Move& other) const { return score < other.score; }
+    // A strict order: equal scores fall back to the computation, so the heap
+    // and the sorts give the same plans with libstdc++ and libc++ (the
+    // manylinux wheel is built with Zig's libc++).
+    bool operator<(const Move& other) const {
+      return score < other.score || (score == other.score && computation < other.computation);
+    }
   };
   std::vector<Move> heap_, pushes_;
   std::vector<std::pair<Index, OptionIndex>> first_result_;  // reclaim_both's first order
