@@ -453,26 +453,40 @@ class Frontier(Sequence[Plan]):
             "solve_time_s": self._solve_time_s,
         }
 
-    def save(self, path: str | os.PathLike[str], *, follow_symlinks: bool = False) -> None:
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        follow_symlinks: bool = False,
+        overwrite: bool = True,
+    ) -> None:
         """Write the frontier as versioned JSON (format version 2).
 
         The file appears whole or not at all. It lists every plan's
         frequencies in full, the computation each position is, and the
         profile, so other tools can read it without perseus. An existing
         file keeps its permissions; a symbolic link is refused unless
-        `follow_symlinks` (which writes the file it points to).
+        `follow_symlinks` (which writes the file it points to). With
+        ``overwrite=False`` an existing file is never replaced, even one that
+        another process creates while this one writes.
 
         Raises
         ------
         FileExistsError
             If `path` is a symbolic link and `follow_symlinks` is false.
+        perseus.errors.OutputExistsError
+            With ``overwrite=False``, if `path` exists: the frontier is then
+            saved beside it, under the name in ``kept_as`` and the message.
         OSError
             If the file cannot be written (the error names `path`).
         """
         from ._frontier_file import encode
 
         replace_user_file(
-            path, json.dumps(encode(self), separators=(",", ":")), follow_symlinks=follow_symlinks
+            path,
+            json.dumps(encode(self), separators=(",", ":")),
+            follow_symlinks=follow_symlinks,
+            overwrite=overwrite,
         )
 
     @classmethod
