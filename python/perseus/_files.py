@@ -293,11 +293,10 @@ def read_plan_text(name: str, max_bytes: int) -> str:
 
     Raises ValueError naming the file; OSError when it cannot be read.
     """
-    size = os.stat(name).st_size
-    if size > max_bytes:
-        raise ValueError(f"{name}: {size} bytes is too large for a plan file")
-    with open(name, encoding="utf-8") as file:
-        try:
-            return file.read()
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{name}: not UTF-8 text ({error.reason})") from None
+    from ._strict_json import read_bounded
+
+    data = read_bounded(name, max_bytes, "a plan file")  # devices, FIFOs, size: refused unread
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{name}: not UTF-8 text ({error.reason})") from None
