@@ -688,3 +688,17 @@ def test_example_generator_reproduces_examples(tmp_path, args, name):
         np.testing.assert_allclose(
             [float(x) for x in new_fields[3:]], [float(x) for x in stored_fields[3:]], rtol=1e-5
         )
+
+
+def test_profile_errors_from_optimize_name_the_file(tmp_path):
+    """Issue 26 item 5: 'every stage has a single useful option' did not name the file."""
+    import perseus
+
+    path = tmp_path / "one-clock.csv"
+    rows = ["stage,instruction,frequency,time,energy"] + [
+        f"{s},{k},1410,0.01,3.0" for s in range(2) for k in ("forward", "backward")
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    profile = perseus.Profile.from_csv(path, blocking_power_w=70.0)
+    with pytest.raises(perseus.ProfileError, match=rf"^{path}: .*single useful option"):
+        perseus.optimize(profile, microbatches=2)
