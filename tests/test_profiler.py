@@ -545,6 +545,9 @@ def test_second_profiler_on_the_same_output_is_refused(nvml, fake_libraries, tmp
     with pytest.raises(ComputationError) as info:
         profile_stages(comps, out, frequencies_mhz=[1980], **FAST)
     assert "another profiler is writing" in str(info.value.__cause__)
+    assert not (tmp_path / ".p.csv.lock").exists()  # issue 26: no lock file left behind
+    profile_stages(stages(fake_libraries), out, frequencies_mhz=[1980], **FAST)
+    assert not (tmp_path / ".p.csv.lock").exists()
 
 
 CHILD = textwrap.dedent(
