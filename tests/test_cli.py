@@ -838,8 +838,9 @@ def test_report_is_self_contained(solved, tmp_path, capsys):
 def test_report_and_plot_of_a_frontier_without_profile(solved, tmp_path, capsys):
     """A version 1 file has no profile: the frontier plot and table still work."""
     pytest.importorskip("matplotlib")
-    _, path, _ = solved
-    document = json.loads(path.read_text())
+    _, _, frontier = solved
+    frontier.save(tmp_path / "v2.json", version=2)
+    document = json.loads((tmp_path / "v2.json").read_text())
     document["version"] = 1
     for key in ("computations", "profile"):
         del document[key]

@@ -26,7 +26,7 @@ def frontier(profile):
 
 @pytest.fixture()
 def document(tmp_path, frontier):
-    frontier.save(tmp_path / "good.json")
+    frontier.save(tmp_path / "good.json", version=2)
     return json.loads((tmp_path / "good.json").read_text())
 
 
@@ -37,7 +37,7 @@ def write(tmp_path, document, name="bad.json"):
 
 
 def test_version_2_is_readable_without_perseus(tmp_path, frontier):
-    frontier.save(tmp_path / "f.json")
+    frontier.save(tmp_path / "f.json", version=2)
     document = json.loads((tmp_path / "f.json").read_text())
     assert document["version"] == 2
     # Every plan lists all its frequencies, and the file says which computation each is.
@@ -82,6 +82,55 @@ def test_a_warning_about_a_stored_row_names_the_file_and_row(tmp_path):
         for m in messages
     ), messages
     assert not any("records[" in m for m in messages), messages
+
+
+def test_version_3_is_readable_without_perseus(tmp_path, frontier):
+    """The documented layout, decoded with base64 and struct only (no numpy, no perseus)."""
+    import base64
+    import struct
+
+    frontier.save(tmp_path / "f.json")
+    document = json.loads((tmp_path / "f.json").read_text())
+    assert document["version"] == 3
+    plans = document["plans"]
+    count, n = plans["count"], frontier.spec.num_computations
+
+    def numbers(key, code):
+        raw = base64.b64decode(plans[key])
+        return list(struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw))
+
+    times, counts = numbers("iteration_time_s", "d"), numbers("change_counts", "I")
+    ids, mhz = numbers("change_ids", "I"), numbers("change_mhz", "H")
+    row, at = numbers("first_mhz", "H"), 0
+    assert count == len(frontier) and len(row) == n and counts[0] == 0
+    for k, plan in enumerate(frontier):
+        for _ in range(counts[k]):
+            row[ids[at]] = mhz[at]
+            at += 1
+        assert row == plan.frequencies_mhz.tolist() and times[k] == plan.iteration_time_s
+    assert at == len(ids)
+
+
+def test_version_3_is_much_smaller_than_version_2(tmp_path, frontier):
+    frontier.save(tmp_path / "v3.json")
+    frontier.save(tmp_path / "v2.json", version=2)
+    v2, v3 = (json.loads((tmp_path / f"v{v}.json").read_text())["plans"] for v in (2, 3))
+    assert len(json.dumps(v3)) * 4 < len(json.dumps(v2))  # 32 computations; more: larger ratio
+
+
+def test_one_gpu_of_one_plan_without_the_rest(tmp_path, frontier):
+    frontier.save(tmp_path / "f.json")
+    loaded = Frontier.load(tmp_path / "f.json")
+    for k in (0, 1, len(frontier) // 2, len(frontier) - 1):
+        for gpu in range(frontier.spec.num_gpus):
+            ids = loaded.computations_of_gpu(gpu)
+            want = frontier[k].frequencies_mhz[ids]
+            assert loaded.frequencies_mhz(k, gpu=gpu).tolist() == want.tolist()
+            assert frontier.frequencies_mhz(k, gpu=gpu).tolist() == want.tolist()
+    assert loaded.index(loaded.plan_for(loaded.iteration_times_s[3])) == 3
+    assert loaded.index(frontier[7]) == 7  # the same plan, made elsewhere
+    with pytest.raises(ValueError, match="gpu must be in"):
+        loaded.frequencies_mhz(0, gpu=frontier.spec.num_gpus)
 
 
 def test_round_trip_keeps_everything(tmp_path, frontier):
@@ -301,9 +350,15 @@ def test_given_profile_is_checked_and_attached(tmp_path, frontier, profile):
     )
     with pytest.raises(
         ValueError,
-        match=r"plans\[0\]\.frequencies_mhz\[0\]: 1410 MHz was never measured .* in the profile given",
+        match=r"plans\.first_mhz\[0\]: 1410 MHz was never measured .* in the profile given",
     ):
         Frontier.load(tmp_path / "f.json", other)
+    frontier.save(tmp_path / "v2.json", version=2)
+    with pytest.raises(
+        ValueError,
+        match=r"plans\[0\]\.frequencies_mhz\[0\]: 1410 MHz was never measured .* in the profile given",
+    ):
+        Frontier.load(tmp_path / "v2.json", other)
     two_stages = Profile.from_records(
         [(s, k, 1410, 0.01, 3.0) for s in range(2) for k in ("forward", "backward")],
         blocking_power_w=70.0,
@@ -400,3 +455,40 @@ def test_fingerprint_is_checked_when_given(profile):
         perseus.optimize(profile, microbatches=4, fingerprint={"gpu": object()})
     with pytest.raises(ValueError, match="finite"):
         perseus.optimize(profile, microbatches=4, fingerprint={"x": float("nan")})
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_doctored_baseline_is_refused(tmp_path, frontier, version):
+    """Issue 26: doubling the baseline energy and halving its time made summary() claim 54.5 %."""
+    frontier.save(tmp_path / "f.json", version=version)
+    document = json.loads((tmp_path / "f.json").read_text())
+    document["baseline"]["energy_j"] *= 2
+    bad = write(tmp_path, document)
+    with pytest.raises(ValueError, match=r"baseline\.energy_j: the file says .* replays to"):
+        Frontier.load(bad)
+    document["baseline"]["energy_j"] /= 2
+    document["baseline"]["iteration_time_s"] /= 2
+    bad = write(tmp_path, document)
+    with pytest.raises(ValueError, match=r"baseline\.iteration_time_s: the file says"):
+        Frontier.load(bad)
+
+
+def test_duplicate_keys_are_refused(tmp_path, document):
+    text = json.dumps(document)
+    text = text.replace(
+        '"blocking_power_w": 70.0', '"blocking_power_w": 70.0, "blocking_power_w": 9999', 1
+    )
+    bad = write(tmp_path, text)
+    with pytest.raises(
+        ValueError, match=rf"^{bad}: not valid JSON: the key 'blocking_power_w' appears twice"
+    ):
+        Frontier.load(bad)
+
+
+def test_energy_before_reclaim_below_energy_is_refused(tmp_path, document):
+    document["plans"][2]["energy_before_reclaim_j"] = document["plans"][2]["energy_j"] / 2
+    bad = write(tmp_path, document)
+    with pytest.raises(
+        ValueError, match=r"plans\[2\]\.energy_before_reclaim_j: .* reclamation never adds"
+    ):
+        Frontier.load(bad)

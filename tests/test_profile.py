@@ -303,8 +303,9 @@ def test_time_and_energy_ranges(tmp_path, field, bad, expected):
     values = dict(stage="0", instruction="forward", frequency="1200", time="0.012", energy="4.0")
     values[field] = bad
     lines = with_row(1, ",".join(values.values()))
-    if expected is None:  # in range: accepted
-        assert load(write(tmp_path, lines)).measured(0, "forward").time_s.max() == 12.0
+    if expected is None:  # in range: accepted, but 4 J over 12 s is 0.33 W: a unit slip
+        with pytest.warns(perseus.ProfileWarning, match=r"line 3: energy 4 J over 12 s .* outside"):
+            assert load(write(tmp_path, lines)).measured(0, "forward").time_s.max() == 12.0
         return
     path, msg = csv_error(tmp_path, lines)
     assert f"{path}, line 3, field '{field}'" in msg and expected in msg
@@ -325,11 +326,12 @@ def test_only_plain_ascii_numbers(tmp_path, bad):
 def test_unit_slip_row_is_reported(tmp_path):
     # One row in ms among rows in s: accepted (it is in range) but named.
     rows = [HEADER, *VALID_ROWS, "0,forward,1300,11.0,4.5", "0,forward,1000,0.020,3.0"]
-    with pytest.warns(
-        perseus.ProfileWarning, match=r"prof\.csv, line 10: .*1300 MHz.*unit slip"
-    ) as caught:
+    with pytest.warns(perseus.ProfileWarning) as caught:
         load(write(tmp_path, rows))
-    assert len(caught) == 1  # only the slipped row
+    assert any(
+        re.search(r"prof\.csv, line 10: .*1300 MHz.*unit slip", str(w.message)) for w in caught
+    )
+    assert all("line 10" in str(w.message) for w in caught)  # only the slipped row
 
 
 def test_oversized_numbers_are_profile_errors():
@@ -688,3 +690,55 @@ def test_example_generator_reproduces_examples(tmp_path, args, name):
         np.testing.assert_allclose(
             [float(x) for x in new_fields[3:]], [float(x) for x in stored_fields[3:]], rtol=1e-5
         )
+
+
+def test_profile_errors_from_optimize_name_the_file(tmp_path):
+    """Issue 26 item 5: 'every stage has a single useful option' did not name the file."""
+    import perseus
+
+    path = tmp_path / "one-clock.csv"
+    rows = ["stage,instruction,frequency,time,energy"] + [
+        f"{s},{k},1410,0.01,3.0" for s in range(2) for k in ("forward", "backward")
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    profile = perseus.Profile.from_csv(path, blocking_power_w=70.0)
+    with pytest.raises(perseus.ProfileError, match=rf"^{path}: .*single useful option"):
+        perseus.optimize(profile, microbatches=2)
+
+
+def _rows(time_s, energy_j, mhz=(1410, 1200, 1000)):
+    return [
+        (s, k, f, time_s * (1 + 0.2 * j) * (2 if k == "backward" else 1), energy_j * (1 - 0.1 * j))
+        for s in range(2)
+        for k in ("forward", "backward")
+        for j, f in enumerate(mhz)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (_rows(40.0, 12.0), "times in milliseconds"),  # 40 ms written as 40
+        (_rows(0.04, 12000.0), "energies in millijoules"),  # 12 J written in mJ
+        (_rows(0.04, 5e-324 * 1e300), "W, outside what a GPU draws|milliseconds"),
+        (_rows(0.04, 12.0, mhz=(3, 2, 1)), "clock of 3 MHz"),  # GHz, or junk
+    ],
+)
+def test_a_profile_off_by_a_unit_is_reported(rows, message):
+    """Issue 26 item 5: a profile all in ms gave '623 s' iterations without a word."""
+    with pytest.warns(perseus.ProfileWarning, match=message):
+        perseus.Profile.from_records(rows, blocking_power_w=60.0)
+
+
+def test_a_tiny_energy_row_is_reported():
+    rows = _rows(0.04, 12.0)
+    rows[0] = (*rows[0][:4], 5e-324)
+    with pytest.warns(perseus.ProfileWarning, match="records\\[0\\]: energy 4.94066e-324 J"):
+        perseus.Profile.from_records(rows, blocking_power_w=60.0)
+
+
+def test_non_breaking_space_padding_is_refused(tmp_path):
+    path = tmp_path / "nbsp.csv"
+    path.write_text("stage,instruction,frequency,time,energy\n0,forward,1410,0.01\u00a0,4.0\n")
+    with pytest.raises(perseus.ProfileError, match=r"line 2, field 'time'.*non-breaking space"):
+        perseus.Profile.from_csv(path, blocking_power_w=60.0)

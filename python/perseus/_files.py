@@ -8,14 +8,102 @@ import errno
 import os
 import secrets
 import stat
+import time
 from typing import Optional
+
+from .errors import OutputExistsError
 
 __all__ = [
     "check_writable_directory",
+    "publish_new_file",
     "read_plan_text",
     "replace_user_file",
     "write_text_atomically",
 ]
+
+
+# Temporary files get a short fixed-length name, so any target name that the
+# file system accepts also has a temporary name it accepts (NAME_MAX is 255
+# bytes, and a name derived from the target's would be longer than it).
+_TEMP_PREFIX = ".perseus-"
+_TEMP_SUFFIX = ".tmp"
+ORPHAN_AGE_S = 3600.0
+"""A temporary file of ours this much older than now was left by a killed process; removed."""
+
+
+def _temp_path(directory: str) -> str:
+    return os.path.join(directory, f"{_TEMP_PREFIX}{secrets.token_hex(8)}{_TEMP_SUFFIX}")
+
+
+def _remove_orphans(directory: str) -> None:
+    """Remove our temporary files that a killed writer left behind (older than ORPHAN_AGE_S).
+
+    Also those of older perseus versions, named ``.<target>.<8 hex>.tmp``.
+    Only regular files owned by this user; any error is ignored (it is tidying).
+    """
+    now = time.time()
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(_TEMP_SUFFIX) or not name.startswith("."):
+                continue
+            ours = name.startswith(_TEMP_PREFIX) and len(name) == len(_TEMP_PREFIX) + 16 + 4
+            legacy = len(name) > 14 and name[-13] == "." and _is_hex(name[-12:-4])
+            if not (ours or legacy):
+                continue
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                if (
+                    stat.S_ISREG(info.st_mode)
+                    and info.st_uid == os.geteuid()
+                    and now - info.st_mtime > ORPHAN_AGE_S
+                ):
+                    os.unlink(entry.path)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
+def _write_temp(directory: str, data: bytes, mode: Optional[int], name: str) -> str:
+    """A new temporary file in `directory` holding `data`, flushed to disk; its path."""
+    _remove_orphans(directory)
+    temp = _temp_path(directory)
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as error:
+        raise type(error)(error.errno, f"cannot write here: {error.strerror}", name) from None
+    try:
+        with os.fdopen(fd, "wb") as file:
+            if mode is not None:
+                os.fchmod(file.fileno(), mode)
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        _rename_error(error, name)
+        raise
+    return temp
+
+
+def _rename_error(error: BaseException, name: str) -> None:
+    if isinstance(error, OSError) and error.errno is not None and error.filename != name:
+        raise type(error)(error.errno, error.strerror, name) from None  # name the target
+
+
+def _sync_directory(directory: str) -> None:
+    with contextlib.suppress(OSError):  # make the rename or link itself durable
+        handle = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+
+
+def _as_bytes(text: str | bytes) -> bytes:
+    return text.encode("utf-8") if isinstance(text, str) else bytes(text)
 
 
 def write_text_atomically(
@@ -29,53 +117,124 @@ def write_text_atomically(
     was, and the `OSError` names `path` (not the temporary file).
     """
     name = os.fspath(path)
-    directory, base = os.path.split(os.path.abspath(name))
-    temp = os.path.join(directory, f".{base}.{secrets.token_hex(4)}.tmp")
+    directory = os.path.dirname(os.path.abspath(name))
+    temp = _write_temp(directory, _as_bytes(text), mode, name)
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as error:
-        raise type(error)(error.errno, f"cannot write here: {error.strerror}", name) from None
+        os.replace(temp, name)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        _rename_error(error, name)
+        raise
+    _sync_directory(directory)
+
+
+# link(2) is refused by some file systems (FAT, some network and FUSE mounts).
+_NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS}
+
+
+def publish_new_file(path: str | os.PathLike[str], text: str | bytes) -> None:
+    """Create `path` holding `text`, whole or not at all, never replacing a file.
+
+    Written to a temporary file, flushed, then hard-linked to `path`: the link
+    fails if `path` exists, however recently it appeared, so two writers
+    cannot both succeed. Where the file system has no hard links, the file
+    is created exclusively (``O_EXCL``) and filled.
+
+    Raises
+    ------
+    OutputExistsError
+        If `path` exists by the end; the text is then kept beside it under a
+        fresh name, given in the error (``kept_as``) and its message.
+    OSError
+        If it cannot be written (the error names `path`).
+    """
+    name = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(name))
+    data = _as_bytes(text)
+    temp = _write_temp(directory, data, None, name)
     try:
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        try:
+            os.link(temp, name)
+        except FileExistsError:
+            raise OutputExistsError(name, _keep_aside(temp, name)) from None
+        except OSError as error:
+            if error.errno not in _NO_LINKS:
+                _rename_error(error, name)
+                raise
+            _create_exclusively(name, data, temp)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+    _sync_directory(directory)
+
+
+def _create_exclusively(name: str, data: bytes, temp: str) -> None:
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        raise OutputExistsError(name, _keep_aside(temp, name)) from None
+    try:
         with os.fdopen(fd, "wb") as file:
-            if mode is not None:
-                os.fchmod(file.fileno(), mode)
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temp, name)
     except BaseException as error:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        if isinstance(error, OSError) and error.errno is not None and error.filename != name:
-            raise type(error)(error.errno, error.strerror, name) from None  # name the target
+        with contextlib.suppress(OSError):
+            os.unlink(name)  # ours: created exclusively just above
+        _rename_error(error, name)
         raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        handle = os.open(directory, os.O_RDONLY)
+
+
+def _keep_aside(temp: str, name: str) -> str:
+    """Give the finished temporary file a visible name beside `name` that no file has."""
+    directory, base = os.path.split(os.path.abspath(name))
+    stem, extension = os.path.splitext(base)
+    for _ in range(100):
+        tag = f".kept-{secrets.token_hex(4)}"
+        room = 255 - len(tag.encode()) - len(extension.encode())
+        short = stem.encode()[: max(room, 1)].decode("utf-8", "ignore")
+        kept = os.path.join(directory, f"{short}{tag}{extension}")
         try:
-            os.fsync(handle)
-        finally:
-            os.close(handle)
+            os.link(temp, kept)
+            return kept
+        except FileExistsError:
+            continue
+        except OSError:
+            if not os.path.lexists(kept):
+                os.rename(temp, kept)  # no hard links here; a random name nobody has
+                return kept
+    raise FileExistsError(errno.EEXIST, "no free name to keep the result under", name)
 
 
 def replace_user_file(
-    path: str | os.PathLike[str], text: str | bytes, *, follow_symlinks: bool = False
+    path: str | os.PathLike[str],
+    text: str | bytes,
+    *,
+    follow_symlinks: bool = False,
+    overwrite: bool = True,
 ) -> None:
     """`write_text_atomically` for a file the user named, without surprises.
 
     An existing file keeps its permission bits (a 0600 file stays 0600). A
     symbolic link is not replaced by a plain file: it is refused, unless
-    `follow_symlinks`, which writes the file it points to.
+    `follow_symlinks`, which writes the file it points to. With
+    ``overwrite=False`` an existing file is never replaced (`publish_new_file`).
 
     Raises
     ------
     FileExistsError
         If `path` is a symbolic link and `follow_symlinks` is false.
+    OutputExistsError
+        With ``overwrite=False``, if `path` exists; the text is kept beside it.
     IsADirectoryError, OSError
         If `path` is a directory or something else that is not a regular file,
         or cannot be written; the error names `path`.
     """
     name = os.fspath(path)
+    if not overwrite:
+        publish_new_file(name, text)
+        return
     try:
         info: Optional[os.stat_result] = os.lstat(name)
     except FileNotFoundError:
@@ -107,6 +266,10 @@ def check_writable_directory(directory: str | os.PathLike[str]) -> None:
     naming `directory`.
     """
     name = os.fspath(directory)
+    if os.path.lexists(name) and not os.path.isdir(name):
+        raise NotADirectoryError(
+            errno.ENOTDIR, "exists and is not a directory (give a directory to write into)", name
+        )
     try:
         os.makedirs(name, exist_ok=True)
     except OSError as error:
@@ -130,11 +293,10 @@ def read_plan_text(name: str, max_bytes: int) -> str:
 
     Raises ValueError naming the file; OSError when it cannot be read.
     """
-    size = os.stat(name).st_size
-    if size > max_bytes:
-        raise ValueError(f"{name}: {size} bytes is too large for a plan file")
-    with open(name, encoding="utf-8") as file:
-        try:
-            return file.read()
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{name}: not UTF-8 text ({error.reason})") from None
+    from ._strict_json import read_bounded
+
+    data = read_bounded(name, max_bytes, "a plan file")  # devices, FIFOs, size: refused unread
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{name}: not UTF-8 text ({error.reason})") from None

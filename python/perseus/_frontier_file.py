@@ -1,6 +1,22 @@
 """The frontier file (``frontier.json``): writer and strict reader.
 
-Version 2 (written)::
+Version 3 (written by default) is version 2 with the plans stored compactly,
+as changes from one plan to the next (consecutive plans differ in a few
+computations)::
+
+    "plans": {"count": P,
+              "iteration_time_s", "energy_j", "energy_before_reclaim_j": <f8 x P>,
+              "first_mhz": <u2 x N>,       the fastest plan's MHz per computation id
+              "change_counts": <u4 x P>,   computations that change in plan k (0 for k = 0)
+              "change_ids": <u4 x C>,      which, plan after plan, C = sum of the counts
+              "change_mhz": <u2 x C>}      and their new MHz
+
+where ``<f8 x P>`` is the base64 text of P little-endian IEEE doubles
+(``<u4``, ``<u2``: unsigned 32- and 16-bit integers). A 16 x 256 frontier of
+39,000 plans takes a few MB instead of gigabytes, and a reader rebuilds one
+plan, or one GPU's clocks, without making every plan.
+
+Version 2 (``save(version=2)``, for readers of perseus 0.2)::
 
     {"format": "perseus-frontier", "version": 2,
      "pipeline": {"schedule", "num_gpus", "virtual_stages", "microbatches"},
@@ -24,17 +40,18 @@ every error names the file and the field, as ``plans[3].frequencies_mhz[17]``.
 
 from __future__ import annotations
 
-import json
+import base64
+import binascii
 import math
 import numbers
-import os
-import stat
 import warnings
 from typing import Any, NoReturn, Optional
 
 import numpy as np
 
 from . import _core
+from ._plan_store import PlanStore, changes_of
+from ._strict_json import JsonError, loads_strict, read_bounded
 from ._zeus_format import COLUMNS, INSTRUCTIONS
 from .errors import ProfileError
 from .frontier import (
@@ -55,6 +72,7 @@ __all__ = ["decode", "encode"]
 _ID_RULE = "(stage * microbatches + microbatch) * 2 + (0 forward | 1 backward)"
 _MAX_COUNT = 2**30  # GPUs, chunks, microbatches, steps: far beyond any real pipeline
 _REPLAY_RTOL = 1e-9  # stored vs replayed time and energy (both are the core's replay)
+_REPLAY_BLOCK_VALUES = 1 << 21  # plans x computations replayed at once (about 50 MB)
 
 _TOP_REQUIRED = {
     1: ("pipeline", "unit_time_s", "blocking_power_w", "solve_time_s", "baseline", "plans"),
@@ -78,16 +96,27 @@ _TOP_OPTIONAL = {
     1: ("steps", "cuts", "solver_unit_time_s", "stop_reason", "phase_times_s", "computation_id"),
     2: ("computation_id", "fingerprint"),
 }
+_TOP_REQUIRED[3] = _TOP_REQUIRED[2]
+_TOP_OPTIONAL[3] = _TOP_OPTIONAL[2]
+_PLAN_ARRAYS = {  # v3 "plans" field -> little-endian dtype, length: "plans" or "changes"
+    "iteration_time_s": ("<f8", "plans"),
+    "energy_j": ("<f8", "plans"),
+    "energy_before_reclaim_j": ("<f8", "plans"),
+    "first_mhz": ("<u2", "computations"),
+    "change_counts": ("<u4", "plans"),
+    "change_ids": ("<u4", "changes"),
+    "change_mhz": ("<u2", "changes"),
+}
 
 
-def encode(frontier: Frontier) -> dict[str, Any]:
-    """The version 2 document of `frontier`."""
+def encode(frontier: Frontier, version: int = FORMAT_VERSION) -> dict[str, Any]:
+    """The version 3 (or 2) document of `frontier`."""
     spec = frontier.spec
     pipeline = spec.pipeline()
     profile = frontier.profile
     return {
         "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
+        "version": version,
         "pipeline": {
             "schedule": spec.schedule,
             "num_gpus": spec.num_gpus,
@@ -114,15 +143,43 @@ def encode(frontier: Frontier) -> dict[str, Any]:
         },
         "profile": None if profile is None else _encode_profile(profile),
         **({"fingerprint": dict(frontier.fingerprint)} if frontier.fingerprint else {}),
-        "plans": [
-            {
-                "iteration_time_s": p.iteration_time_s,
-                "energy_j": p.energy_j,
-                "energy_before_reclaim_j": p.energy_before_reclaim_j,
-                "frequencies_mhz": p.frequencies_mhz.tolist(),
-            }
-            for p in frontier
-        ],
+        "plans": _encode_plans(frontier) if version >= 3 else _dense_plans(frontier),
+    }
+
+
+def _dense_plans(frontier: Frontier) -> list[dict[str, Any]]:
+    return [
+        {
+            "iteration_time_s": p.iteration_time_s,
+            "energy_j": p.energy_j,
+            "energy_before_reclaim_j": p.energy_before_reclaim_j,
+            "frequencies_mhz": p.frequencies_mhz.tolist(),
+        }
+        for p in frontier
+    ]
+
+
+def _b64(array: np.ndarray, dtype: str) -> str:
+    return base64.b64encode(np.ascontiguousarray(array, dtype=dtype).tobytes()).decode("ascii")
+
+
+def _encode_plans(frontier: Frontier) -> dict[str, Any]:
+    store = frontier._plans
+    if isinstance(store, PlanStore):  # loaded compactly: its changes as they are
+        first, counts, ids, mhz = store.first_mhz, store.counts, store.change_ids, store.change_mhz
+    else:
+        rows = [p.frequencies_mhz for p in store]
+        first = rows[0]
+        counts, ids, mhz = changes_of(rows)
+    return {
+        "count": len(frontier),
+        "iteration_time_s": _b64(frontier.iteration_times_s, "<f8"),
+        "energy_j": _b64(frontier.energies_j, "<f8"),
+        "energy_before_reclaim_j": _b64(frontier.energies_before_reclaim_j, "<f8"),
+        "first_mhz": _b64(first, "<u2"),
+        "change_counts": _b64(counts, "<u4"),
+        "change_ids": _b64(ids, "<u4"),
+        "change_mhz": _b64(mhz, "<u2"),
     }
 
 
@@ -365,6 +422,154 @@ def _plans(value: Any, spec: PipelineSpec, version: int, blocking_power_w: float
     return plans
 
 
+def _array(value: Any, field: str, dtype: str, length: int) -> np.ndarray:
+    if not isinstance(value, str):
+        _fail(field, f"expected base64 text of {dtype} numbers, got {_kind(value)}")
+    size = np.dtype(dtype).itemsize
+    if len(value) != 4 * ((length * size + 2) // 3):
+        _fail(
+            field,
+            f"expected {length} numbers of {size} bytes, which is "
+            f"{4 * ((length * size + 2) // 3)} base64 characters, got {len(value)}",
+        )
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        _fail(field, "not base64 text")
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def _compact_plans(value: Any, spec: PipelineSpec, blocking_power_w: float) -> PlanStore:
+    value = _object(value, "plans", ("count", *_PLAN_ARRAYS))
+    count = _integer(value["count"], "plans.count", 1, _MAX_COUNT)
+    n = spec.num_computations
+    lengths = {"plans": count, "computations": n}
+    arrays: dict[str, np.ndarray] = {}
+    for key, (dtype, length) in _PLAN_ARRAYS.items():
+        if key == "change_ids":
+            counts = arrays["change_counts"]
+            if counts[0] != 0:
+                _fail("plans.change_counts[0]", f"the first plan has no changes, got {counts[0]}")
+            lengths["changes"] = int(counts.sum(dtype=np.int64))
+        arrays[key] = _array(value[key], f"plans.{key}", dtype, lengths[length])
+    for key in ("iteration_time_s", "energy_j", "energy_before_reclaim_j"):
+        numbers_ = arrays[key]
+        bad = np.flatnonzero(~(np.isfinite(numbers_) & (numbers_ > 0)))
+        if len(bad):
+            unit = "seconds" if key.endswith("_s") else "joules"
+            _fail(
+                f"plans.{key}[{bad[0]}]",
+                f"must be a finite number of {unit} > 0, got {numbers_[bad[0]]!r}",
+            )
+    times = arrays["iteration_time_s"]
+    unordered = np.flatnonzero(np.diff(times) <= 0)
+    if len(unordered):
+        k = int(unordered[0]) + 1
+        _fail(
+            f"plans.iteration_time_s[{k}]",
+            f"{times[k]!r} s does not follow plans[{k - 1}]'s {times[k - 1]!r} s: plans must "
+            "be ordered by strictly increasing iteration time",
+        )
+    ids = arrays["change_ids"]
+    bad = np.flatnonzero(ids >= n)
+    if len(bad):
+        _fail(
+            f"plans.change_ids[{bad[0]}]",
+            f"computation id must be in 0..{n - 1}, got {ids[bad[0]]}",
+        )
+    low, high = LIMITS.min_frequency_mhz, LIMITS.max_frequency_mhz
+    for key in ("first_mhz", "change_mhz"):
+        mhz = arrays[key]
+        bad = np.flatnonzero((mhz < low) | (mhz > high))
+        if len(bad):
+            _fail(
+                f"plans.{key}[{bad[0]}]", f"expected whole MHz in {low}..{high}, got {mhz[bad[0]]}"
+            )
+    return PlanStore(
+        spec,
+        arrays["first_mhz"],
+        arrays["change_counts"].astype(np.int64),
+        ids,
+        arrays["change_mhz"],
+        times,
+        arrays["energy_j"],
+        arrays["energy_before_reclaim_j"],
+        blocking_power_w,
+        None,
+    )
+
+
+def _check_store_against(
+    profile: Profile, spec: PipelineSpec, store: PlanStore, baseline: Evaluation, stored: bool
+) -> None:
+    """`_check_against` for compact plans: every clock that occurs, then a replay in blocks."""
+    which = "the profile stored in the file" if stored else "the profile given"
+    pipeline = spec.pipeline()
+    group = pipeline.stage.astype(np.int64) * 2 + pipeline.instruction
+    allowed = np.zeros((2 * spec.num_stages, LIMITS.max_frequency_mhz + 1), dtype=bool)
+    for g in range(2 * spec.num_stages):
+        allowed[g, profile.measured(g // 2, INSTRUCTIONS[g % 2]).frequency_mhz] = True
+    for field, ids, mhz in (
+        ("plans.first_mhz", np.arange(spec.num_computations), store.first_mhz),
+        ("plans.change_mhz", store.change_ids, store.change_mhz),
+    ):
+        bad = np.flatnonzero(~allowed[group[ids], mhz])
+        if len(bad):
+            j = int(bad[0])
+            i = int(ids[j])
+            stage, instruction = int(pipeline.stage[i]), INSTRUCTIONS[int(pipeline.instruction[i])]
+            measured = sorted(int(f) for f in profile.measured(stage, instruction).frequency_mhz)
+            _fail(
+                f"{field}[{j}]",
+                f"{int(mhz[j])} MHz was never measured for stage {stage} "
+                f"{instruction} (computation {i}) in {which} (measured: {measured})",
+            )
+    _check_baseline(profile, spec, baseline, which)
+    if not stored:
+        return
+    from .optimize import _setup, measured_rows
+
+    problem, _, _ = _setup(profile, spec)
+    block = max(1, _REPLAY_BLOCK_VALUES // max(1, spec.num_computations))
+    for start in range(0, len(store), block):
+        rows = np.stack(
+            [store.frequencies_mhz(k) for k in range(start, min(start + block, len(store)))]
+        )
+        times, energies = problem.replay(*measured_rows(profile, spec, rows.astype(np.int64)))
+        for name, stored_values, replayed in (
+            ("iteration_time_s", store.times_s[start : start + len(rows)], times),
+            ("energy_j", store.energies_j[start : start + len(rows)], energies),
+        ):
+            off = ~np.isclose(stored_values, replayed, rtol=_REPLAY_RTOL, atol=0.0)
+            if off.any():
+                j = int(np.flatnonzero(off)[0])
+                _fail(
+                    f"plans.{name}[{start + j}]",
+                    f"the file says {float(stored_values[j])!r} "
+                    f"but the plan replays to {float(replayed[j])!r} on {which}",
+                )
+
+
+def _check_baseline(profile: Profile, spec: PipelineSpec, baseline: Evaluation, which: str) -> None:
+    """The stored all-fastest time and energy must be what the profile gives."""
+    from .optimize import _setup, measured_rows
+    from .plan import _all_fastest_frequencies
+
+    rows = np.array([_all_fastest_frequencies(profile, spec)], dtype=np.int64)
+    problem, _, _ = _setup(profile, spec)
+    times, energies = problem.replay(*measured_rows(profile, spec, rows))
+    for name, got, want in (
+        ("iteration_time_s", baseline.iteration_time_s, float(times[0])),
+        ("energy_j", baseline.energy_j, float(energies[0])),
+    ):
+        if not math.isclose(got, want, rel_tol=_REPLAY_RTOL):
+            _fail(
+                f"baseline.{name}",
+                f"the file says {got!r} but every computation at its "
+                f"fastest clock replays to {want!r} on {which}",
+            )
+
+
 def _check_against(
     profile: Profile, spec: PipelineSpec, plans: list[Plan], baseline: Evaluation, stored: bool
 ) -> None:
@@ -389,6 +594,7 @@ def _check_against(
                 f"(microbatch {int(pipeline.microbatch[i])}; measured: "
                 f"{sorted(int(f) for f in allowed)})",
             )
+    _check_baseline(profile, spec, baseline, which)
     if not stored:
         return
     time_s, energy_j = measured_rows(profile, spec, rows)
@@ -406,31 +612,28 @@ def _check_against(
                 )
 
 
+def _check_reclaim(energies_j: np.ndarray, before_j: np.ndarray) -> None:
+    """Reclamation and local search only ever lower a plan's energy."""
+    worse = np.flatnonzero(before_j < energies_j * (1 - _REPLAY_RTOL))
+    if len(worse):
+        k = int(worse[0])
+        _fail(
+            f"plans[{k}].energy_before_reclaim_j",
+            f"{float(before_j[k])!r} J is below the "
+            f"plan's energy {float(energies_j[k])!r} J: reclamation never adds energy",
+        )
+
+
 def decode(cls: type[Frontier], name: str, profile: Optional[Profile], max_bytes: int) -> Frontier:
     """Read and check the frontier file `name` (see `Frontier.load`)."""
     if profile is not None and not isinstance(profile, Profile):
         raise TypeError(f"profile must be a perseus.Profile, got {type(profile).__name__}")
-    with open(name, "rb") as file:
-        info = os.fstat(file.fileno())
-        if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):  # /dev/zero, a disk
-            raise ValueError(f"{name}: a device, not a frontier file")
-        size = info.st_size
-        if size > max_bytes:
-            raise ValueError(
-                f"{name}: {size} bytes is larger than a frontier file may be ({max_bytes} bytes; "
-                "pass max_bytes to raise the cap)"
-            )
-        data = file.read(max_bytes + 1)  # devices and pipes report no size
-    if len(data) > max_bytes:
-        raise ValueError(f"{name}: larger than a frontier file may be ({max_bytes} bytes)")
+    data = read_bounded(name, max_bytes, "a frontier file")
     try:
-        document = json.loads(data.decode("utf-8"), parse_constant=_no_constants)
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{name}: not valid JSON: not UTF-8 text ({error.reason})") from None
-    except RecursionError:
-        raise ValueError(f"{name}: not valid JSON: nested too deeply") from None
-    except ValueError as error:  # JSONDecodeError, NaN/Infinity, absurdly long integers
-        raise ValueError(f"{name}: not valid JSON ({error})") from None
+        document = loads_strict(data, name)
+    except JsonError as error:
+        raise ValueError(str(error)) from None
+    del data
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
         raise ValueError(f"{name}: not a perseus frontier file")
     version = document.get("version")
@@ -456,10 +659,6 @@ def decode(cls: type[Frontier], name: str, profile: Optional[Profile], max_bytes
                 warning.message, warning.category, warning.filename, warning.lineno
             )
     return frontier
-
-
-def _no_constants(constant: str) -> NoReturn:
-    raise ValueError(f"{constant} is not a number a frontier file may hold")
 
 
 def _decode(
@@ -525,15 +724,43 @@ def _decode(
         fingerprint = check_fingerprint(fingerprint)
     except (TypeError, ValueError) as error:
         raise _Malformed(str(error)) from None
+    if solver_unit_time_s > unit_time_s * (1 + 1e-9):
+        _fail(
+            "solver_unit_time_s",
+            f"{solver_unit_time_s!r} s is coarser than unit_time_s "
+            f"{unit_time_s!r} s (the solver only ever refines the unit)",
+        )
+    if given is not None and given.num_stages != spec.num_stages:
+        _fail("pipeline", f"{spec.num_stages} stages, but the profile given has {given.num_stages}")
+    if version >= 3:
+        store = _compact_plans(document["plans"], spec, blocking_power_w)
+        _check_reclaim(store.energies_j, store.before_j)
+        if stored is not None:
+            _check_store_against(stored, spec, store, baseline, stored=True)
+        if given is not None:
+            _check_store_against(given, spec, store, baseline, stored=False)
+        return cls._from_store(
+            store,
+            baseline=baseline,
+            spec=spec,
+            unit_time_s=unit_time_s,
+            blocking_power_w=blocking_power_w,
+            solve_time_s=solve_time_s,
+            steps=steps,
+            cuts=cuts,
+            solver_unit_time_s=solver_unit_time_s,
+            stop_reason=stop_reason,
+            phase_times_s=phase_times_s,
+            profile=given if given is not None else stored,
+            fingerprint=fingerprint,
+        )
     plans = _plans(document["plans"], spec, version, blocking_power_w)
+    _check_reclaim(
+        np.array([p.energy_j for p in plans]), np.array([p.energy_before_reclaim_j for p in plans])
+    )
     if stored is not None:
         _check_against(stored, spec, plans, baseline, stored=True)
     if given is not None:
-        if given.num_stages != spec.num_stages:
-            _fail(
-                "pipeline",
-                f"{spec.num_stages} stages, but the profile given has {given.num_stages}",
-            )
         _check_against(given, spec, plans, baseline, stored=False)
     return cls(
         plans,

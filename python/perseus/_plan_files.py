@@ -88,14 +88,25 @@ def plan_csv(plan: Plan) -> str:
     return out.getvalue()
 
 
-def write_plan(plan: Plan, path: str | os.PathLike[str], kind: str, index: Optional[int]) -> None:
-    """Write `plan` to `path` as `kind` (``json``, ``csv`` or ``zeus``), atomically."""
+def write_plan(
+    plan: Plan,
+    path: str | os.PathLike[str],
+    kind: str,
+    index: Optional[int],
+    *,
+    overwrite: bool = True,
+) -> None:
+    """Write `plan` to `path` as `kind` (``json``, ``csv`` or ``zeus``), atomically.
+
+    With ``overwrite=False`` an existing file is never replaced (`OutputExistsError`).
+    """
     if kind == "zeus":
-        plan.write_zeus(path)
+        plan.write_zeus(path, overwrite=overwrite)
     elif kind == "csv":
-        replace_user_file(path, plan_csv(plan))
+        replace_user_file(path, plan_csv(plan), overwrite=overwrite)
     elif kind == "json":
-        replace_user_file(path, json.dumps(plan_document(plan, index), indent=1) + "\n")
+        text = json.dumps(plan_document(plan, index), indent=1) + "\n"
+        replace_user_file(path, text, overwrite=overwrite)
     else:
         raise ValueError(f"unknown plan format {kind!r}; known: {', '.join(FORMATS)}")
 

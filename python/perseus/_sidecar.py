@@ -9,13 +9,14 @@ nowhere else.
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
+
+from ._strict_json import loads_strict, read_bounded
 
 __all__ = ["BLOCKING_POWER_KEY", "SidecarPower", "read_blocking_power", "sidecar_path"]
 
@@ -49,14 +50,17 @@ def read_blocking_power(csv_path: str | os.PathLike[str]) -> Optional[SidecarPow
         usable blocking power (the message names the file and the key).
     """
     path = sidecar_path(csv_path)
-    if Path(csv_path).suffix == ".json" or not path.is_file():
+    # lexists, not is_file: a sidecar that is a device (or a link to one) is
+    # an error to report, not a missing sidecar.
+    if Path(csv_path).suffix == ".json" or not os.path.lexists(path):
         return None
     try:
-        if path.stat().st_size > _MAX_SIDECAR_BYTES:
-            raise ValueError(f"{path}: larger than {_MAX_SIDECAR_BYTES >> 20} MiB, not a sidecar")
-        document: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: cannot read the profile's sidecar ({error})") from None
+        data = read_bounded(str(path), _MAX_SIDECAR_BYTES, "a profile sidecar")
+        document: Any = loads_strict(data, str(path))
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read the profile's sidecar ({error.strerror})") from None
+    except ValueError as error:  # the message names the file
+        raise ValueError(f"cannot read the profile's sidecar: {error}") from None
     if not isinstance(document, dict):
         raise ValueError(f"{path}: a profile sidecar is a JSON object")
     if BLOCKING_POWER_KEY in document:

@@ -7,14 +7,17 @@ with ``eval(f.read())``: a Python list with one list per pipeline rank of
 ``"forward"``/``"backward"``; it needs the ``.py`` suffix and one list per
 rank of the job. lowtime writes it as ``[`` on its own line, one rank's list
 and a comma per line, ``]``, then comment lines. perseus writes the same
-layout, and reads such files without ``eval`` (``ast.literal_eval``: a plan
-file from elsewhere is data, never code).
+layout, and reads such files without ``eval``: a plan file from elsewhere is
+data, never code. The reader is a small tokenizer for exactly this grammar
+(lists and tuples three deep, quoted strings, integers, comments), not
+``ast.literal_eval``, whose syntax tree costs about 190 bytes of memory per
+byte of file.
 """
 
 from __future__ import annotations
 
-import ast
 import os
+import re
 from collections.abc import Sequence
 
 from ._files import read_plan_text
@@ -46,6 +49,73 @@ def format_plan(schedule: Sequence[Sequence[tuple[str, int]]], comments: Sequenc
     return "\n".join(lines) + "\n"
 
 
+class _NotAPlan(Exception):
+    pass
+
+
+_TOKEN = re.compile(
+    r"""\s+|#[^\n]*|(?P<open>[\[(])|(?P<close>[\])])|(?P<comma>,)"""
+    r"""|(?P<string>'[A-Za-z_]*'|"[A-Za-z_]*")"""
+    r"""|(?P<float>[-+]?[0-9]{1,12}\.[0-9]{0,12}(?:[eE][-+]?[0-9]{1,3})?)|(?P<int>[-+]?[0-9]{1,12})"""
+)
+_MAX_DEPTH = 3  # the plan, a GPU's list, an (instruction, MHz) pair
+
+
+def _parse(text: str) -> object:
+    """The plan's nested lists, from a bounded tokenizer: memory follows the plan, not the text."""
+    stack: list[list[object]] = []
+    result: object = None
+    expect_value = True  # after '[', '(' or ','
+    position = 0
+    length = len(text)
+    while position < length:
+        match = _TOKEN.match(text, position)
+        if match is None or (
+            not stack and result is None and match.lastgroup not in (None, "open")
+        ):
+            if not stack and result is None:
+                raise _NotAPlan("expected a non-empty list with one list per GPU")
+            raise _NotAPlan(
+                f"unexpected {text[position : position + 20]!r} at character {position}"
+            )
+        position = match.end()
+        kind = match.lastgroup
+        if kind is None:  # whitespace or a comment
+            continue
+        if result is not None:
+            raise _NotAPlan(f"text after the list at character {match.start()}")
+        if kind == "open":
+            if not expect_value or len(stack) >= _MAX_DEPTH:
+                raise _NotAPlan(f"unexpected {match.group()!r} at character {match.start()}")
+            stack.append([])
+            expect_value = True
+        elif kind == "close":
+            if not stack:
+                raise _NotAPlan(f"unexpected {match.group()!r} at character {match.start()}")
+            done = stack.pop()
+            if stack:
+                stack[-1].append(done)
+            else:
+                result = done
+            expect_value = False
+        elif kind == "comma":
+            if expect_value or not stack:
+                raise _NotAPlan(f"unexpected ',' at character {match.start()}")
+            expect_value = True
+        else:
+            if not expect_value or not stack:
+                raise _NotAPlan(f"unexpected {match.group()[:20]!r} at character {match.start()}")
+            token = match.group()
+            number: object = float(token) if kind == "float" else token
+            stack[-1].append(
+                token[1:-1] if kind == "string" else number if kind == "float" else int(token)
+            )
+            expect_value = False
+    if result is None:
+        raise _NotAPlan("no complete list")
+    return result
+
+
 def read_plan(path: str | os.PathLike[str]) -> ZeusSchedule:
     """Read a ``freqs_pipeline_*.py`` file, checking what Zeus's server would.
 
@@ -60,12 +130,11 @@ def read_plan(path: str | os.PathLike[str]) -> ZeusSchedule:
     name = os.fspath(path)
     text = read_plan_text(name, MAX_FILE_BYTES)
     try:
-        value = ast.literal_eval(text)
-    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as error:
-        reason = error.msg if isinstance(error, SyntaxError) else type(error).__name__
+        value = _parse(text)
+    except _NotAPlan as error:
         raise ValueError(
             f"{name}: not a Zeus frequency plan: the file must be one Python list literal "
-            f"(optionally followed by comments) ({reason})"
+            f"(optionally followed by comments) ({error})"
         ) from None
     if not isinstance(value, list) or not value:
         raise ValueError(

@@ -23,6 +23,7 @@ import numpy as np
 
 from ._deprecation import warn_renamed
 from ._files import replace_user_file
+from ._plan_store import PlanStore
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan, _all_fastest_frequencies, _check_profile_fits, _seconds
 from .profile import Profile
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["Frontier", "FrontierSummary", "PowerCapError"]
 
 FORMAT_NAME = "perseus-frontier"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 MAX_FILE_BYTES = 512 * 1024 * 1024
 """Frontier files larger than this are refused unread (override with ``max_bytes``)."""
 _STOP_REASONS = ("minimum_time", "no_progress", "infeasible_flow")
@@ -214,7 +215,7 @@ class Frontier(Sequence[Plan]):
         if profile is None:
             profile = plans[0].profile
         self._profile = None if profile is None else _check_profile_fits(profile, spec)
-        self._plans = tuple(p._with_profile(self._profile) for p in plans)
+        self._plans: Sequence[Plan] = tuple(p._with_profile(self._profile) for p in plans)
         self._peak_powers_w: Optional[np.ndarray] = None
         self._times = times
         self._energies = np.array([p.energy_j for p in plans], dtype=np.float64)
@@ -233,6 +234,90 @@ class Frontier(Sequence[Plan]):
         )
         self._stop_reason = str(stop_reason)
         self._phase_times_s = dict(phase_times_s or {})
+
+    @classmethod
+    def _from_store(
+        cls,
+        store: PlanStore,
+        *,
+        baseline: Evaluation,
+        spec: PipelineSpec,
+        unit_time_s: float,
+        blocking_power_w: float,
+        solve_time_s: float,
+        steps: int,
+        cuts: int,
+        solver_unit_time_s: float,
+        stop_reason: str,
+        phase_times_s: Mapping[str, float],
+        profile: Optional[Profile],
+        fingerprint: Optional[Mapping[str, FingerprintValue]],
+    ) -> Frontier:
+        """A frontier whose plans are rebuilt on demand from `store` (a loaded file).
+
+        The caller (the file reader) has checked the store: times strictly
+        increase, every clock was measured.
+        """
+        self = cls.__new__(cls)
+        self._fingerprint = check_fingerprint(fingerprint)
+        self._profile = None if profile is None else _check_profile_fits(profile, spec)
+        self._plans = store.with_profile(self._profile)
+        self._peak_powers_w = None
+        self._times = np.array(store.times_s, dtype=np.float64)
+        self._energies = np.array(store.energies_j, dtype=np.float64)
+        self._before = np.array(store.before_j, dtype=np.float64)
+        for array in (self._times, self._energies, self._before):
+            array.setflags(write=False)
+        self._baseline = baseline
+        self._spec = spec
+        self._unit_time_s = float(unit_time_s)
+        self._blocking_power_w = float(blocking_power_w)
+        self._solve_time_s = float(solve_time_s)
+        self._steps = int(steps)
+        self._cuts = int(cuts)
+        self._solver_unit_time_s = float(solver_unit_time_s)
+        self._stop_reason = str(stop_reason)
+        self._phase_times_s = dict(phase_times_s)
+        return self
+
+    def index(self, value: Any, start: int = 0, stop: Optional[int] = None) -> int:
+        """Position of a plan of this frontier (found by its time, compared by its clocks)."""
+        if isinstance(value, Plan):
+            k = int(np.searchsorted(self._times, value.iteration_time_s))
+            end = len(self) if stop is None else stop
+            if start <= k < end and k < len(self) and self._times[k] == value.iteration_time_s:
+                mine = self._plans[k]
+                if mine is value or (
+                    mine.spec == value.spec
+                    and np.array_equal(mine.frequencies_mhz, value.frequencies_mhz)
+                ):
+                    return k
+        raise ValueError("the plan is not in this frontier")
+
+    def frequencies_mhz(self, index: int, gpu: Optional[int] = None) -> np.ndarray:
+        """Plan `index`'s MHz per computation (core id order), or only GPU `gpu`'s computations.
+
+        For a loaded frontier this rebuilds just what is asked from the
+        stored changes, without making every plan: a training rank asks
+        for its own GPU. The ids of GPU `gpu`'s computations, in the same
+        order, are `computations_of_gpu(gpu)`.
+        """
+        k = range(len(self))[index]
+        if gpu is None:
+            return np.array(self._plans[k].frequencies_mhz, dtype=np.int32)
+        ids = self.computations_of_gpu(gpu)
+        if isinstance(self._plans, PlanStore):
+            return self._plans.frequencies_mhz(k, ids)
+        return np.array(self._plans[k].frequencies_mhz[ids], dtype=np.int32)
+
+    def computations_of_gpu(self, gpu: int) -> np.ndarray:
+        """Core ids of the computations GPU `gpu` runs (ascending)."""
+        if isinstance(gpu, bool) or not isinstance(gpu, numbers.Integral):
+            raise TypeError(f"gpu must be an integer, got {gpu!r}")
+        if not 0 <= gpu < self._spec.num_gpus:
+            raise ValueError(f"gpu must be in 0..{self._spec.num_gpus - 1}, got {gpu}")
+        stage = self._spec.pipeline().stage.astype(np.int64)
+        return np.flatnonzero(stage % self._spec.num_gpus == int(gpu))
 
     iteration_times_s = property(lambda self: self._times, doc="Replayed time of each plan, s.")
     energies_j = property(lambda self: self._energies, doc="Replayed energy of each plan, J.")
@@ -467,26 +552,56 @@ class Frontier(Sequence[Plan]):
             "solve_time_s": self._solve_time_s,
         }
 
-    def save(self, path: str | os.PathLike[str], *, follow_symlinks: bool = False) -> None:
-        """Write the frontier as versioned JSON (format version 2).
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        follow_symlinks: bool = False,
+        overwrite: bool = True,
+        version: int = FORMAT_VERSION,
+    ) -> None:
+        """Write the frontier as versioned JSON (format version 3, or 2 if asked).
 
-        The file appears whole or not at all. It lists every plan's
-        frequencies in full, the computation each position is, and the
-        profile, so other tools can read it without perseus. An existing
+        The file appears whole or not at all. It holds the plans (version 3:
+        the first plan's clocks, then each plan's changes, as base64 arrays;
+        version 2: every plan's frequencies in full, many times larger), the
+        computation each position is, and the profile, so other tools can
+        read it without perseus. A file larger than `MAX_FILE_BYTES`, which
+        `load` would refuse, is not written. An existing
         file keeps its permissions; a symbolic link is refused unless
-        `follow_symlinks` (which writes the file it points to).
+        `follow_symlinks` (which writes the file it points to). With
+        ``overwrite=False`` an existing file is never replaced, even one that
+        another process creates while this one writes.
 
         Raises
         ------
         FileExistsError
             If `path` is a symbolic link and `follow_symlinks` is false.
+        perseus.errors.OutputExistsError
+            With ``overwrite=False``, if `path` exists: the frontier is then
+            saved beside it, under the name in ``kept_as`` and the message.
+        ValueError
+            If `version` is not 2 or 3, or the file would be larger than
+            `MAX_FILE_BYTES` (the message says how large).
         OSError
             If the file cannot be written (the error names `path`).
         """
         from ._frontier_file import encode
 
+        if version not in (2, 3) or isinstance(version, bool):
+            raise ValueError(f"version must be 2 or 3, got {version!r}")
+        text = json.dumps(encode(self, version), separators=(",", ":"))
+        if len(text) > MAX_FILE_BYTES:
+            raise ValueError(
+                f"{os.fspath(path)}: the frontier would take {len(text)} bytes, more than "
+                f"Frontier.load reads ({MAX_FILE_BYTES}); "
+                + ("save it as version 3" if version == 2 else "solve with a coarser unit_time_s")
+            )
         replace_user_file(
-            path, json.dumps(encode(self), separators=(",", ":")), follow_symlinks=follow_symlinks
+            path,
+            text,
+            follow_symlinks=follow_symlinks,
+            overwrite=overwrite,
         )
 
     @classmethod
@@ -497,13 +612,15 @@ class Frontier(Sequence[Plan]):
         *,
         max_bytes: int = MAX_FILE_BYTES,
     ) -> Frontier:
-        """Read a frontier written by `save` (format version 2, or 1), checking all of it.
+        """Read a frontier written by `save` (format version 3, 2 or 1), checking all of it.
 
         Every field is checked for its type and range, the computations
         against the pipeline, the plans for increasing times, and every
         frequency against the profile: `profile` when given (which is then
         attached), else the one stored in the file, whose replay must also
-        give each plan's stored time and energy.
+        give each plan's stored time and energy and the baseline's. A
+        version 3 file is kept compact: plans are rebuilt when asked for
+        (`frequencies_mhz(index, gpu=...)` rebuilds one GPU's clocks only).
 
         Raises
         ------

@@ -59,6 +59,12 @@ class _OptionTable:
         self.groups = groups
 
 
+def _of_profile(profile: Profile, message: str) -> str:
+    """`message` about `profile`, naming its file when it came from one."""
+    source = profile.source
+    return f"{source}: {message}" if source and not message.startswith(str(source)) else message
+
+
 def _check_profile(profile: object) -> Profile:
     if not isinstance(profile, Profile):
         raise TypeError(f"expected a perseus.Profile, got {type(profile).__name__}")
@@ -71,8 +77,11 @@ def _spec(profile: Profile, microbatches: int, schedule: str, virtual_stages: in
     microbatches = count_argument("microbatches", microbatches)
     if profile.num_stages % virtual_stages:
         raise ProfileError(
-            f"virtual_stages={virtual_stages} does not divide the profile's "
-            f"{profile.num_stages} stages"
+            _of_profile(
+                profile,
+                f"virtual_stages={virtual_stages} does not divide the profile's "
+                f"{profile.num_stages} stages",
+            )
         )
     return PipelineSpec(
         schedule, profile.num_stages // virtual_stages, virtual_stages, microbatches
@@ -89,7 +98,7 @@ def _setup(
             pipeline, table.offsets, table.time_s, table.energy_j, profile.blocking_power_w
         )
     except ValueError as error:
-        raise ProfileError(str(error)) from None
+        raise ProfileError(_of_profile(profile, str(error))) from None
     return problem, table, pipeline
 
 
@@ -303,7 +312,7 @@ def optimize(
     try:
         result = problem.solve(unit, refine, solver_budgets, reporter, period)
     except ValueError as error:
-        raise ProfileError(str(error)) from None
+        raise ProfileError(_of_profile(profile, str(error))) from None
     finally:
         if bar is not None:
             bar.close(completed=sys.exc_info()[0] is None)  # no "done" after Ctrl-C

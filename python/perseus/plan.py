@@ -454,14 +454,22 @@ class Plan:
             for gpu in range(self._spec.num_gpus)
         ]
 
-    def write_zeus(self, path: str | os.PathLike[str], *, follow_symlinks: bool = False) -> None:
+    def write_zeus(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        follow_symlinks: bool = False,
+        overwrite: bool = True,
+    ) -> None:
         """Write the plan as Zeus's ``freqs_pipeline_%05d.py`` file (`to_zeus`'s list).
 
         Zeus's pipeline frequency optimizer server (``PointSolution``) reads
         it as it is. Comment lines after the list give the plan's time and
         energy, as lowtime's files do. The file appears whole or not at all;
         an existing file keeps its permissions, and a symbolic link is
-        refused unless `follow_symlinks`.
+        refused unless `follow_symlinks`. With ``overwrite=False`` an existing
+        file is never replaced, even one that appears during the write:
+        `perseus.errors.OutputExistsError` says where the plan was kept.
 
         Examples
         --------
@@ -480,7 +488,10 @@ class Plan:
             f"(blocking power {self._blocking_power_w!r} W)",
         ]
         replace_user_file(
-            path, _zeus_plan.format_plan(self.to_zeus(), comments), follow_symlinks=follow_symlinks
+            path,
+            _zeus_plan.format_plan(self.to_zeus(), comments),
+            follow_symlinks=follow_symlinks,
+            overwrite=overwrite,
         )
 
     @classmethod

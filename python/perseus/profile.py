@@ -64,6 +64,11 @@ class _Limits:
     min_frequency_mhz: int = 1
     max_frequency_mhz: int = 100_000
     max_blocking_power_w: float = 10_000.0
+    # What a GPU draws while computing, and its lowest SM clock: outside these a
+    # whole profile is reported as a likely unit slip (warnings, not errors).
+    min_power_w: float = 1.0
+    max_power_w: float = 5_000.0
+    min_plausible_frequency_mhz: int = 100
     # An option this many times slower (or faster) than the median of its
     # (stage, instruction) is reported: one row in ms among rows in s is 1000x off.
     outlier_ratio: float = 20.0
@@ -509,8 +514,8 @@ def _parse_row(fields: Mapping[str, Any], where: str, short: str) -> _Row:
         raise ProfileError(f"{where}, field 'stage': must be in 0..2^30-1, got {stage}")
     instruction = fields["instruction"]
     if isinstance(instruction, str):
-        instruction = instruction.strip()
-    if instruction not in INSTRUCTIONS:
+        instruction = instruction.strip(_ASCII_SPACE)
+    if not isinstance(instruction, str) or instruction not in INSTRUCTIONS:
         raise ProfileError(
             f"{where}, field 'instruction': unknown instruction {instruction!r}; "
             f"allowed: {_quoted(INSTRUCTIONS)}"
@@ -536,10 +541,18 @@ def _parse_row(fields: Mapping[str, Any], where: str, short: str) -> _Row:
     return _Row(where, short, stage, instruction, frequency, time, energy)
 
 
+_ASCII_SPACE = " \t\r\n"
+
+
 def _number(value: Any, where: str, field: str) -> int | float:
     """Parse a finite number from an ASCII string or a real number."""
     if isinstance(value, str):
-        text = value.strip()
+        text = value.strip(_ASCII_SPACE)
+        if text != text.strip():  # str.strip and float() also take U+00A0 and other spaces
+            raise ProfileError(
+                f"{where}, field {field!r}: {value!r} is padded with a non-ASCII space (such as a "
+                "non-breaking space, U+00A0, from a spreadsheet); use plain spaces or none"
+            )
         if not text:
             raise ProfileError(f"{where}, field {field!r}: is empty")
         if len(text) > _MAX_FIELD_CHARS:
@@ -641,6 +654,7 @@ def _assemble(
     _check_stages(groups.keys(), origin)
     for group in groups.values():
         _warn_outliers(group)
+    _warn_units(rows, origin)
     measured = {
         key: StageOptions(
             frequency_mhz=np.array([r.frequency for r in group], dtype=np.int64),
@@ -650,6 +664,55 @@ def _assemble(
         for key, group in groups.items()
     }
     return cls(measured, blocking_power_w=blocking_power_w, source=source)
+
+
+def _warn_units(rows: list[_Row], origin: str) -> None:
+    """Warn when the profile as a whole looks off by a unit (issue 26 item 5).
+
+    A GPU draws between about `LIMITS.min_power_w` and `LIMITS.max_power_w`
+    while it computes and runs its SMs at 100 MHz or more; a profile whose
+    typical power (energy / time) is outside that, or whose clocks are
+    below it, was almost surely written in another unit.
+    """
+    powers = sorted(r.energy / r.time for r in rows)
+    median = powers[len(powers) // 2]
+    if median < LIMITS.min_power_w:
+        warnings.warn(
+            f"{origin}: the median power of its rows (energy / time) is {median:.3g} W, less "
+            "than any GPU draws while computing: are the times in milliseconds (or the "
+            "energies in kJ)? perseus reads seconds and joules",
+            ProfileWarning,
+            stacklevel=4,
+        )
+    elif median > LIMITS.max_power_w:
+        warnings.warn(
+            f"{origin}: the median power of its rows (energy / time) is {median:.3g} W, more "
+            "than any GPU draws: are the energies in millijoules (or the times in ms while the "
+            "energies are in J)? perseus reads seconds and joules",
+            ProfileWarning,
+            stacklevel=4,
+        )
+    else:
+        odd = [r for r in rows if not LIMITS.min_power_w <= r.energy / r.time <= LIMITS.max_power_w]
+        if odd:
+            r = odd[0]
+            warnings.warn(
+                f"{r.where}: energy {r.energy:g} J over {r.time:g} s is {r.energy / r.time:.3g} W, "
+                f"outside what a GPU draws ({LIMITS.min_power_w:g}..{LIMITS.max_power_w:g} W)"
+                + (f"; {len(odd) - 1} more such rows" if len(odd) > 1 else "")
+                + ": a unit slip or a corrupt value?",
+                ProfileWarning,
+                stacklevel=4,
+            )
+    slow = [r for r in rows if r.frequency < LIMITS.min_plausible_frequency_mhz]
+    if slow:
+        warnings.warn(
+            f"{slow[0].where}: a clock of {slow[0].frequency} MHz; no GPU runs its SMs below "
+            f"{LIMITS.min_plausible_frequency_mhz} MHz: are the clocks in GHz or in another "
+            "unit? perseus reads MHz",
+            ProfileWarning,
+            stacklevel=4,
+        )
 
 
 def _warn_outliers(group: list[_Row]) -> None:

@@ -56,10 +56,23 @@ _COMMANDS = {
 
 def _describe(error: BaseException) -> str:
     """One line for a user error: an OSError as 'file: reason', anything else as its message."""
+    if isinstance(error, MemoryError):
+        return (
+            "out of memory (the process's memory limit, ulimit -v or the cgroup's, or the "
+            "machine's); try a larger limit, or a coarser --unit-time / fewer microbatches"
+        )
     if isinstance(error, OSError) and error.filename is not None:
-        return f"{error.filename}: {error.strerror or error}"
-    text = str(error) or type(error).__name__
-    return " ".join(text.split())  # one line, whatever the message held
+        text = f"{error.filename}: {error.strerror or error}"
+    else:
+        text = str(error) or type(error).__name__
+    # One line, whatever the message held, and no control characters: a file
+    # name holding a terminal escape sequence must not act on the terminal.
+    text = " ".join(text.split())
+    return (
+        text
+        if text.isprintable()
+        else "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,8 +88,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the final flush at exit is quiet too
         return 141  # 128 + SIGPIPE, as a shell tool killed by it would
-    except (ProfileError, ValueError, OSError, ImportError) as error:
+    except (ProfileError, ValueError, OSError, ImportError, MemoryError) as error:
         message = _describe(error)
+    except RuntimeError as error:
+        # A thread that cannot start (pthread_create: EAGAIN) is a resource
+        # limit, not a bug: name it, in one line.
+        if "Resource temporarily unavailable" not in str(
+            error
+        ) and "can't start new thread" not in str(error):
+            raise
+        message = (
+            "cannot start a thread: a resource limit was reached (memory, ulimit -v / -u, or the "
+            "cgroup's pids limit); try a larger limit"
+        )
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

@@ -10,10 +10,10 @@ import os
 import sys
 from typing import Any, Optional
 
-from .._files import check_writable_directory, replace_user_file
+from .._files import check_writable_directory, publish_new_file, replace_user_file
 from .._shipped import shipped_profile
 from .._sidecar import BLOCKING_POWER_KEY, read_blocking_power, sidecar_path
-from ..errors import ProfileError
+from ..errors import OutputExistsError, ProfileError
 from ..frontier import Frontier, PowerCapError
 from ..plan import Evaluation, Plan, all_fastest_plan
 from ..profile import Profile
@@ -26,9 +26,53 @@ def _warn(message: str) -> None:
     print(f"perseus: warning: {message}", file=sys.stderr)
 
 
+def _shown(name: object) -> str:
+    """A file name as it may be printed: control characters (a terminal escape) escaped."""
+    text = str(name)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def _refuse_existing(path: str, force: bool) -> None:
+    """Fail early, before any work; the write itself checks again (another run may race)."""
     if os.path.lexists(path) and not force:
-        raise UsageError(f"{path} already exists; pass --force to overwrite it")
+        raise UsageError(f"{_shown(path)} already exists; pass --force to overwrite it")
+
+
+def _save_frontier(frontier: Frontier, target: str, force: bool) -> None:
+    """Save a finished solve; if that fails, keep a copy elsewhere and say where."""
+    import tempfile
+
+    try:
+        frontier.save(target, overwrite=force)
+        return
+    except OutputExistsError:
+        raise  # the message names the copy it kept
+    except (OSError, MemoryError) as error:
+        reason = _reason(error)
+    fallback = os.path.join(tempfile.gettempdir(), f"perseus-frontier-{os.getpid()}.json")
+    try:
+        frontier.save(fallback, overwrite=False)
+    except OutputExistsError as kept:
+        fallback = kept.kept_as
+    except (OSError, MemoryError) as error:
+        raise UsageError(
+            f"{_shown(target)}: cannot write the frontier ({reason}), nor a copy in "
+            f"{_shown(os.path.dirname(fallback))} ({_reason(error)}); the solve is lost"
+        ) from None
+    raise UsageError(
+        f"{_shown(target)}: cannot write the frontier ({reason}); the finished solve is kept "
+        f"as {_shown(fallback)} (move it where you want it)"
+    )
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, MemoryError):
+        return "out of memory"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
 
 
 def _blocking_power(csv_path: str, flag_w: Optional[float]) -> tuple[float, str]:
@@ -185,7 +229,7 @@ def _optimize(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close(completed=sys.exc_info()[0] is None)
-    frontier.save(target)
+    _save_frontier(frontier, target, args.force)
     b, fastest, slowest = frontier.baseline, frontier.fastest, frontier[-1]
     gpus = frontier.spec.num_gpus
     fastest_saving = 100 * (1 - fastest.energy_j / b.energy_j)
@@ -214,7 +258,7 @@ def _optimize(args: argparse.Namespace) -> int:
         )
         return 0
     print(
-        f"profile       {args.profile}: {profile.num_stages} stages on {gpus} GPUs, "
+        f"profile       {_shown(args.profile)}: {profile.num_stages} stages on {gpus} GPUs, "
         f"{args.microbatches} microbatches, {args.schedule}"
     )
     print(f"blocking      {power_w:g} W per waiting GPU, {power_source}")
@@ -238,7 +282,7 @@ def _optimize(args: argparse.Namespace) -> int:
         f"plans         {len(frontier)} from {fastest.iteration_time_s:.4f} s to {t_slow:.4f} s "
         f"({frontier.steps} min-cut steps, solved in {frontier.solve_time_s:.2f} s)"
     )
-    print(f"written       {target}")
+    print(f"written       {_shown(target)}")
     return 0
 
 
@@ -261,7 +305,7 @@ def _show(args: argparse.Namespace) -> int:
         )
         return 0
     print(
-        f"{args.frontier}: {len(frontier)} plans, {spec.num_gpus} GPUs x {spec.virtual_stages} "
+        f"{_shown(args.frontier)}: {len(frontier)} plans, {spec.num_gpus} GPUs x {spec.virtual_stages} "
         f"chunk(s), {spec.microbatches} microbatches, {spec.schedule}, blocking power "
         f"{frontier.blocking_power_w:g} W"
     )
@@ -281,7 +325,7 @@ def _plan(args: argparse.Namespace) -> int:
         chosen, index, how, aware = _switch_aware_choice(frontier, args)
     target = os.path.join(args.output, file_name(args.format, index))
     _refuse_existing(target, args.force)
-    write_plan(chosen, target, args.format, index)
+    write_plan(chosen, target, args.format, index, overwrite=args.force)
     facts = _plan_facts(frontier, chosen, index)
     if aware is not None:
         facts["switch_latency"] = {
@@ -313,7 +357,7 @@ def _plan(args: argparse.Namespace) -> int:
         f"{facts['saving_vs_all_fastest_percent']:.2f}% less than all-fastest over the same "
         f"time; average {chosen.average_power_w:.0f} W{peak} (all GPUs)\n"
         f"{latency}"
-        f"written       {target} ({args.format}, {frontier.spec.num_gpus} GPUs)"
+        f"written       {_shown(target)} ({args.format}, {frontier.spec.num_gpus} GPUs)"
     )
     return 0
 
@@ -459,20 +503,23 @@ def _plot(args: argparse.Namespace) -> int:
     else:
         fig = plotting.frontier_figure(frontier)
         what = "frontier"
-    _save_figure(fig, args.output, extension, args.dpi)
+    _save_figure(fig, args.output, extension, args.dpi, args.force)
     if args.json:
         _emit_json({"written": args.output, "plot": what})
     else:
-        print(f"written       {args.output} ({what})")
+        print(f"written       {_shown(args.output)} ({what})")
     return 0
 
 
-def _save_figure(fig: Any, path: str, extension: str, dpi: int) -> None:
+def _save_figure(fig: Any, path: str, extension: str, dpi: int, force: bool) -> None:
     import io
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format=extension[1:], dpi=dpi)
-    replace_user_file(path, buffer.getvalue())
+    if force:
+        replace_user_file(path, buffer.getvalue())
+    else:
+        publish_new_file(path, buffer.getvalue())
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -484,11 +531,14 @@ def _report(args: argparse.Namespace) -> int:
     _refuse_existing(args.output, args.force)
     frontier = _load_frontier(args.frontier)
     page = report.html_report(frontier, title=os.path.basename(args.frontier))
-    replace_user_file(args.output, page)
+    replace_user_file(args.output, page, overwrite=args.force)
     if args.json:
         _emit_json({"written": args.output, "bytes": len(page.encode())})
     else:
-        print(f"written       {args.output} ({len(page.encode()) // 1024} KiB, self-contained)")
+        print(
+            f"written       {_shown(args.output)} ({len(page.encode()) // 1024} KiB, "
+            "self-contained)"
+        )
     return 0
 
 

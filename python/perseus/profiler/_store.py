@@ -52,20 +52,22 @@ class Store:
         self.json_path = csv_path.with_suffix(".json")
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_path = csv_path.with_name(f".{csv_path.name}.lock")
-        self._lock_file = open(self._lock_path, "w")  # noqa: SIM115
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            # The holder removes the lock file when it closes (no .lock left beside profiles); a
-            # lock taken on a file removed meanwhile guards nothing: treat it as held.
-            if os.fstat(self._lock_file.fileno()).st_ino != os.stat(self._lock_path).st_ino:
-                raise OSError(errno.EAGAIN, "lock file replaced")
-        except OSError as error:
+        for _ in range(10):
+            self._lock_file = open(self._lock_path, "w")  # noqa: SIM115
+            try:
+                fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                self._lock_file.close()
+                if error.errno in (errno.EAGAIN, errno.EACCES):
+                    raise ProfilerError(
+                        f"another profiler is writing {csv_path}; wait for it or choose another path"
+                    ) from None
+                raise
+            # The lock file is removed by close(): a lock taken on a file that a
+            # finishing run has just unlinked locks nothing; open the new one.
+            if self._holds_lock_path():
+                break
             self._lock_file.close()
-            if error.errno in (errno.EAGAIN, errno.EACCES, errno.ENOENT):
-                raise ProfilerError(
-                    f"another profiler is writing {csv_path}; wait for it or choose another path"
-                ) from None
-            raise
         try:
             for name in (self.csv_path.name, self.json_path.name):
                 for stale in csv_path.parent.glob(f".{name}.*.tmp"):  # left by a killed run
@@ -112,8 +114,18 @@ class Store:
         write_text_atomically(self.json_path, json.dumps(data, indent=1) + "\n")
         write_text_atomically(self.csv_path, zeus_csv(measurements))
 
+    def _holds_lock_path(self) -> bool:
+        try:
+            on_disk = os.stat(self._lock_path)
+        except OSError:
+            return False
+        mine = os.fstat(self._lock_file.fileno())
+        return (on_disk.st_dev, on_disk.st_ino) == (mine.st_dev, mine.st_ino)
+
     def close(self) -> None:
         if not self._lock_file.closed:
-            with contextlib.suppress(OSError):  # removed while still held: see __init__
-                self._lock_path.unlink()
+            # Removed while still locked, so no .p.csv.lock is left behind (issue 26).
+            if self._holds_lock_path():
+                with contextlib.suppress(OSError):
+                    os.unlink(self._lock_path)
             self._lock_file.close()
