@@ -437,13 +437,17 @@ def test_energy_is_measured_per_iteration_and_summed_over_the_job(job):
             # The plan's energy per pipeline, once per replica (two replicas).
             one = results[0]["baseline_energy_j" if row["phase"] == "fastest" else "plan_energy_j"]
             assert row["predicted_energy_j"] == pytest.approx(2 * one)
-    # perseus's own collectives: its groups at the first iteration, then one gather per
-    # report (at the start of iterations 3, 5 and 6), nothing in the other iterations.
+    # perseus's own collectives: its groups at the first iteration, then per report (at
+    # the start of iterations 3, 5 and 6) two gathers, along the pipeline's group and then
+    # the data-parallel group (none spans the world), nothing in the other iterations.
     for result in results:
         later = [call for call in result["collectives"] if call[1] > 0]
         assert later == [
             ["all_gather_object", 3],
+            ["all_gather_object", 3],
             ["all_gather_object", 5],
+            ["all_gather_object", 5],
+            ["all_gather_object", 6],
             ["all_gather_object", 6],
         ]
         assert {name for name, iteration in result["collectives"] if iteration == 0} <= {
