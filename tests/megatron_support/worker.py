@@ -311,7 +311,7 @@ def scenario_devices(results: dict[str, Any]) -> None:
 
 def scenario_straggler(results: dict[str, Any]) -> None:
     """Two replicas, default settings; replica 1 is 2.4 s slower in iterations 8-15."""
-    iterations, slow = 24, range(8, 16)
+    iterations, slow = 26, range(8, 16)  # the decision on 22 is taken at 25
     # One microbatch: the toy model's compute (and the CPU's noise on it) is small
     # against the common pause below.
     args = arguments(2, 1, 1, iterations)
@@ -330,9 +330,26 @@ def scenario_straggler(results: dict[str, Any]) -> None:
             return 0.0
         return 1.2 + (2.4 if ps.get_data_parallel_rank() == 1 and iteration in slow else 0.0)
 
-    run = train(args, iterations, attachment, delay)
+    from torch.distributed import distributed_c10d as c10d
+
+    def world_sized() -> int:
+        # process groups other than the default one that span every rank
+        default = c10d._get_default_group()
+        return sum(
+            1 for g in c10d._world.pg_map if g is not default and dist.get_world_size(g) == 4
+        )
+
+    running: list[int] = []
+
+    def count_while_running(trainer: Any, i: int) -> None:
+        if i == 10:  # perseus's groups exist (made at the first iteration)
+            running.append(world_sized())
+
+    run = train(args, iterations, attachment, delay, between=count_while_running)
     results["straggler"] = {
         **run,
+        # perseus destroys its groups at detach: the difference is perseus's world-sized ones
+        "world_sized_groups": {"running": running, "after": world_sized()},
         "switches": [s.__dict__ for s in attachment.switches],
         "messages": [str(s) for s in attachment.switches],
         "decisions": [d.action for d in attachment.decisions],

@@ -1,8 +1,12 @@
 """Run mode between iterations: the last iteration's time, its straggler decision, its energy.
 
 When an iteration starts, :class:`Between` finishes the one before: it reads
-its time from the CUDA events (late, so nothing waited for the GPU), hands
-every replica's time to the straggler policy (one small all-gather), closes
+its time from the CUDA events (late, so nothing waited for the GPU), starts
+the exchange of the replicas' times and hands the straggler policy those of
+an earlier iteration whose exchange has finished (asynchronous collectives
+waited an iteration later, see :class:`~._timing.ReplicaTimes`: no host
+barrier each iteration; a decision on iteration n is taken when n + 3
+starts), closes
 its energy record and, every ``report_every`` iterations (and when an A/B
 calibration ends), gathers every rank's records into a report. These are
 run mode's only collectives, and every rank takes the same branches: they
@@ -22,7 +26,7 @@ from . import _metrics
 from ._following import Iteration, PlanBook
 from ._options import MetricsOptions, StragglerOptions
 from ._stragglers import PlanSwitch, StragglerDecision
-from ._timing import CpuGroups, Stopwatch
+from ._timing import CpuGroups, ReplicaTimes, Stopwatch
 
 __all__ = ["Between", "calibration_phase"]
 
@@ -68,6 +72,7 @@ class Between:
         self._metrics_options = metrics_options
         self._stopwatch = stopwatch
         self._groups = groups
+        self._exchange = ReplicaTimes(groups) if groups is not None else None
         self._recorder = recorder
         self._rank = rank
         self._switches = switches
@@ -94,25 +99,36 @@ class Between:
         if math.isfinite(seconds):
             self._times.append(seconds)
         self._recorder.close(self._recorder.now(), pipeline_time_s=seconds, switches=0)
+        if self._exchange is not None:
+            self._exchange.drop()
 
     def _follow_stragglers(self, prev: Iteration, seconds: float) -> int:
-        groups = self._groups
-        if (
-            groups is None
-            or prev.key is None
-            or groups.data_parallel_size < 2
-            or prev.number < self._stragglers.warmup_iterations
-            or calibration_phase(self._metrics_options, prev.number) is not None
-        ):
+        groups, exchange = self._groups, self._exchange
+        if groups is None or exchange is None or groups.data_parallel_size < 2:
             return 0
-        policy = self._book.policy(prev.key)
+        entry = None
+        if (
+            prev.key is not None
+            and prev.number >= self._stragglers.warmup_iterations
+            and calibration_phase(self._metrics_options, prev.number) is None
+            and self._book.policy(prev.key) is not None
+        ):
+            entry = (prev.number, prev.key, seconds)
+        return sum(self._decide(*done) for done in exchange.step(entry))
+
+    def _decide(self, number: int, key: Any, times: list[float]) -> int:
+        """The policy on iteration `number`'s replica times (exchanged meanwhile)."""
+        groups = self._groups
+        assert groups is not None
+        if key != self._book.last_key:
+            return 0  # the workload changed meanwhile: its times no longer matter
+        policy = self._book.policy(key)
         if policy is None:
             return 0
-        times = groups.replica_times(seconds)
         options = self._metrics_options
-        if options.calibrate and prev.number == options.warmup_iterations + 2 * options.calibrate:
+        if options.calibrate and number == options.warmup_iterations + 2 * options.calibrate:
             policy.reset()  # the first samples after calibration
-        switch = policy.observe(prev.number, times)
+        switch = policy.observe(number, times)
         if policy.decisions:
             decision = policy.decisions[-1]
             self._decisions.append(decision)

@@ -9,9 +9,10 @@ lag the CPU by part of an iteration, which shifts energy between
 neighbouring iterations but cancels over a report. NVML's counter itself
 updates every few tens of milliseconds.
 
-Every ``report_every`` iterations one all-gather of Python objects on a gloo
-group gives every rank the records of every rank; nothing is exchanged in
-between. Rank 0 logs one line on the ``perseus.megatron`` logger; any rank
+Every ``report_every`` iterations two all-gathers of Python objects, on
+the gloo copies of the pipeline's group and then of the data-parallel
+group (none spans the world), give every rank the records of every rank;
+nothing is exchanged in between. Rank 0 logs one line on the ``perseus.megatron`` logger; any rank
 holding writers (Megatron-LM's TensorBoard and W&B writers live on its last
 rank) writes per-iteration scalars. Everything is kept in
 ``Attachment.metrics``.

@@ -10,7 +10,15 @@
   exchanges (the straggler times each iteration, the energy report every N
   iterations): CPU tensors, so no collective of perseus is ever queued
   behind the training's kernels. They are made collectively at the first
-  iteration, when every rank is in the same schedule call.
+  iteration, when every rank is in the same schedule call. They mirror the
+  data-parallel and model-parallel groups only: no world-sized gloo group
+  (at 1,000 ranks a full mesh of TCP connections); the one-time exchange of
+  group membership uses the default process group.
+- :class:`ReplicaTimes` exchanges the replicas' iteration times without a
+  host barrier: each step is an asynchronous collective started at one
+  iteration and waited at the next, when it has long completed, so the
+  times of iteration n reach the straggler policy when iteration n + 3
+  starts (read late, like the events).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import time
 from datetime import timedelta
 from typing import Any, Optional
 
-__all__ = ["CpuGroups", "Stopwatch"]
+__all__ = ["CpuGroups", "ReplicaTimes", "Stopwatch"]
 
 
 class Stopwatch:
@@ -56,12 +64,10 @@ def _subgroup(dist: Any, lists: list[list[int]], timeout_s: Optional[float]) -> 
 
 
 class CpuGroups:
-    """gloo groups mirroring the data-parallel and model-parallel groups, and the world.
+    """gloo groups mirroring the data-parallel and model-parallel groups.
 
     Attributes
     ----------
-    world
-        Every rank.
     data_parallel
         This rank and its peers in the other replicas (index = data-parallel rank).
     model_parallel
@@ -78,15 +84,13 @@ class CpuGroups:
         timeout_s: Optional[float] = None,
     ) -> None:
         dist = torch.distributed
-        self._torch = torch
-        timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
-        self.world = dist.new_group(backend="gloo", timeout=timeout)
+        self._torch = self.torch = torch
         mine = (
             sorted(dist.get_process_group_ranks(data_parallel_group)),
             sorted(dist.get_process_group_ranks(model_parallel_group)),
         )
         everyone: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, mine, group=self.world)
+        dist.all_gather_object(everyone, mine)  # once, on the default group: no world gloo mesh
         dp_lists = sorted({tuple(dp) for dp, _ in everyone})
         mp_lists = sorted({tuple(mp) for _, mp in everyone})
         self.data_parallel = _subgroup(dist, [list(x) for x in dp_lists], timeout_s)
@@ -104,32 +108,12 @@ class CpuGroups:
         """Whether this rank is its pipeline's first (it logs for the replica)."""
         return self.model_parallel_rank == 0
 
-    def replica_times(self, own_s: float) -> list[float]:
-        """Each replica's pipeline time (the longest of its ranks'), by data-parallel rank.
-
-        One MAX all-reduce on the pipeline and one all-gather across
-        replicas, both on CPU tensors; a rank without a time (NaN) makes its
-        replica's time infinite, which the policy skips.
-        """
-        torch, dist = self._torch, self._torch.distributed
-        value = own_s if math.isfinite(own_s) and own_s > 0 else math.inf
-        pipeline = torch.tensor([value], dtype=torch.float64)
-        if self.model_parallel_size > 1:
-            dist.all_reduce(pipeline, op=dist.ReduceOp.MAX, group=self.model_parallel)
-        if self.data_parallel_size < 2:
-            return [float(pipeline.item())]
-        gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(self.data_parallel_size)]
-        dist.all_gather(gathered, pipeline, group=self.data_parallel)
-        return [float(t.item()) for t in gathered]
-
     def close(self) -> None:
         """Destroy the groups (local: each rank its own), so attachments leave none behind."""
         dist = self._torch.distributed
         if not dist.is_initialized():
             return
-        for group in {
-            id(g): g for g in (self.world, self.data_parallel, self.model_parallel)
-        }.values():
+        for group in {id(g): g for g in (self.data_parallel, self.model_parallel)}.values():
             if group is not None and group is not dist.GroupMember.NON_GROUP_MEMBER:
                 try:
                     dist.destroy_process_group(group)
@@ -137,8 +121,81 @@ class CpuGroups:
                     pass
 
     def gather(self, payload: Any) -> list[Any]:
-        """Every rank's `payload`, by global rank (one all-gather of Python objects)."""
+        """Every rank's `payload` (by replica, then pipeline position).
+
+        Two all-gathers of Python objects along the existing groups: the
+        pipeline's ranks, then the replicas (each rank sends its replica's
+        list), so no group spans the world.
+        """
         dist = self._torch.distributed
-        everyone: list[Any] = [None] * self.world_size
-        dist.all_gather_object(everyone, payload, group=self.world)
-        return everyone
+        replica: list[Any] = [None] * self.model_parallel_size
+        dist.all_gather_object(replica, payload, group=self.model_parallel)
+        if self.data_parallel_size < 2:
+            return replica
+        replicas: list[Any] = [None] * self.data_parallel_size
+        dist.all_gather_object(replicas, replica, group=self.data_parallel)
+        return [p for one in replicas for p in one]
+
+
+class ReplicaTimes:
+    """Each replica's pipeline time, exchanged asynchronously and read late.
+
+    A replica's time is the longest of its pipeline's ranks' (a MAX
+    all-reduce on the model-parallel group), then gathered across replicas
+    (an all-gather on the data-parallel group); both are CPU tensors on
+    gloo, started with ``async_op`` and waited one :meth:`step` later, by
+    which time the other ranks have long sent theirs (they started it an
+    iteration ago), so nobody waits for the slowest rank of this iteration.
+    Every rank calls :meth:`step` once per iteration, with the same
+    entries, so the collectives are issued in the same order everywhere.
+    """
+
+    def __init__(self, groups: CpuGroups) -> None:
+        self._torch = groups.torch
+        self._groups = groups
+        self._reducing: list[tuple[int, Any, Any, Any]] = []  # number, key, tensor, work
+        self._gathering: list[tuple[int, Any, list[Any], Any]] = []
+
+    def step(self, entry: Optional[tuple[int, Any, float]]) -> list[tuple[int, Any, list[float]]]:
+        """Start `entry` (iteration number, workload key, this rank's seconds) and advance.
+
+        Returns the exchanges that finished: (number, key, each replica's
+        time by data-parallel rank); a rank without a time (NaN) makes its
+        replica's time infinite, which the policy skips.
+        """
+        torch, dist, groups = self._torch, self._torch.distributed, self._groups
+        done = []
+        for number, key, gathered, work in self._gathering:
+            work.wait()
+            done.append((number, key, [float(t.item()) for t in gathered]))
+        self._gathering = []
+        for number, key, pipeline, work in self._reducing:
+            if work is not None:
+                work.wait()
+            gathered = [
+                torch.zeros(1, dtype=torch.float64) for _ in range(groups.data_parallel_size)
+            ]
+            work = dist.all_gather(gathered, pipeline, group=groups.data_parallel, async_op=True)
+            self._gathering.append((number, key, gathered, work))
+        self._reducing = []
+        if entry is not None:
+            number, key, own_s = entry
+            value = own_s if math.isfinite(own_s) and own_s > 0 else math.inf
+            pipeline = torch.tensor([value], dtype=torch.float64)
+            work = None
+            if groups.model_parallel_size > 1:
+                work = dist.all_reduce(
+                    pipeline, op=dist.ReduceOp.MAX, group=groups.model_parallel, async_op=True
+                )
+            self._reducing.append((number, key, pipeline, work))
+        return done
+
+    def drop(self) -> None:
+        """At detach: let what is in flight finish (every rank started it), briefly, then forget it."""
+        for _, _, _, work in self._reducing + self._gathering:
+            if work is not None:
+                try:
+                    work.wait(timedelta(seconds=10))
+                except Exception:  # noqa: BLE001 - a peer already gone: nothing to read
+                    pass
+        self._reducing, self._gathering = [], []
