@@ -32,7 +32,8 @@ def main() -> int:
 
     profile = perseus.Profile.from_csv(shipped_profile("small-4stage"), blocking_power_w=70.0)
     frontier = perseus.optimize(profile, microbatches=8)
-    assert len(frontier) > 1 and frontier.fastest.energy_j < frontier.baseline.energy_j
+    assert len(frontier) > 1
+    assert frontier.fastest.energy_j < frontier.baseline.energy_j
 
     exe = Path(sys.executable).with_name("perseus")
     with tempfile.TemporaryDirectory() as out:

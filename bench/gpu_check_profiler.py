@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {"mode": mode, "perseus_version": perseus.__version__}
     started = time.monotonic()
 
-    def on_alarm(signum: int, frame: Any) -> None:
+    def on_alarm(_signum: int, _frame: Any) -> None:
         raise Watchdog(f"watchdog: still running after {args.budget:g} s")
 
     signal.signal(signal.SIGALRM, on_alarm)

@@ -490,7 +490,7 @@ def main() -> int:
     out_dir = os.environ.get("OUT")
     json_path = args.json or (str(Path(out_dir) / "gpu_check_switcher.json") if out_dir else None)
 
-    def on_timeout(signum: int, frame: Any) -> None:
+    def on_timeout(_signum: int, _frame: Any) -> None:
         raise TimeoutError(f"gpu_check_switcher: gave up after {args.timeout:.0f} s")
 
     signal.signal(signal.SIGALRM, on_timeout)

@@ -257,7 +257,7 @@ def stage_orders(num_stages: int, microbatches: int) -> list[list[tuple[str, int
     # The schedule only needs a spec to construct instructions; any spec will do.
     spec = _dummy_spec()
     classes = _instruction_classes()
-    spec_map = {cls: spec for cls in classes.values()}
+    spec_map = dict.fromkeys(classes.values(), spec)
     orders = []
     for stage in range(num_stages):
         sched = Synchronous1F1B(
@@ -277,7 +277,7 @@ def _dummy_spec() -> Any:
     from lowtime.operation import CandidateExecutionOptions, ExecutionOption, OperationSpec
 
     class _Flat(CostModel):
-        def __call__(self, quant_time: int) -> float:
+        def __call__(self, quant_time: int) -> float:  # noqa: ARG002 (lowtime's signature)
             return 0.0
 
     options = CandidateExecutionOptions[int](

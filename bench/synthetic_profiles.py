@@ -374,7 +374,7 @@ def _energy_j(gpu: GpuModel, t0_s: float, m: float, u: float, f_mhz: int) -> tup
 
 def _draw_stages(model: PipelineModel, rng: random.Random) -> list[StageDraw]:
     n = model.num_stages
-    middle = [s for s in range(1, n - 1)]
+    middle = list(range(1, n - 1))
     k = min(model.memory_bound_stages, len(middle))
     memory_bound = set(rng.sample(middle, k)) if k else set()
     draws = []

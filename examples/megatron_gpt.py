@@ -202,7 +202,7 @@ class Trainer:
         from megatron.core.transformer.transformer_config import TransformerConfig
 
         self.args = args
-        self.delay_s = delay_s or (lambda iteration: 0.0)
+        self.delay_s = delay_s or (lambda _iteration: 0.0)
         self.iteration = 0
         self._delayed = -1
         virtual = args.virtual if args.virtual > 1 else None

@@ -76,8 +76,11 @@ def check_frontier(frontier: Any, queries: list[Any]) -> dict[str, Any]:
 
     times, energies = frontier.iteration_times_s, frontier.energies_j
     assert len(frontier) >= 1
-    assert np.all(np.isfinite(times)) and np.all(times > 0) and np.all(np.diff(times) > 0)
-    assert np.all(np.isfinite(energies)) and np.all(energies > 0)
+    assert np.all(np.isfinite(times))
+    assert np.all(times > 0)
+    assert np.all(np.diff(times) > 0)
+    assert np.all(np.isfinite(energies))
+    assert np.all(energies > 0)
     # A frontier: a slower plan is cheaper over any common iteration length.
     blocking_w = frontier.profile.blocking_power_w * frontier.spec.num_gpus
     assert np.all(np.diff(energies - blocking_w * times) < 0)
@@ -129,8 +132,11 @@ def case_core(
     )
     result = problem.solve(unit, True, _core.SolverBudgets())
     out_t, out_e = result.iteration_time_s, result.energy_j
-    assert len(out_t) >= 1 and np.all(np.isfinite(out_t)) and np.all(np.isfinite(out_e))
-    assert np.all(np.diff(out_t) > 0) and np.all(out_t >= 4 * min(times) * 0.999)
+    assert len(out_t) >= 1
+    assert np.all(np.isfinite(out_t))
+    assert np.all(np.isfinite(out_e))
+    assert np.all(np.diff(out_t) > 0)
+    assert np.all(out_t >= 4 * min(times) * 0.999)
     return {"plans": len(out_t)}
 
 

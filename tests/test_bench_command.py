@@ -32,7 +32,9 @@ def run(capsys, *args):
 
 def one_line_error(status, err, *needles):
     assert status == 2, err
-    assert err.count("\n") == 1 and ": error: " in err and "Traceback" not in err, err
+    assert err.count("\n") == 1, err
+    assert ": error: " in err, err
+    assert "Traceback" not in err, err
     for needle in needles:
         assert needle in err, (needle, err)
 
@@ -74,7 +76,9 @@ def test_result_is_versioned_and_each_case_complete(result):
         for timing in (case["cpu_s"], case["wall_s"]):
             assert 0 <= timing["min"] <= timing["median"] <= timing["max"]
         assert case["deterministic"] is True
-        assert case["steps"] > 0 and case["cuts"] > 0 and case["plans"] > 1
+        assert case["steps"] > 0
+        assert case["cuts"] > 0
+        assert case["plans"] > 1
         assert case["peak_rss_bytes"] > 10 * 2**20  # an interpreter with numpy, at least
         assert case["blocking_power_w"] == SMALL_POWER_W  # read from the sidecar
 
@@ -115,7 +119,8 @@ def test_table_names_every_case(result, capsys):
     status, out, _ = run(capsys, "bench", profile_of(document), "-m", "4", "--repeats", "1")
     assert status == 0
     header, row = out.splitlines()[:2]
-    assert header.split()[:3] == ["cpu", "s", "med"] and "save@1.05" in header
+    assert header.split()[:3] == ["cpu", "s", "med"]
+    assert "save@1.05" in header
     assert row.endswith(f"{profile_of(document)} m=4 1f1b")
 
 
@@ -164,7 +169,8 @@ def test_passes_against_itself(result, capsys):
     path, document = result
     status, out, _ = rerun(capsys, document, path)
     assert status == 0
-    assert "REGRESSION" not in out and f"no regression against {path}" in out
+    assert "REGRESSION" not in out
+    assert f"no regression against {path}" in out
 
 
 def test_energy_regression_fails_with_one_line_each(result, capsys, tmp_path):
@@ -178,7 +184,8 @@ def test_energy_regression_fails_with_one_line_each(result, capsys, tmp_path):
     assert status == 1
     lines = [line for line in out.splitlines() if line.startswith("REGRESSION")]
     assert len(lines) == 1, out
-    assert "m=8 1f1b: energy at the 1.1x slowdown" in lines[0] and "limit +0.01%" in lines[0]
+    assert "m=8 1f1b: energy at the 1.1x slowdown" in lines[0]
+    assert "limit +0.01%" in lines[0]
     assert "1 regression(s)" in err
     # a looser limit lets the same change through
     status, out, _ = rerun(capsys, document, baseline, "--max-energy-regression", "0.5")
@@ -196,7 +203,8 @@ def test_work_counter_regression_fails(result, capsys, tmp_path):
     assert status == 1
     lines = [line for line in out.splitlines() if line.startswith("REGRESSION")]
     assert len(lines) == 2, out
-    assert "m=4 1f1b: steps" in lines[0] and "limit 1.5x" in lines[0]
+    assert "m=4 1f1b: steps" in lines[0]
+    assert "limit 1.5x" in lines[0]
     assert "m=4 1f1b: cuts" in lines[1]
 
 
@@ -222,7 +230,8 @@ def test_missing_baseline_is_a_usage_error_before_any_work(result, capsys, tmp_p
         capsys, "bench", profile_of(document), "-m", "4", "--baseline", missing, "--json", out_file
     )
     one_line_error(status, err, str(missing), "does not exist")
-    assert out == "" and not out_file.exists()
+    assert out == ""
+    assert not out_file.exists()
 
 
 def test_schema_mismatch_is_refused(result, capsys, tmp_path):
@@ -235,7 +244,7 @@ def test_schema_mismatch_is_refused(result, capsys, tmp_path):
     status, _, err = rerun(capsys, document, baseline)
     one_line_error(status, err, "perseus-bench/0", SCHEMA, "regenerate")
     with pytest.raises(ValueError, match="not a JSON object"):
-        load_result(str(doctored(tmp_path, [], lambda d: None)))
+        load_result(str(doctored(tmp_path, [], lambda _d: None)))
 
 
 def test_baseline_without_any_common_case_is_an_error(result, capsys, tmp_path):
@@ -260,7 +269,8 @@ def test_malformed_baseline_case_is_named(result, capsys, tmp_path):
 
     status, _, err = rerun(capsys, document, doctored(tmp_path, document, without_steps))
     assert status == 2
-    assert "baseline case" in err.splitlines()[-1] and "m=4 1f1b" in err.splitlines()[-1]
+    assert "baseline case" in err.splitlines()[-1]
+    assert "m=4 1f1b" in err.splitlines()[-1]
     assert "'steps'" in err.splitlines()[-1]
 
 
@@ -273,7 +283,8 @@ def test_cpu_time_is_gated_unless_told_not_to(result):
     for case in baseline["cases"]:
         case["cpu_s"]["min"] = 0.5
     found = compare(slower, baseline, max_slowdown=1.5)
-    assert len(found.regressions) == 2 and all("CPU time" in r for r in found.regressions)
+    assert len(found.regressions) == 2
+    assert all("CPU time" in r for r in found.regressions)
     assert compare(slower, baseline, max_slowdown=2.5).regressions == []
     assert compare(slower, baseline, gate_cpu_time=False).regressions == []
 
@@ -338,14 +349,17 @@ def test_the_github_actions_example_runs_a_valid_bench_command():
     for gate in ([], ["--baseline", "perseus-baseline.json"]):
         text = line.replace("$PROFILES", profiles).replace('"${gate[@]}"', shlex.join(gate))
         args = _parser().parse_args(shlex.split(text)[1:])
-        assert args.command == "bench" and args.profiles == profiles.split()
-        assert args.json == "perseus-bench.json" and args.baseline == (gate[1] if gate else None)
+        assert args.command == "bench"
+        assert args.profiles == profiles.split()
+        assert args.json == "perseus-bench.json"
+        assert args.baseline == (gate[1] if gate else None)
     # the baseline is restored on pull requests and saved on pushes, under one key prefix
     uses = {s.get("uses", "").split("@")[0]: s for s in steps}
     restore, save = uses["actions/cache/restore"], uses["actions/cache/save"]
     assert restore["with"]["path"] == save["with"]["path"] == "perseus-baseline.json"
     assert save["with"]["key"].startswith(restore["with"]["restore-keys"])
-    assert "pull_request" in restore["if"] and "push" in save["if"]
+    assert "pull_request" in restore["if"]
+    assert "push" in save["if"]
 
 
 # --- lowtime, the reference ----------------------------------------------------------------
@@ -360,7 +374,8 @@ def test_compare_lowtime_judges_both_solvers_by_the_same_replay(capsys, tmp_path
     assert status == 0
     (case,) = json.loads(path.read_text())["cases"]
     lowtime = case["lowtime"]
-    assert lowtime["plans"] > 1 and lowtime["wall_s"] > 0
+    assert lowtime["plans"] > 1
+    assert lowtime["wall_s"] > 0
     # lowtime's fastest replayed plan cannot beat all-fastest's time
     assert lowtime["fastest"]["iteration_time_s"] >= case["all_fastest"]["iteration_time_s"] * (
         1 - 1e-9

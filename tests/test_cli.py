@@ -34,8 +34,10 @@ def run(capsys, *args):
 
 def assert_one_line_error(status, err, *needles):
     assert status == 2
-    assert err.count("\n") == 1 and err.startswith("perseus"), err
-    assert ": error: " in err and "Traceback" not in err
+    assert err.count("\n") == 1, err
+    assert err.startswith("perseus"), err
+    assert ": error: " in err
+    assert "Traceback" not in err
     for needle in needles:
         assert needle in err, (needle, err)
 
@@ -106,9 +108,11 @@ def test_optimize_interleaved_options(tmp_path, capsys):
     assert status == 0
     frontier = perseus.Frontier.load(tmp_path / "frontier.json")
     assert frontier.spec.schedule == "interleaved-1f1b"
-    assert frontier.spec.num_gpus == 2 and frontier.spec.virtual_stages == 2
+    assert frontier.spec.num_gpus == 2
+    assert frontier.spec.virtual_stages == 2
     assert frontier.unit_time_s == 0.002
-    assert "2 GPUs" in out and "from --blocking-power" in out
+    assert "2 GPUs" in out
+    assert "from --blocking-power" in out
 
 
 def test_optimize_takes_schedule_and_stages_from_the_sidecar(tmp_path, capsys):
@@ -124,7 +128,8 @@ def test_optimize_takes_schedule_and_stages_from_the_sidecar(tmp_path, capsys):
     status, _, err = run(capsys, "optimize", csv, "-m", 4, "-o", tmp_path, "--quiet")
     assert status == 0, err
     frontier = perseus.Frontier.load(tmp_path / "frontier.json")
-    assert frontier.spec.schedule == "interleaved-1f1b" and frontier.spec.virtual_stages == 2
+    assert frontier.spec.schedule == "interleaved-1f1b"
+    assert frontier.spec.virtual_stages == 2
     assert frontier.spec.num_gpus == 2
     assert dict(frontier.fingerprint) == fingerprint
     status, _, err = run(
@@ -154,7 +159,8 @@ def test_missing_sidecar_needs_the_flag(tmp_path, capsys):
     status, out, _ = run(
         capsys, "optimize", csv, "-m", 8, "--blocking-power", 70, "-o", tmp_path, "-q"
     )
-    assert status == 0 and "from --blocking-power" in out
+    assert status == 0
+    assert "from --blocking-power" in out
 
 
 def test_flag_overrides_sidecar_and_warns_on_mismatch(tmp_path, capsys):
@@ -171,7 +177,8 @@ def test_flag_overrides_sidecar_and_warns_on_mismatch(tmp_path, capsys):
     status, _, err = run(
         capsys, "optimize", csv, "-m", 8, "--blocking-power", 70, "-o", tmp_path, "-q", "--force"
     )
-    assert status == 0 and err == ""
+    assert status == 0
+    assert err == ""
 
 
 @pytest.mark.parametrize(
@@ -192,7 +199,8 @@ def test_bad_sidecar(tmp_path, capsys, content, message):
     status, _, err = run(
         capsys, "optimize", csv, "-m", 8, "--blocking-power", 70, "-o", tmp_path, "-q"
     )
-    assert status == 0 and "warning: ignoring the sidecar" in err
+    assert status == 0
+    assert "warning: ignoring the sidecar" in err
 
 
 def test_profiler_sidecar_layout_is_read(tmp_path, capsys):
@@ -202,7 +210,8 @@ def test_profiler_sidecar_layout_is_read(tmp_path, capsys):
         json.dumps({"format": "perseus-profiler-metadata", "blocking_power": {"watts": 65.5}})
     )
     status, out, _ = run(capsys, "optimize", csv, "-m", 8, "-o", tmp_path, "-q")
-    assert status == 0 and "65.5 W per waiting GPU" in out
+    assert status == 0
+    assert "65.5 W per waiting GPU" in out
 
 
 @pytest.mark.parametrize(
@@ -296,7 +305,8 @@ def test_symlinked_frontier_is_not_replaced(solved, tmp_path, capsys):
     (tmp_path / "frontier.json").symlink_to(elsewhere)
     status, _, err = run(capsys, "optimize", csv, "-m", 8, "-o", tmp_path, "-q", "--force")
     assert_one_line_error(status, err, "frontier.json", "symbolic link")
-    assert elsewhere.read_text() == "{}" and (tmp_path / "frontier.json").is_symlink()
+    assert elsewhere.read_text() == "{}"
+    assert (tmp_path / "frontier.json").is_symlink()
 
 
 def test_ctrl_c_in_process_exits_130(tmp_path, capsys, monkeypatch):
@@ -305,7 +315,8 @@ def test_ctrl_c_in_process_exits_130(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(sys.modules["perseus.optimize"], "optimize", interrupted)
     status, _, err = run(capsys, "optimize", SMALL, "-m", 8, "--blocking-power", 70, "-o", tmp_path)
-    assert status == 130 and err == "perseus optimize: interrupted\n"
+    assert status == 130
+    assert err == "perseus optimize: interrupted\n"
     assert not (tmp_path / "frontier.json").exists()
 
 
@@ -330,7 +341,8 @@ def test_ctrl_c_during_a_real_solve(tmp_path):
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, (first, err)
     assert err.strip().splitlines()[-1] == "perseus optimize: interrupted"
-    assert "Traceback" not in err and out == ""
+    assert "Traceback" not in err
+    assert out == ""
     assert not (tmp_path / "frontier.json").exists()
 
 
@@ -363,8 +375,11 @@ def test_progress_on_a_terminal_redraws_one_line():
     bar(SolveProgress("reclamation", 5, 10, 0.5, 2.0, 2.0))
     bar.close()
     text = stream.getvalue()
-    assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
-    assert "[##########..........]" in text and "about 2.0 s left" in text
+    assert text.count("\r") == 2
+    assert text.endswith("\n")
+    assert text.count("\n") == 1
+    assert "[##########..........]" in text
+    assert "about 2.0 s left" in text
 
 
 # --- help and version ---------------------------------------------------------------------
@@ -402,9 +417,11 @@ def test_version_and_console_script(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert "fastest plan" in done.stdout and (tmp_path / "frontier.json").exists()
+    assert "fastest plan" in done.stdout
+    assert (tmp_path / "frontier.json").exists()
     bad = subprocess.run([script, "show"], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.count("\n") == 1, bad.stderr
 
 
 # --- show -------------------------------------------------------------------------------------
@@ -419,7 +436,9 @@ def test_show_table(solved, capsys):
     for column in ("time s", "energy J", "saving", "J over T", "avg W", "peak W"):
         assert column in header
     rows = {line.split("  ")[0].strip(): line for line in lines}
-    assert "all-fastest" in rows and "fastest plan" in rows and "slowest plan" in rows
+    assert "all-fastest" in rows
+    assert "fastest plan" in rows
+    assert "slowest plan" in rows
     assert f"{frontier.fastest.energy_j:.1f}" in rows["fastest plan"]
     assert "saving    energy saved against all-fastest running the same iteration time" in out
     # Representative rows in between, labelled with what they are.
@@ -432,7 +451,8 @@ def test_show_json_matches_the_frontier(solved, capsys):
     assert status == 0
     document = json.loads(out)
     rows = document["rows"]
-    assert rows[0]["label"] == "all-fastest" and rows[1]["index"] == 0
+    assert rows[0]["label"] == "all-fastest"
+    assert rows[1]["index"] == 0
     assert rows[-1]["index"] == len(frontier) - 1
     common = document["common_iteration_time_s"]
     assert common == frontier[-1].iteration_time_s
@@ -470,7 +490,8 @@ def test_show_missing_file(tmp_path, capsys):
 def zeus_eval(path):
     """Read a plan file exactly as Zeus's PointSolution does (it evals the whole file)."""
     path = Path(path)
-    assert path.is_file() and path.suffix == ".py"
+    assert path.is_file()
+    assert path.suffix == ".py"
     with open(path, encoding="utf-8") as f:
         return eval(f.read())  # what Zeus does (on our own file)
 
@@ -552,7 +573,8 @@ def test_plan_json(solved, tmp_path, capsys):
     facts = json.loads(out)
     assert facts["plan"]["index"] == len(frontier) - 1  # the slowest plan meets any long deadline
     document = json.loads((tmp_path / "plan.json").read_text())
-    assert document["format"] == "perseus-plan" and len(document["gpus"]) == frontier.spec.num_gpus
+    assert document["format"] == "perseus-plan"
+    assert len(document["gpus"]) == frontier.spec.num_gpus
     assert document["iteration_time_s"] == frontier[-1].iteration_time_s
     first = document["gpus"][0][0]
     assert set(first) == {"instruction", "stage", "chunk", "microbatch", "frequency_mhz"}
@@ -570,7 +592,8 @@ def test_plan_power_cap(solved, tmp_path, capsys):
     status, out, _ = run(
         capsys, "plan", path, "--power-cap", peak_cap, "--peak", "-o", tmp_path, "--force", "--json"
     )
-    assert status == 0 and json.loads(out)["plan"]["peak_power_w"] <= peak_cap
+    assert status == 0
+    assert json.loads(out)["plan"]["peak_power_w"] <= peak_cap
 
 
 def test_plan_power_cap_below_every_plan(solved, tmp_path, capsys):
@@ -668,7 +691,9 @@ def test_evaluate_a_lowtime_plan_against_the_frontier(solved, tmp_path, capsys):
     assert status == 0, err
     expected = perseus.Plan.from_zeus(plan_file, profile)
     assert f"{expected.iteration_time_s:.4f} s  {expected.energy_j:.1f} J" in out
-    assert "replayed" in out and "all-fastest" in out and "perseus" in out
+    assert "replayed" in out
+    assert "all-fastest" in out
+    assert "perseus" in out
 
 
 @pytest.mark.parametrize(
@@ -719,7 +744,8 @@ def test_evaluate_needs_the_blocking_power(solved, tmp_path, capsys):
     status, _, err = run(capsys, "evaluate", csv, tmp_path / "plan.json")
     assert_one_line_error(status, err, "--blocking-power W is required")
     status, out, _ = run(capsys, "evaluate", csv, tmp_path / "plan.json", "--blocking-power", 70)
-    assert status == 0 and "from --blocking-power" in out
+    assert status == 0
+    assert "from --blocking-power" in out
 
 
 def test_evaluate_unknown_file_kind(solved, tmp_path, capsys):
@@ -753,7 +779,8 @@ def test_plot_writes_images(solved, tmp_path, capsys, name, flags):
     status, out, err = run(capsys, "plot", path, "-o", tmp_path / name, *flags)
     assert status == 0, err
     data = (tmp_path / name).read_bytes()
-    assert data.startswith(MAGIC[Path(name).suffix]) and len(data) > 5000
+    assert data.startswith(MAGIC[Path(name).suffix])
+    assert len(data) > 5000
     assert f"written       {tmp_path / name}" in out
 
 
@@ -813,7 +840,9 @@ def test_report_is_self_contained(solved, tmp_path, capsys):
     status, _out, err = run(capsys, "report", path, "-o", target)
     assert status == 0, err
     page = target.read_text()
-    assert page.count("<svg") >= 3 and "<table" in page and 'type="range"' in page
+    assert page.count("<svg") >= 3
+    assert "<table" in page
+    assert 'type="range"' in page
     # Nothing is fetched: no external scripts, styles, images or fonts (namespaces are only names).
     for fetch in (
         'src="http',
@@ -847,7 +876,8 @@ def test_report_and_plot_of_a_frontier_without_profile(solved, tmp_path, capsys)
     old = tmp_path / "v1.json"
     old.write_text(json.dumps(document))
     status, out, _ = run(capsys, "show", old)
-    assert status == 0 and "n/a" in out
+    assert status == 0
+    assert "n/a" in out
     assert run(capsys, "plot", old, "-o", tmp_path / "f.png")[0] == 0
     assert run(capsys, "report", old, "-o", tmp_path / "r.html")[0] == 0
     status, _, err = run(capsys, "plot", old, "--timeline", "-o", tmp_path / "t.png")
@@ -863,4 +893,6 @@ def test_broken_pipe_is_quiet(solved):
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0 and "Traceback" not in done.stderr and done.stderr == ""
+    assert done.returncode == 0
+    assert "Traceback" not in done.stderr
+    assert done.stderr == ""

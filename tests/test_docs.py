@@ -77,7 +77,8 @@ def test_readme_block(workdir, monkeypatch, name, language, code, skip):
             timeout=600,
         )
         assert done.returncode == 0, f"README {name} failed:\n{code}\n{done.stdout}\n{done.stderr}"
-        assert "Traceback" not in done.stderr and "warning" not in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+        assert "warning" not in done.stderr, done.stderr
     elif language == "python":
         pytest.importorskip("matplotlib") if "plot" in code else None
         monkeypatch.chdir(workdir)

@@ -24,7 +24,7 @@ def frontier(profile):
     return perseus.optimize(profile, microbatches=4)
 
 
-@pytest.fixture()
+@pytest.fixture
 def document(tmp_path, frontier):
     frontier.save(tmp_path / "good.json", version=2)
     return json.loads((tmp_path / "good.json").read_text())
@@ -102,12 +102,15 @@ def test_version_3_is_readable_without_perseus(tmp_path, frontier):
     times, counts = numbers("iteration_time_s", "d"), numbers("change_counts", "I")
     ids, mhz = numbers("change_ids", "I"), numbers("change_mhz", "H")
     row, at = numbers("first_mhz", "H"), 0
-    assert count == len(frontier) and len(row) == n and counts[0] == 0
+    assert count == len(frontier)
+    assert len(row) == n
+    assert counts[0] == 0
     for k, plan in enumerate(frontier):
         for _ in range(counts[k]):
             row[ids[at]] = mhz[at]
             at += 1
-        assert row == plan.frequencies_mhz.tolist() and times[k] == plan.iteration_time_s
+        assert row == plan.frequencies_mhz.tolist()
+        assert times[k] == plan.iteration_time_s
     assert at == len(ids)
 
 
@@ -136,10 +139,12 @@ def test_one_gpu_of_one_plan_without_the_rest(tmp_path, frontier):
 def test_round_trip_keeps_everything(tmp_path, frontier):
     frontier.save(tmp_path / "f.json")
     loaded = Frontier.load(tmp_path / "f.json")
-    assert loaded.spec == frontier.spec and loaded.baseline == frontier.baseline
+    assert loaded.spec == frontier.spec
+    assert loaded.baseline == frontier.baseline
     assert loaded.iteration_times_s.tolist() == frontier.iteration_times_s.tolist()
     assert loaded.energies_j.tolist() == frontier.energies_j.tolist()
-    assert loaded.phase_times_s == frontier.phase_times_s and loaded.cuts == frontier.cuts
+    assert loaded.phase_times_s == frontier.phase_times_s
+    assert loaded.cuts == frontier.cuts
     for a, b in zip(loaded, frontier):
         assert np.array_equal(a.frequencies_mhz, b.frequencies_mhz)
     # The stored profile comes back, so power and timelines work from the file alone.
@@ -384,9 +389,11 @@ def test_save_refuses_a_symlink_unless_asked(tmp_path, frontier):
     with pytest.raises(FileExistsError, match="symbolic link") as info:
         frontier.save(link)
     assert info.value.filename == str(link)
-    assert target.read_text() == "old" and link.is_symlink()
+    assert target.read_text() == "old"
+    assert link.is_symlink()
     frontier.save(link, follow_symlinks=True)
-    assert link.is_symlink() and len(Frontier.load(target)) == len(frontier)
+    assert link.is_symlink()
+    assert len(Frontier.load(target)) == len(frontier)
 
 
 def test_save_errors_name_the_target(tmp_path, frontier):
@@ -424,7 +431,8 @@ def test_fingerprint_round_trip(tmp_path, profile):
 
 
 def test_fingerprint_is_empty_when_absent(tmp_path, frontier, document):
-    assert dict(frontier.fingerprint) == {} and "fingerprint" not in document
+    assert dict(frontier.fingerprint) == {}
+    assert "fingerprint" not in document
     assert dict(Frontier.load(write(tmp_path, document)).fingerprint) == {}
 
 

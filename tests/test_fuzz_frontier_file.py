@@ -163,12 +163,16 @@ def check_frontier(frontier: Frontier) -> None:
     assert len(frontier) >= 1
     times = frontier.iteration_times_s
     energies = frontier.energies_j
-    assert np.all(np.isfinite(times)) and np.all(times > 0)
-    assert np.all(np.isfinite(energies)) and np.all(energies > 0)
+    assert np.all(np.isfinite(times))
+    assert np.all(times > 0)
+    assert np.all(np.isfinite(energies))
+    assert np.all(energies > 0)
     assert np.all(np.diff(times) > 0)
     profile = frontier.profile if frontier.profile is not None else PROFILE
     spec = frontier.spec
-    assert spec.num_gpus >= 1 and spec.microbatches >= 1 and spec.virtual_stages >= 1
+    assert spec.num_gpus >= 1
+    assert spec.microbatches >= 1
+    assert spec.virtual_stages >= 1
     pipeline = spec.pipeline()
     for plan in frontier:
         mhz = plan.frequencies_mhz
@@ -194,8 +198,10 @@ def load_outcome(tmp_path, data: bytes, profile=None) -> str:
             frontier = Frontier.load(path, profile)
         except ValueError as error:
             message = str(error)
-            assert type(error) is ValueError, f"{type(error).__name__}: {message}"
-            assert "\n" not in message and message.startswith(f"{path}: "), message
+            # Any outcome is allowed for a mutated file; an error must be a clear one.
+            assert type(error) is ValueError, f"{type(error).__name__}: {message}"  # noqa: PT017
+            assert "\n" not in message, message
+            assert message.startswith(f"{path}: "), message
             assert not message.endswith(": "), message
             if "malformed frontier file" in message:
                 # ... names the field: "plans[1].energy_j: ..." or "(top level): ...".

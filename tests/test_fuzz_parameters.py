@@ -93,7 +93,8 @@ def judge(result, what) -> str:
     if kind == "raised":
         name, message, trace = result[1], result[2], result[3]
         assert name in CLEAN, f"{what}: {name}: {message}\n{trace}"
-        assert message and "\n" not in message, f"{what}: {message!r}"
+        assert message, f"{what}: {message!r}"
+        assert "\n" not in message, f"{what}: {message!r}"
         assert "incompatible function arguments" not in message, f"{what}: {message}"
         head = re.split(r"[ =:,\[]", message)[0][:30]
         return f"{name} ({head})"

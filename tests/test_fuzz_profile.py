@@ -93,10 +93,12 @@ def check_profile(profile: Profile) -> None:
                 assert opts.frequency_mhz.dtype == np.int64
                 assert np.all(opts.frequency_mhz >= LIMITS.min_frequency_mhz)
                 assert np.all(opts.frequency_mhz <= LIMITS.max_frequency_mhz)
-                assert np.all(np.isfinite(opts.time_s)) and np.all(np.isfinite(opts.energy_j))
+                assert np.all(np.isfinite(opts.time_s))
+                assert np.all(np.isfinite(opts.energy_j))
                 assert np.all(opts.time_s >= LIMITS.min_time_s)
                 assert np.all(opts.time_s <= LIMITS.max_time_s)
-                assert np.all(opts.energy_j > 0) and np.all(opts.energy_j <= LIMITS.max_energy_j)
+                assert np.all(opts.energy_j > 0)
+                assert np.all(opts.energy_j <= LIMITS.max_energy_j)
             useful = profile.options(stage, instruction)
             assert np.all(np.diff(useful.time_s) > 0)  # fastest first
 
@@ -110,7 +112,8 @@ def outcome(call) -> str:
             profile = call()
         except ProfileError as error:
             message = str(error)
-            assert message and "\n" not in message, repr(message)
+            assert message, repr(message)
+            assert "\n" not in message, repr(message)
             field = re.search(r"field '(\w+)'", message)
             tally(f"ProfileError ({field.group(1) if field else 'whole input'})")
             return message

@@ -133,7 +133,7 @@ class Job:
 
 
 @pytest.fixture(scope="module", params=INSTALLS or [None], ids=[i[0] for i in INSTALLS] or ["none"])
-def job(request, fake_libraries, tmp_path_factory):
+def job(request, fake_libraries, tmp_path_factory):  # noqa: ARG001 (needs the fake libraries built first)
     if request.param is None or not HAVE_TORCH:
         pytest.skip(
             "needs torch and megatron-core: pip install --no-deps --ignore-requires-python -r "
@@ -362,12 +362,16 @@ def test_straggler_followed_and_recovered_with_default_settings(job):
     seen = {"times": healthy[0]["times"], "straggler": slow[0]["times"], "switches": switches[0]}
     assert len(switches[0]) == 2, seen  # followed once, recovered once: no flapping on noise
     follow, back = switches[0]
-    assert follow["iteration"] == 14 and follow["reason"] == "straggler"
-    assert follow["straggler"] == 1 and follow["slowdown"] > 2
-    assert follow["from_time_s"] == base and follow["to_time_s"] > base
+    assert follow["iteration"] == 14
+    assert follow["reason"] == "straggler"
+    assert follow["straggler"] == 1
+    assert follow["slowdown"] > 2
+    assert follow["from_time_s"] == base
+    assert follow["to_time_s"] > base
     assert follow["to_time_s"] == healthy[0]["plan_for"][repr(follow["deadline_s"])]
     assert follow["deadline_s"] == pytest.approx(base * follow["slowdown"])
-    assert back["iteration"] == 22 and back["reason"] == "recovered"
+    assert back["iteration"] == 22
+    assert back["reason"] == "recovered"
     assert back["to_time_s"] == base
     assert "follows straggler replica 1" in healthy[0]["messages"][0]
     assert "recovered" in healthy[0]["messages"][1]
@@ -396,7 +400,8 @@ def test_frontiers_by_microbatch_count_follow_a_ramp_up(job):
         assert result["phases"] == ["plan", "plan", "unlocked", "unlocked", "plan"]
         # without the opt-in, the count with no frontier stops the job at that iteration
         unknown = result["unknown_count"]
-        assert unknown["error"] == "ScheduleMismatchError" and unknown["restored"]
+        assert unknown["error"] == "ScheduleMismatchError"
+        assert unknown["restored"]
         assert "no frontier for 6 microbatches (it has: 4)" in unknown["message"]
         assert "unknown_workload='unlocked'" in unknown["message"]
         assert len(result["warnings"]) == 1
@@ -408,11 +413,13 @@ def test_a_changed_sequence_length_is_refused_unless_keyed_by_length(job):
     for rank in job:
         result = rank["workloads"]
         refused = result["length_change"]
-        assert refused["error"] == "ScheduleMismatchError" and refused["restored"]
+        assert refused["error"] == "ScheduleMismatchError"
+        assert refused["restored"]
         assert "sequence length changed from 16 to 8" in refused["message"]
         assert "(microbatches, seq_length)" in refused["message"]
         opted_in = result["by_length"]
-        assert opted_in["iterations"] == [0, 1] and None not in opted_in["frequencies"]
+        assert opted_in["iterations"] == [0, 1]
+        assert None not in opted_in["frequencies"]
 
 
 # ---- energy measured live ------------------------------------------------------------------
@@ -473,9 +480,11 @@ def test_calibration_reports_the_measured_saving(job):
     calibrations = [r["calibration"] for r in results]
     assert all(c == calibrations[0] for c in calibrations)
     c = calibrations[0]
-    assert c["iterations"] == 2 and c["first_iteration"] == 1
+    assert c["iterations"] == 2
+    assert c["first_iteration"] == 1
     assert c["plan_energy_j"] < c["fastest_energy_j"]
-    assert 0 < c["saving"] < 1 and c["saving_std"] > 0
+    assert 0 < c["saving"] < 1
+    assert c["saving_std"] > 0
     assert c["saving"] == pytest.approx(1 - c["plan_energy_j"] / c["fastest_energy_j"])
 
 
@@ -520,10 +529,12 @@ def test_mismatch_can_warn_and_let_go(job):
     for rank in job:
         result = rank["errors"]["warn"]
         assert result["error"] is None
-        assert len(result["warnings"]) == 1 and "lets go of the clocks" in result["warnings"][0]
+        assert len(result["warnings"]) == 1
+        assert "lets go of the clocks" in result["warnings"][0]
         assert result["restored"]
     last = [r["errors"]["warn"]["loss"] for r in job if r["errors"]["warn"]["loss"] is not None]
-    assert len(last) == 2 and all(math.isfinite(x) for x in last)
+    assert len(last) == 2
+    assert all(math.isfinite(x) for x in last)
 
 
 @pytest.mark.parametrize(
@@ -557,14 +568,17 @@ def test_per_layer_cuda_graphs_are_accepted(job):
     """cuda_graph_impl='local' (per-layer graphs; the CPU captures none): perseus follows."""
     for rank in job:
         result = rank["errors"]["layer_graphs"]
-        assert result["error"] is None and result["warnings"] == []
+        assert result["error"] is None
+        assert result["warnings"] == []
 
 
 def test_version_and_signature_checks_on_real_schedules(job):
     checks = job.ranks[0]["errors"]["checks"]
-    assert ">=0.16.0,<0.20" in checks["old"]["error"] and "0.15.3" in checks["old"]["error"]
+    assert ">=0.16.0,<0.20" in checks["old"]["error"]
+    assert "0.15.3" in checks["old"]["error"]
     assert "0.20.0 is not supported" in checks["new"]["error"]
-    assert checks["allowed"]["error"] is None and checks["allowed"]["warnings"]
+    assert checks["allowed"]["error"] is None
+    assert checks["allowed"]["warnings"]
     assert "backward_step has no parameter(s) output_tensor" in checks["signature"]["error"]
 
 
@@ -582,14 +596,16 @@ def test_command_line_arguments_drive_an_attachment(job):
     for rank in job:
         result = rank["cli"]
         now = result["now"]
-        assert now["iterations"] == 2 and now["device"] == rank["devices"]["local_rank"]
+        assert now["iterations"] == 2
+        assert now["device"] == rank["devices"]["local_rank"]
         # perseus's own switcher coalesces requests that pile up: the plan's clocks, in order.
         # Requests that pile up are coalesced to the latest, so the clocks set are a subsequence
         # of the plan's, iteration after iteration (not necessarily starting at its first).
         sequence = _clock_sequence(now["nvml"])
         assert sequence[-1] == ("reset",)
         sets = [f for kind, *f in sequence if kind == "set" for f in f]
-        assert sets and _is_subsequence(sets, now["planned_mhz"] * now["iterations"])
+        assert sets
+        assert _is_subsequence(sets, now["planned_mhz"] * now["iterations"])
         assert result["late"] == {
             "iterations": 2,
             "mode": "run",
@@ -597,7 +613,8 @@ def test_command_line_arguments_drive_an_attachment(job):
         }
         assert result["off"] == {"iterations": 0, "restored_during": [True, True]}
         defaults = result["defaults"]
-        assert defaults["perseus_mode"] == "off" and defaults["perseus_tolerance"] == 0.10
+        assert defaults["perseus_mode"] == "off"
+        assert defaults["perseus_tolerance"] == 0.10
 
 
 # ---- profile mode ---------------------------------------------------------------------
@@ -617,12 +634,15 @@ def test_profile_mode_with_recomputation_writes_every_stage_and_leaves_training_
     continuing training bit for bit as without perseus."""
     for rank in job:
         result = rank["profile"][case]
-        assert result["stages"] == 2 and result["tp_size"] == tensor
+        assert result["stages"] == 2
+        assert result["tp_size"] == tensor
         plain = result["plain"]
-        assert result["digests"] == plain["digests"] and result["losses"] == plain["losses"]
+        assert result["digests"] == plain["digests"]
+        assert result["losses"] == plain["losses"]
     path = Path(job.ranks[0]["profile"][case]["path"])
     sidecar = json.loads(path.with_suffix(".json").read_text())
-    assert sidecar["pipeline_size"] == 2 and sidecar["microbatches"] == 4
+    assert sidecar["pipeline_size"] == 2
+    assert sidecar["microbatches"] == 4
     assert sidecar["tensor_parallel_size"] == sidecar["gpus_per_stage"] == tensor
     assert sidecar["recompute_granularity"] == case.split("-")[1]
     assert sidecar["blocking_power_w"] > 0
@@ -630,12 +650,14 @@ def test_profile_mode_with_recomputation_writes_every_stage_and_leaves_training_
     fingerprint = sidecar["fingerprint"]
     assert fingerprint["tensor_parallel_size"] == tensor
     assert fingerprint["recompute_granularity"] == case.split("-")[1]
-    assert fingerprint["schedule"] == "1f1b" and fingerprint["pipeline_size"] == 2
+    assert fingerprint["schedule"] == "1f1b"
+    assert fingerprint["pipeline_size"] == 2
     assert fingerprint["virtual_stages"] == 1
     assert fingerprint["megatron_core"].startswith(job.version)  # package_info's, e.g. 0.19.2+hash
     assert fingerprint["context_parallel_size"] == fingerprint["expert_parallel_size"] == 1
     assert fingerprint["dtype"] in ("float32", "bfloat16", "float16")
-    assert fingerprint["micro_batch_size"] >= 1 and fingerprint["seq_length"] >= 1
+    assert fingerprint["micro_batch_size"] >= 1
+    assert fingerprint["seq_length"] >= 1
     assert set(fingerprint) == set(FINGERPRINT_FIELDS)
     profile = perseus.Profile.from_csv(path, blocking_power_w=sidecar["blocking_power_w"])
     assert profile.num_stages == 2
@@ -654,9 +676,10 @@ def test_profile_mode_with_recomputation_writes_every_stage_and_leaves_training_
 # ---- the example, and a release below the range ------------------------------------------
 
 
+@pytest.mark.usefixtures("fake_libraries")
 @needs_megatron
 @pytest.mark.filterwarnings("ignore::perseus.ProfileWarning")  # CPU timings, see above
-def test_example_profiles_optimizes_and_runs_with_tp2_and_recomputation(fake_libraries, tmp_path):
+def test_example_profiles_optimizes_and_runs_with_tp2_and_recomputation(tmp_path):
     """examples/megatron_gpt.py as a user runs it (through the CPU shims), on 4 ranks with
     TP=2, PP=2 and full recomputation: profile, `perseus optimize` (its frontier.json carries
     the profile's fingerprint, which run mode checks against the job), then run from that
@@ -681,7 +704,8 @@ def test_example_profiles_optimizes_and_runs_with_tp2_and_recomputation(fake_lib
     assert "profile of 2 stages written to" in logs[0]
     assert "iteration 2:" not in logs[2]  # after="stop": training stopped at the profile
     sidecar = json.loads(csv.with_suffix(".json").read_text())
-    assert sidecar["blocking_power_w"] > 0 and sidecar["tensor_parallel_size"] == 2
+    assert sidecar["blocking_power_w"] > 0
+    assert sidecar["tensor_parallel_size"] == 2
     # `perseus optimize` as a user runs it: schedule, V and the fingerprint from the sidecar
     optimized = subprocess.run(
         [sys.executable, "-m", "perseus", "optimize", str(csv), "-m", "4", "-o", str(tmp_path)],
@@ -711,22 +735,29 @@ def test_example_profiles_optimizes_and_runs_with_tp2_and_recomputation(fake_lib
     assert codes == [0] * 4, _failure("example, run mode", codes, logs)
     table = logs[0]
     assert "perseus: measured energy per GPU" in table
-    assert "job: " in table and "J per iteration on 4 GPU(s)" in table
-    assert "calibration over 2+2 iterations" in table and "saving" in table
+    assert "job: " in table
+    assert "J per iteration on 4 GPU(s)" in table
+    assert "calibration over 2+2 iterations" in table
+    assert "saving" in table
     assert "straggler switch(es) over all replicas" in table
     # The energy reports and the calibration are logged once for the job, by rank 0.
-    assert "perseus: iterations 0-3: measured" in logs[0] and "perseus: calibration" in logs[0]
+    assert "perseus: iterations 0-3: measured" in logs[0]
+    assert "perseus: calibration" in logs[0]
     for log in logs[1:]:
-        assert "perseus: iterations" not in log and "perseus: calibration" not in log
+        assert "perseus: iterations" not in log
+        assert "perseus: calibration" not in log
     for rank in range(4):
         record = json.loads((tmp_path / f"run.rank{rank}.json").read_text())
-        assert record["summary"]["iterations"] == 8 and record["summary"]["energy_j"] > 0
+        assert record["summary"]["iterations"] == 8
+        assert record["summary"]["energy_j"] > 0
     losses = json.loads((tmp_path / "run.rank3.json").read_text())["losses"]
-    assert len(losses) == 8 and all(math.isfinite(x) for x in losses)
+    assert len(losses) == 8
+    assert all(math.isfinite(x) for x in losses)
 
 
+@pytest.mark.usefixtures("fake_libraries")
 @needs_megatron
-def test_example_follows_a_straggler_and_recovers(fake_libraries, tmp_path):
+def test_example_follows_a_straggler_and_recovers(tmp_path):
     """--slow-replica 1 --slow-seconds 0.2 --slow-iterations 8:16 with default settings, two
     replicas of one rank each (replica 1 about 1.3x slower, the case of issue 13 that the old
     policy never followed): replica 0's first rank logs one "straggler" switch and one
@@ -761,7 +792,8 @@ def test_example_follows_a_straggler_and_recovers(fake_libraries, tmp_path):
     assert "follows straggler replica 1" in switches[0]
     slowdown = float(re.search(r"follows straggler replica 1 \(([0-9.]+)x", switches[0]).group(1))
     assert 1.2 < slowdown < 1.5, switches[0]
-    assert "recovered" in switches[1] and "straggler replica 1 is back" in switches[1]
+    assert "recovered" in switches[1]
+    assert "straggler replica 1 is back" in switches[1]
     assert "perseus: replica" not in logs[1]
     assert "2 straggler switch(es) over all replicas" in logs[0]
 
@@ -770,7 +802,7 @@ def test_example_follows_a_straggler_and_recovers(fake_libraries, tmp_path):
     not os.environ.get("PERSEUS_TEST_MEGATRON_UNSUPPORTED") or not HAVE_TORCH,
     reason="PERSEUS_TEST_MEGATRON_UNSUPPORTED names no megatron-core below the supported range",
 )
-def test_release_below_the_range_is_refused(tmp_path):
+def test_release_below_the_range_is_refused():
     path = str(Path(os.environ["PERSEUS_TEST_MEGATRON_UNSUPPORTED"]).resolve())
     script = textwrap.dedent(
         """
@@ -846,7 +878,7 @@ def _fake_schedules(**overrides):
         pass
 
     functions = {"forward_step": forward_step, "backward_step": backward_step}
-    functions.update({name: schedule for name in SCHEDULE_FUNCTIONS})
+    functions.update(dict.fromkeys(SCHEDULE_FUNCTIONS, schedule))
     functions.update(overrides)
     return types.SimpleNamespace(**{k: v for k, v in functions.items() if v is not None})
 
@@ -874,7 +906,7 @@ def test_check_megatron_can_try_an_untested_version_but_still_checks_signatures(
             MegatronVersionError,
             match="forward_step has no parameter.*current_microbatch, vp_stage",
         ),
-        pytest.warns(UserWarning),
+        pytest.warns(UserWarning, match="allow_untested_version=True"),
     ):
         check_megatron(
             _fake_schedules(forward_step=forward_step), "0.21.0", allow_untested_version=True
@@ -961,7 +993,7 @@ def test_policy_noise_alone_never_switches(replicas):
 def test_policy_common_mode_slowdown_never_switches():
     """Every replica 30 % slower (iterations 20-59), then 20 % faster (60-79): no straggler."""
 
-    def common(i, r):
+    def common(i, _r):
         return 1.3 if 20 <= i < 60 else 0.8 if 60 <= i < 80 else 1.0
 
     rows = _noisy(100, 2, seed=2, noise=0.02, slow=common)
@@ -1000,7 +1032,8 @@ def test_policy_follows_a_1_2_to_1_5x_straggler_for_8_iterations():
     frontier = _frontier()
     policies = _policies(frontier, 2)
     healthy, straggler = _replay(policies, rows)
-    assert straggler == [] and policies[1].plan is frontier.fastest
+    assert straggler == []
+    assert policies[1].plan is frontier.fastest
     assert _reasons(healthy)[0] == ("straggler", 1, 26)
     follow = healthy[0]
     assert 1.2 < follow.slowdown < 1.5
@@ -1084,7 +1117,7 @@ def test_policy_hovering_at_the_threshold_does_not_flap():
     at least min_samples apart, never a deadline beyond what the straggler takes; with a band
     (recovery=0.05) it is followed once and kept."""
 
-    def hover(i, r):
+    def hover(_i, r):
         return 1.10 if r == 1 else 1.0
 
     rows = _noisy(200, 2, seed=8, noise=0.02, slow=hover)
@@ -1127,9 +1160,13 @@ def test_policy_reports_every_decision_with_its_numbers():
     assert [d.action for d in decisions[:4]] == ["collecting"] * 4
     follow = next(d for d in decisions if d.action == "follow")
     # the seventh slow iteration (min_duration); before it, each "none" says why
-    assert follow.iteration == 14 and follow.straggler == 1 and follow.samples == 5
+    assert follow.iteration == 14
+    assert follow.straggler == 1
+    assert follow.samples == 5
     assert decisions[13].reason == "duration: slower in 6 of 10 iterations, min_duration 7"
-    assert follow.straggler_s == 1.5 and follow.reference_s == 1.0 and follow.slowdown == 1.5
+    assert follow.straggler_s == 1.5
+    assert follow.reference_s == 1.0
+    assert follow.slowdown == 1.5
     assert follow.deadline_s == pytest.approx(1.5 * policy.base.iteration_time_s)
     assert follow.plan_time_s == policy.plan.iteration_time_s
     assert "straggler replica 1" in str(follow)
@@ -1208,13 +1245,14 @@ def test_option_records_check_their_fields():
     options = ProfileOptions(path="p.csv", profiler_options={"window_s": 0.5})
     with pytest.raises(TypeError):
         options.profiler_options["window_s"] = 1.0  # frozen, and its mapping too
-    assert StragglerOptions().recovery_fraction == 0.10 and StragglerOptions().samples == 5
+    assert StragglerOptions().recovery_fraction == 0.10
+    assert StragglerOptions().samples == 5
 
 
 def test_old_keywords_still_work_with_a_deprecation_warning(monkeypatch):
     monkeypatch.setattr(perseus._deprecation, "_warned", set())
     frontier = _frontier()
-    with pytest.warns(DeprecationWarning) as caught:
+    with pytest.warns(DeprecationWarning, match="is deprecated") as caught:
         attached = attach(frontier, device=1, tolerance=0.2, warmup_iterations=3)
     assert {str(w.message).split(" is deprecated")[0] for w in caught} == {
         "attach(device=...)",
@@ -1224,10 +1262,12 @@ def test_old_keywords_still_work_with_a_deprecation_warning(monkeypatch):
     assert "attach(clocks=ClockOptions(device=...))" in str(caught[0].message)
     settings = attached._settings
     assert settings.clocks.device == 1
-    assert settings.stragglers.tolerance == 0.2 and settings.stragglers.warmup_iterations == 3
-    with pytest.warns(DeprecationWarning) as caught:
+    assert settings.stragglers.tolerance == 0.2
+    assert settings.stragglers.warmup_iterations == 3
+    with pytest.warns(DeprecationWarning, match="is deprecated") as caught:
         profiled = attach(mode="profile", profile_path="p.csv", after="continue")
-    assert len(caught) == 2 and "ProfileOptions(path=...)" in str(caught[0].message)
+    assert len(caught) == 2
+    assert "ProfileOptions(path=...)" in str(caught[0].message)
     assert profiled._settings.profile.after == "continue"
     with pytest.raises(TypeError, match="both clocks= and its old keyword"):
         attach(frontier, clocks=ClockOptions(), device=0)
@@ -1293,10 +1333,14 @@ def test_add_arguments_and_settings_from_them(tmp_path):
         ]
     )
     settings = settings_from_args(args)
-    assert sorted(settings.frontiers) == [4, 8] and settings.mode == "run"
-    assert settings.stragglers.tolerance == 0.2 and settings.clocks.idle_mhz == 1005
-    assert settings.stragglers.min_duration == 4 and settings.stragglers.min_gain == 0.05
-    assert settings.metrics.calibrate == 5 and settings.on_mismatch == "warn"
+    assert sorted(settings.frontiers) == [4, 8]
+    assert settings.mode == "run"
+    assert settings.stragglers.tolerance == 0.2
+    assert settings.clocks.idle_mhz == 1005
+    assert settings.stragglers.min_duration == 4
+    assert settings.stragglers.min_gain == 0.05
+    assert settings.metrics.calibrate == 5
+    assert settings.on_mismatch == "warn"
     with pytest.raises(ValueError, match="both for 4 microbatches"):
         settings_from_args(
             parser.parse_args(["--perseus-mode=run", "--perseus-frontier", str(f4), str(f4)])
@@ -1315,7 +1359,8 @@ def test_add_arguments_and_settings_from_them(tmp_path):
             ]
         )
     )
-    assert profile.mode == "profile" and profile.profile.path == Path("p/gpt.csv")
+    assert profile.mode == "profile"
+    assert profile.profile.path == Path("p/gpt.csv")
     assert dict(profile.profile.profiler_options) == {
         "frequencies_mhz": [1980, 1500],
         "blocking_power_w": 70.0,
@@ -1485,7 +1530,8 @@ def test_a_frontier_from_another_setup_is_refused_before_training(tmp_path):
     message = str(caught.value)
     assert "tensor_parallel_size: profiled with 2, this job runs 1" in message
     assert "recompute_granularity: profiled with 'full', this job runs 'none'" in message
-    assert "f0.json" in message and "seq_length" not in message
+    assert "f0.json" in message
+    assert "seq_length" not in message
     warned = _megatron_args(tmp_path, frontier, flags=["--perseus-on-mismatch=warn"], **job)
     with pytest.warns(PlanWarning, match="tensor_parallel_size: profiled with 2"):
         assert settings_from_args(warned).on_mismatch == "warn"
@@ -1558,9 +1604,8 @@ def test_calibration_saving_and_its_spread():
     assert result.fastest_energy_j == pytest.approx(100.0)
     assert result.plan_energy_j == pytest.approx(80.0)
     assert result.saving == pytest.approx(0.2)
-    assert result.fastest_energy_std_j == pytest.approx(
-        4.0
-    ) and result.plan_energy_std_j == pytest.approx(2.0)
+    assert result.fastest_energy_std_j == pytest.approx(4.0)
+    assert result.plan_energy_std_j == pytest.approx(2.0)
     # delta method: sqrt((2/100)^2/3 + (80*4/100^2)^2/3)
     assert result.saving_std == pytest.approx(math.sqrt(0.02**2 / 3 + 0.032**2 / 3))
     assert "saving 20.00 %" in str(result)
@@ -1585,7 +1630,8 @@ def test_job_rows_sum_every_gpu_and_predict_once_per_replica():
     assert len(rows) == 1
     assert rows[0].energy_j == 26.0
     assert rows[0].predicted_energy_j == 2 * 2 * 10.0  # two replicas, two GPUs per stage
-    assert rows[0].predicted_time_s == 0.4 and rows[0].pipeline_time_s == 0.5
+    assert rows[0].predicted_time_s == 0.4
+    assert rows[0].pipeline_time_s == 0.5
 
 
 def test_writers_of_either_kind_get_the_same_scalars():
@@ -1630,7 +1676,8 @@ def test_writers_of_either_kind_get_the_same_scalars():
     from perseus.megatron._metrics import megatron_step_offset
 
     offset = megatron_step_offset(types.SimpleNamespace(curr_iteration=60, iteration=60))
-    assert offset == 61 and megatron_step_offset(types.SimpleNamespace(iteration=5)) == 6
+    assert offset == 61
+    assert megatron_step_offset(types.SimpleNamespace(iteration=5)) == 6
     assert megatron_step_offset(None) == 0
     board = Board()
     write([board], report, offset)
@@ -1727,7 +1774,8 @@ def test_policy_follows_a_1_2x_straggler_within_10_iterations_despite_noise(nois
         assert slow == [], seed
         reasons = [s.reason for s in healthy]
         assert reasons == ["straggler", "recovered"], (seed, _reasons(healthy))
-        assert 50 <= healthy[0].iteration < 60 and 120 <= healthy[1].iteration < 130, seed
+        assert 50 <= healthy[0].iteration < 60, seed
+        assert 120 <= healthy[1].iteration < 130, seed
 
 
 def test_policy_min_gain_keeps_the_base_plan_when_following_saves_too_little():
@@ -1750,7 +1798,8 @@ def test_policy_min_gain_keeps_the_base_plan_when_following_saves_too_little():
     policies = _policies(frontier, 2, min_gain=gain + 0.01)
     assert _replay(policies, rows) == [[], []]
     held = [d for d in policies[0].decisions if d.reason.startswith("gain")]
-    assert held and f"{gain:.1%}" in held[0].reason
+    assert held
+    assert f"{gain:.1%}" in held[0].reason
     with pytest.raises(ValueError, match="min_gain"):
         _policies(frontier, 2, min_gain=1.5)
     with pytest.raises(ValueError, match="min_duration"):

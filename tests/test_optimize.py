@@ -334,7 +334,8 @@ def test_core_choice_values_gathers_each_plans_clocks_and_checks_its_indices(pro
     values = table.frequency_mhz.astype(np.int32)
     got = result.choice_values(first, values)
     expected = values[first.astype(np.int64) + result.choices.astype(np.int64)]
-    assert got.dtype == np.int32 and got.shape == result.choices.shape
+    assert got.dtype == np.int32
+    assert got.shape == result.choices.shape
     assert np.array_equal(got, expected)
     with pytest.raises(ValueError, match="one entry per computation"):
         result.choice_values(first[:-1], values)
@@ -418,7 +419,7 @@ def test_plan_frequency_old_positional_gpu_form_warns():
 
 
 def test_plan_frequencies_are_read_only(frontier):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="read-only"):
         frontier.fastest.frequencies_mhz[0] = 1
 
 
@@ -439,7 +440,9 @@ def test_progress_reports_phases_in_order_with_an_eta(profile):
     assert phases == sorted(phases, key=order.index)  # phases never go back
     assert {"min cut", "reclamation"} <= set(phases)
     fractions = [r.fraction for r in reports]
-    assert fractions == sorted(fractions) and fractions[0] >= 0 and fractions[-1] <= 1
+    assert fractions == sorted(fractions)
+    assert fractions[0] >= 0
+    assert fractions[-1] <= 1
     assert all(0 <= r.done <= r.total for r in reports)
     assert all(r.eta_s is None or r.eta_s >= 0 for r in reports)
     assert "min cut" in reports[0].describe()
@@ -448,7 +451,7 @@ def test_progress_reports_phases_in_order_with_an_eta(profile):
 def test_progress_callable_can_cancel(profile):
     with pytest.raises(KeyboardInterrupt):
         perseus.optimize(
-            profile, microbatches=4, progress=lambda report: False, progress_period_s=0.0
+            profile, microbatches=4, progress=lambda _report: False, progress_period_s=0.0
         )
 
 
@@ -464,7 +467,8 @@ def test_old_two_argument_progress_still_works_with_a_warning(profile):
             progress=lambda d, e: calls.append((d, e)),
             progress_period_s=0.0,
         )
-    assert calls and all(0 <= d <= e for d, e in calls)
+    assert calls
+    assert all(0 <= d <= e for d, e in calls)
 
 
 class Stop(Exception):
@@ -537,7 +541,7 @@ def test_a_slow_callback_is_never_called_back_to_back(example_profile):
     # The period runs from the end of one report to the start of the next.
     calls = []
 
-    def slow(report):
+    def slow(_report):
         start = time.monotonic()
         time.sleep(0.02)
         calls.append((start, time.monotonic()))

@@ -97,12 +97,15 @@ def test_the_version_is_written_once_and_read_from_the_metadata() -> None:
 
 def test_license_and_notice_are_installed() -> None:
     text = (ROOT / "LICENSE").read_text()
-    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "Apache License" in text
+    assert "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text
     notice = (ROOT / "NOTICE").read_text()
     # The SOSP '24 data: where it came from (the commit bench/data/sosp24/README.md names) and its licence.
     commit = re.search(r"commit ([0-9a-f]{40})", (ROOT / "bench/data/sosp24/README.md").read_text())
-    assert commit and commit[1] in notice and "Apache License, Version 2.0" in notice
+    assert commit
+    assert commit[1] in notice
+    assert "Apache License, Version 2.0" in notice
     installed = {Path(str(f)).name: f for f in metadata.files(DIST) or []}
     for name in ("LICENSE", "NOTICE"):
         assert name in installed, f"{name} is not in the installed distribution"
@@ -192,7 +195,8 @@ def test_release_workflow_builds_on_a_tag_with_the_checked_cibuildwheel() -> Non
     pinned = re.search(
         r"^cibuildwheel==(\S+)$", (ROOT / ".ci/requirements-wheel.txt").read_text(), re.M
     )
-    assert pinned and f"pypa/cibuildwheel@v{pinned[1]}" in uses, uses
+    assert pinned, uses
+    assert f"pypa/cibuildwheel@v{pinned[1]}" in uses, uses
     assert set(jobs["publish"]["needs"]) == {"sdist", "wheels"}
     exe = _tool("check-jsonschema")
     done = subprocess.run(
@@ -290,5 +294,6 @@ def test_sdist_carries_its_tests_and_passes_them_outside_git(tmp_path: Path) -> 
     )
     tail = done.stdout[-3000:] + done.stderr[-2000:]
     assert done.returncode == 0, tail
-    assert " passed" in done.stdout and " failed" not in done.stdout, tail
+    assert " passed" in done.stdout, tail
+    assert " failed" not in done.stdout, tail
     assert importlib.util.find_spec("perseus") is not None

@@ -101,7 +101,8 @@ def test_repr_summarises(tmp_path):
     text = repr(load(write(tmp_path, [HEADER, *VALID_ROWS])))
     assert "num_stages=2" in text
     assert "1200..1410 MHz" in text
-    assert "measured=8" in text and "useful=8" in text
+    assert "measured=8" in text
+    assert "useful=8" in text
     assert "blocking_power_w=50" in text
     assert "prof.csv" in text
 
@@ -109,7 +110,7 @@ def test_repr_summarises(tmp_path):
 def test_arrays_are_read_only(tmp_path):
     opts = load(write(tmp_path, [HEADER, *VALID_ROWS])).options(0, "forward")
     for array in (opts.frequency_mhz, opts.time_s, opts.energy_j):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="read-only"):
             array[0] = 1
 
 
@@ -136,7 +137,7 @@ def test_filter_drops_dominated_rows_and_sorts_fastest_first(tmp_path):
     assert profile.frequencies_mhz == (900, 1000, 1200, 1300, 1350, 1410)
 
 
-def test_filter_keeps_slower_option_that_costs_less_than_idling(tmp_path):
+def test_filter_keeps_slower_option_that_costs_less_than_idling():
     # 1200 MHz takes 2 ms more and 0.05 J more than 1410 MHz. With 50 W of
     # blocking power, idling those 2 ms costs 0.1 J: running slowly is cheaper.
     rows = ["0,forward,1410,0.010,5.0", "0,forward,1200,0.012,5.05", *VALID_ROWS[2:4]]
@@ -213,24 +214,28 @@ def test_stage_options_copies_input():
 
 def test_empty_file(tmp_path):
     path, msg = csv_error(tmp_path, [])
-    assert path in msg and "empty" in msg
+    assert path in msg
+    assert "empty" in msg
 
 
 def test_whitespace_only_file_is_empty(tmp_path):
     path, msg = csv_error(tmp_path, ["", "   ", ""])
-    assert path in msg and "empty" in msg
+    assert path in msg
+    assert "empty" in msg
 
 
 def test_header_missing_column(tmp_path):
     header = "stage,instruction,frequency,time"
     path, msg = csv_error(tmp_path, [header, *(row.rsplit(",", 1)[0] for row in VALID_ROWS)])
-    assert path in msg and "line 1" in msg
+    assert path in msg
+    assert "line 1" in msg
     assert "missing column(s) 'energy'" in msg
 
 
 def test_header_extra_column(tmp_path):
     path, msg = csv_error(tmp_path, [HEADER + ",power", *(row + ",300" for row in VALID_ROWS)])
-    assert path in msg and "line 1" in msg
+    assert path in msg
+    assert "line 1" in msg
     assert "unexpected column(s) 'power'" in msg
 
 
@@ -242,7 +247,8 @@ def test_header_wrong_case_reports_both_sides(tmp_path):
 
 def test_header_repeated_column(tmp_path):
     path, msg = csv_error(tmp_path, [HEADER + ",time", *(row + ",1" for row in VALID_ROWS)])
-    assert path in msg and "repeated column(s) 'time'" in msg
+    assert path in msg
+    assert "repeated column(s) 'time'" in msg
 
 
 def test_row_with_wrong_number_of_fields(tmp_path):
@@ -273,7 +279,8 @@ def test_non_numeric_value(tmp_path, row, field, value):
 
 def test_empty_value(tmp_path):
     path, msg = csv_error(tmp_path, with_row(1, "0,forward,1200,,4.0"))
-    assert f"{path}, line 3, field 'time'" in msg and "empty" in msg
+    assert f"{path}, line 3, field 'time'" in msg
+    assert "empty" in msg
 
 
 @pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "NaN"])
@@ -308,7 +315,8 @@ def test_time_and_energy_ranges(tmp_path, field, bad, expected):
             assert load(write(tmp_path, lines)).measured(0, "forward").time_s.max() == 12.0
         return
     path, msg = csv_error(tmp_path, lines)
-    assert f"{path}, line 3, field '{field}'" in msg and expected in msg
+    assert f"{path}, line 3, field '{field}'" in msg
+    assert expected in msg
 
 
 @pytest.mark.parametrize(
@@ -385,14 +393,18 @@ def test_bad_stage(tmp_path, bad, expected):
 def test_unknown_instruction(tmp_path):
     path, msg = csv_error(tmp_path, with_row(1, "0,fwd,1200,0.012,4.0"))
     assert f"{path}, line 3, field 'instruction'" in msg
-    assert "'fwd'" in msg and "'forward'" in msg and "'backward'" in msg
+    assert "'fwd'" in msg
+    assert "'forward'" in msg
+    assert "'backward'" in msg
 
 
 def test_duplicate_row_names_both_lines(tmp_path):
     path, msg = csv_error(tmp_path, [HEADER, *VALID_ROWS, "0,backward,1200,0.030,9.0"])
     assert f"{path}, line 10" in msg
     assert "first given at line 5" in msg
-    assert "stage 0" in msg and "'backward'" in msg and "1200 MHz" in msg
+    assert "stage 0" in msg
+    assert "'backward'" in msg
+    assert "1200 MHz" in msg
 
 
 @pytest.mark.parametrize(
@@ -415,7 +427,8 @@ def test_stage_ids_not_contiguous(tmp_path):
 def test_stage_ids_not_starting_at_zero(tmp_path):
     rows = [row.replace("0,", "2,", 1) if row.startswith("0,") else row for row in VALID_ROWS]
     _, msg = csv_error(tmp_path, [HEADER, *rows])
-    assert "missing 0" in msg and "missing 0, 1" not in msg
+    assert "missing 0" in msg
+    assert "missing 0, 1" not in msg
 
 
 def test_huge_stage_gap_lists_a_few_ids(tmp_path):
@@ -426,7 +439,8 @@ def test_huge_stage_gap_lists_a_few_ids(tmp_path):
 
 def test_header_only(tmp_path):
     path, msg = csv_error(tmp_path, [HEADER])
-    assert path in msg and "no data rows" in msg
+    assert path in msg
+    assert "no data rows" in msg
 
 
 def test_not_utf8(tmp_path):
@@ -626,7 +640,7 @@ def test_to_csv_failure_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
     out.write_text("previous\n")
     profile = load(write(tmp_path, [HEADER, *VALID_ROWS]))
 
-    def fail(src, dst):
+    def fail(_src, _dst):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", fail)
@@ -658,7 +672,8 @@ def test_example_profiles_load(name, stages, frequencies):
     assert all(1.6 <= b / f <= 2.4 for f, b in zip(forward, backward))
     # First and last stages are the heaviest.
     middle = max(forward[1:-1])
-    assert forward[0] > middle and forward[-1] > middle
+    assert forward[0] > middle
+    assert forward[-1] > middle
 
 
 def test_large_example_has_dominated_low_frequencies():

@@ -44,8 +44,11 @@ def test_publish_never_replaces_and_keeps_the_result(tmp_path):
         _files.publish_new_file(target, "second")
     assert target.read_text() == "first"
     kept = Path(caught.value.kept_as)
-    assert kept.parent == tmp_path and kept.suffix == ".json" and kept.read_text() == "second"
-    assert str(kept) in str(caught.value) and caught.value.errno == errno.EEXIST
+    assert kept.parent == tmp_path
+    assert kept.suffix == ".json"
+    assert kept.read_text() == "second"
+    assert str(kept) in str(caught.value)
+    assert caught.value.errno == errno.EEXIST
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -54,7 +57,8 @@ def test_publish_refuses_a_dangling_symlink(tmp_path):
     target.symlink_to(tmp_path / "nowhere")
     with pytest.raises(OutputExistsError):
         _files.publish_new_file(target, "x")
-    assert not (tmp_path / "nowhere").exists() and target.is_symlink()
+    assert not (tmp_path / "nowhere").exists()
+    assert target.is_symlink()
 
 
 def test_save_without_overwrite(tmp_path, frontier):
@@ -82,8 +86,10 @@ def test_a_file_that_appears_during_the_solve_is_not_replaced(tmp_path, capsys, 
     status = main(["optimize", str(SMALL), "-m", "4", "--blocking-power", "70", "-o",
                    str(tmp_path / "out"), "-q"])  # fmt: skip
     _, err = capsys.readouterr()
-    assert status == 2 and err.count("\n") == 1
-    assert "appeared while perseus was working" in err and "kept as" in err
+    assert status == 2
+    assert err.count("\n") == 1
+    assert "appeared while perseus was working" in err
+    assert "kept as" in err
     assert json.loads(target.read_text()) == {"the other run": 1}
     (kept,) = kept_files(tmp_path / "out")
     assert kept in err
@@ -133,7 +139,8 @@ def test_plan_and_report_keep_their_result_when_raced(tmp_path, capsys, monkeypa
         args = ["report", str(source), "-o", str(tmp_path / "r.html")]
     status = main(args)
     _, err = capsys.readouterr()
-    assert status == 2 and "kept as" in err, err
+    assert status == 2, err
+    assert "kept as" in err, err
 
 
 def test_a_failed_save_keeps_the_solve(tmp_path, capsys, monkeypatch):
@@ -155,9 +162,12 @@ def test_a_failed_save_keeps_the_solve(tmp_path, capsys, monkeypatch):
     status = main(["optimize", str(SMALL), "-m", "4", "--blocking-power", "70", "-o",
                    str(tmp_path / "out"), "-q"])  # fmt: skip
     _, err = capsys.readouterr()
-    assert status == 2 and "No space left on device" in err and "kept as" in err, err
+    assert status == 2, err
+    assert "No space left on device" in err, err
+    assert "kept as" in err, err
     (copy,) = list(fallback_dir.iterdir())
-    assert str(copy) in err and perseus.Frontier.load(copy).spec.microbatches == 4
+    assert str(copy) in err
+    assert perseus.Frontier.load(copy).spec.microbatches == 4
 
 
 def test_names_of_255_bytes_can_be_written(tmp_path, frontier):
@@ -181,7 +191,8 @@ def test_orphaned_temporary_files_are_cleaned_up(tmp_path, frontier):
         os.utime(path, (old, old))
     frontier.save(tmp_path / "frontier.json")
     assert not any(p.exists() for p in orphans)
-    assert fresh.exists() and unrelated.exists()
+    assert fresh.exists()
+    assert unrelated.exists()
 
 
 def test_output_that_is_a_file_says_so(tmp_path, capsys):
@@ -190,7 +201,9 @@ def test_output_that_is_a_file_says_so(tmp_path, capsys):
     status = main(["optimize", str(SMALL), "-m", "4", "--blocking-power", "70", "-o",
                    str(blocker), "-q"])  # fmt: skip
     _, err = capsys.readouterr()
-    assert status == 2 and "exists and is not a directory" in err and "File exists" not in err
+    assert status == 2
+    assert "exists and is not a directory" in err
+    assert "File exists" not in err
 
 
 def test_names_with_escape_sequences_are_printed_escaped(tmp_path, capsys):
@@ -198,10 +211,14 @@ def test_names_with_escape_sequences_are_printed_escaped(tmp_path, capsys):
     status = main(["optimize", str(SMALL), "-m", "4", "--blocking-power", "70", "-o", str(out),
                    "-q"])  # fmt: skip
     printed, _ = capsys.readouterr()
-    assert status == 0 and "\x1b" not in printed and "\\x1b]0;pwned\\x07" in printed
+    assert status == 0
+    assert "\x1b" not in printed
+    assert "\\x1b]0;pwned\\x07" in printed
     status = main(["show", str(tmp_path / "missing\x1b[2J.json")])
     _, err = capsys.readouterr()
-    assert status == 2 and "\x1b" not in err and "\\x1b[2J" in err
+    assert status == 2
+    assert "\x1b" not in err
+    assert "\\x1b[2J" in err
 
 
 def test_memory_error_is_one_line(tmp_path, capsys, monkeypatch):
@@ -214,4 +231,7 @@ def test_memory_error_is_one_line(tmp_path, capsys, monkeypatch):
     status = main(["optimize", str(SMALL), "-m", "4", "--blocking-power", "70", "-o",
                    str(tmp_path), "-q"])  # fmt: skip
     _, err = capsys.readouterr()
-    assert status == 2 and err.count("\n") == 1 and "out of memory" in err and "try" in err
+    assert status == 2
+    assert err.count("\n") == 1
+    assert "out of memory" in err
+    assert "try" in err

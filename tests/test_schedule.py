@@ -74,7 +74,7 @@ def reference(schedule, gpus, microbatches, chunks=1):
 # --- replay of an order, independent of perseus --------------------------------
 
 
-def simulate(orders, gpus, chunks, microbatches, duration):
+def simulate(orders, gpus, chunks, microbatches, duration):  # noqa: ARG001 (the orders already encode it; kept for the callers' symmetry)
     """Run each GPU's order as soon as data dependencies allow.
 
     ``duration(instruction, stage)`` gives seconds. Returns the iteration time,
@@ -278,7 +278,8 @@ def test_orders_are_feasible_and_replay_agrees(schedule, gpus, microbatches, chu
     if expected_time is None:
         # Only interleaved orders with a ragged last group can deadlock; perseus
         # must refuse them with a clear error instead of hanging or crashing.
-        assert schedule == "interleaved-1f1b" and microbatches % gpus != 0
+        assert schedule == "interleaved-1f1b"
+        assert microbatches % gpus != 0
         with pytest.raises(ProfileError, match="deadlocks"):
             perseus.optimize(profile, **run)
         return
@@ -308,7 +309,8 @@ def test_deadlocking_interleaved_sizes_are_refused(gpus, microbatches, chunks):
             virtual_stages=chunks,
         )
     message = str(info.value)
-    assert f"{gpus} GPUs" in message and f"{microbatches} microbatches" in message
+    assert f"{gpus} GPUs" in message
+    assert f"{microbatches} microbatches" in message
 
 
 @given(

@@ -245,7 +245,7 @@ def test_switch_aware_plan_meets_the_deadline_and_beats_the_unaware_one(
         try:
             aware = switch_aware_plan(frontier, deadline, latency_s)
         except ValueError as error:
-            assert "no plan meets" in str(error)
+            assert "no plan meets" in str(error)  # noqa: PT017 (refusal is one allowed outcome)
             continue
         assert aware.replay.iteration_time_s <= deadline
         again = replay_with_switch_latency(profile, spec, aware.plan.frequencies_mhz, latency_s)
@@ -335,9 +335,8 @@ def test_command_line_switch_latency(tmp_path, capsys):
         == 0
     )
     out_text = capsys.readouterr().out
-    assert (
-        "switches per iteration" in out_text and "of computing at a clock not planned" in out_text
-    )
+    assert "switches per iteration" in out_text
+    assert "of computing at a clock not planned" in out_text
     bad = ["evaluate", str(csv), str(out / "plan.json"), "--switch-latency", "-1"]
     assert cli_main(bad) == 2
     assert "--switch-latency: must be a finite number of seconds >= 0" in capsys.readouterr().err

@@ -19,9 +19,11 @@ def test_changes_are_timed_no_shorter_than_the_call(fake_nvml):
     m = perseus.measure_switch_latency(0, repeats=4)
     assert m.name == "Fake NVIDIA H200"
     assert m.clocks_mhz == (1980, 1380)  # the fastest, and the clock nearest 70 % of it
-    assert m.timeouts == 0 and len(m.visible_s) == 4
+    assert m.timeouts == 0
+    assert len(m.visible_s) == 4
     assert min(m.visible_s) >= 0.020
-    assert len(m.call_s) == 4 and min(m.call_s) >= 0.020
+    assert len(m.call_s) == 4
+    assert min(m.call_s) >= 0.020
     assert m.median_s >= 0.020
     assert fake_nvml.locked(0) == 0  # given back
 
@@ -32,7 +34,8 @@ def test_a_clock_never_seen_is_a_timeout(fake_nvml):
     # clock it asks for, since the first has not landed).
     fake_nvml.configure(sleep_ms=300)
     m = perseus.measure_switch_latency(0, repeats=2, timeout_s=0.05)
-    assert m.timeouts == 2 and len(m.visible_s) == 0
+    assert m.timeouts == 2
+    assert len(m.visible_s) == 0
     assert m.median_s != m.median_s  # NaN
 
 
@@ -46,7 +49,8 @@ def test_a_clock_never_seen_is_a_timeout(fake_nvml):
         ({"clocks_mhz": (1500, 1501)}, "must differ"),
     ],
 )
-def test_bad_arguments(fake_nvml, kwargs, pattern):
+@pytest.mark.usefixtures("fake_nvml")
+def test_bad_arguments(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         perseus.measure_switch_latency(0, **kwargs)
 
@@ -55,14 +59,17 @@ def test_command(fake_nvml, capsys):
     fake_nvml.configure(sleep_ms=5)
     assert cli_main(["switch-latency", "--device", "1", "--repeats", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["device"] == 1 and len(out["visible_s"]) == 3 and out["median_s"] >= 0.005
+    assert out["device"] == 1
+    assert len(out["visible_s"]) == 3
+    assert out["median_s"] >= 0.005
     assert cli_main(["switch-latency", "--repeats", "2"]) == 0
     assert "visible after  median" in capsys.readouterr().out
     assert cli_main(["switch-latency", "--device", "7"]) == 1
     assert "7" in capsys.readouterr().err
 
 
-def test_profiler_records_switch_latency_in_its_sidecar(fake_nvml, fake_libraries, tmp_path):
+@pytest.mark.usefixtures("fake_libraries")
+def test_profiler_records_switch_latency_in_its_sidecar(fake_nvml, tmp_path):
     fake_nvml.configure(clocks="1980,1500,1200,1000", sleep_ms=10)
     work = {0: {"forward": lambda: None, "backward": lambda: None}}
     fast = dict(mode="cpu", window_s=0.005, windows=1, warmup_s=0.0, progress=False)

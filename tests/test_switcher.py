@@ -68,7 +68,8 @@ def test_set_returns_at_once_and_worker_applies(fake_nvml):
     fake_nvml.configure(sleep_ms=500)
     with FrequencySwitcher(0) as sw:
         assert sw.name == "Fake NVIDIA H200"
-        assert sw.supported_mhz[0] == 210 and sw.supported_mhz[-1] == 1980
+        assert sw.supported_mhz[0] == 210
+        assert sw.supported_mhz[-1] == 1980
         assert sw.applied_mhz is None
         assert sw.set(1500) == 1500
         assert fake_nvml.locked(0) != 1500, "set() waited for the NVML call"
@@ -133,7 +134,8 @@ def test_reset_gives_default_clocks_and_relocks_later(fake_nvml):
         sw.wait()
         sw.reset()
         sw.wait()
-        assert fake_nvml.locked(0) == 0 and sw.applied_mhz is None
+        assert fake_nvml.locked(0) == 0
+        assert sw.applied_mhz is None
         sw.set(1200)
         sw.wait()
         assert fake_nvml.locked(0) == 1200
@@ -169,7 +171,8 @@ def test_snapping_tie_goes_to_the_faster_clock(fake_nvml):
         assert sw.snap(1004) == 1000
 
 
-def test_invalid_arguments(fake_nvml):
+@pytest.mark.usefixtures("fake_nvml")
+def test_invalid_arguments():
     with pytest.raises(IndexError, match="no GPU 7"):
         FrequencySwitcher(7)
     with pytest.raises(ValueError, match="record_capacity"):
@@ -252,7 +255,8 @@ def test_constructor_arguments_are_checked(fake_nvml, kwargs, error, message):
     assert fake_nvml.init_count() == 0  # nothing left open
 
 
-def test_other_arguments_are_checked(fake_nvml):
+@pytest.mark.usefixtures("fake_nvml")
+def test_other_arguments_are_checked():
     with FrequencySwitcher(0) as sw:
         for bad in (True, -1, 2**64):
             with pytest.raises((TypeError, ValueError), match="^stream "):
@@ -262,7 +266,9 @@ def test_other_arguments_are_checked(fake_nvml):
                 sw.wait(timeout_s=bad)
         with pytest.raises(TypeError, match="^timeout_s must be a number of seconds or None"):
             sw.wait(timeout_s="1")
-        assert sw.wait(timeout_s=float("inf")) and sw.wait(timeout_s=0) and sw.wait(timeout_s=2)
+        assert sw.wait(timeout_s=float("inf"))
+        assert sw.wait(timeout_s=0)
+        assert sw.wait(timeout_s=2)
     with pytest.raises(TypeError, match="^index must be an integer, not bool"):
         NvmlDevice(True)
     with pytest.raises(ValueError, match=r"min_mhz \(1500\) must not exceed max_mhz \(1005\)"):
@@ -271,7 +277,8 @@ def test_other_arguments_are_checked(fake_nvml):
         NvmlDevice(0).supported_graphics_clocks(memory_mhz=0)
 
 
-def test_wait_timeout_is_a_deprecated_alias_of_timeout_s(fake_nvml, monkeypatch):
+@pytest.mark.usefixtures("fake_nvml")
+def test_wait_timeout_is_a_deprecated_alias_of_timeout_s(monkeypatch):
     from perseus import _deprecation
 
     monkeypatch.setattr(_deprecation, "_warned", set())
@@ -285,7 +292,8 @@ def test_wait_timeout_is_a_deprecated_alias_of_timeout_s(fake_nvml, monkeypatch)
             sw.wait(1, timeout=1)
 
 
-def test_enums_come_from_the_core(fake_nvml):
+@pytest.mark.usefixtures("fake_nvml")
+def test_enums_come_from_the_core():
     assert int(NvmlReturn.ERROR_NO_PERMISSION) == 4
     assert NvmlReturn.ERROR_NOT_SUPPORTED == 3  # an int enum: compares with NvmlError.code
     assert [m.name for m in sorted(SwitchSource.__members__.values(), key=int)] == [
@@ -299,9 +307,8 @@ def test_enums_come_from_the_core(fake_nvml):
         "CHANGED",
         "REAPPLY",
     ]
-    assert not hasattr(perseus.switcher, "SOURCES") and not hasattr(
-        perseus.switcher, "_NVML_NOT_SUPPORTED"
-    )
+    assert not hasattr(perseus.switcher, "SOURCES")
+    assert not hasattr(perseus.switcher, "_NVML_NOT_SUPPORTED")
 
 
 def test_garbage_collected_switcher_resets(fake_nvml):
@@ -314,7 +321,8 @@ def test_garbage_collected_switcher_resets(fake_nvml):
     assert fake_nvml.locked(0) == 0
 
 
-def test_closed_switcher_refuses_work(fake_nvml):
+@pytest.mark.usefixtures("fake_nvml")
+def test_closed_switcher_refuses_work():
     sw = FrequencySwitcher(0)
     sw.close()
     sw.close()  # idempotent
@@ -323,13 +331,16 @@ def test_closed_switcher_refuses_work(fake_nvml):
     assert "closed" in repr(sw)
 
 
-def test_records_are_bounded(fake_nvml):
+@pytest.mark.usefixtures("fake_nvml")
+def test_records_are_bounded():
     with FrequencySwitcher(0, record_capacity=2) as sw:
         for mhz in (1500, 1410, 1305, 1200, 1095):
             sw.set(mhz)
             sw.wait()
         log = sw.records()
-    assert isinstance(log, SwitchLog) and len(log) == 2 and log.dropped == 3
+    assert isinstance(log, SwitchLog)
+    assert len(log) == 2
+    assert log.dropped == 3
     assert list(log.applied_mhz) == [1200, 1095]
     rows = list(log)
     assert all(isinstance(r, SwitchRecord) for r in rows)
@@ -360,7 +371,8 @@ def test_two_switchers_on_one_gpu_share_its_lock(fake_nvml):
     assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (1200, 1593)  # the latest wins
     a.close()  # b still holds GPU 0: its clock stays; a's memory lock goes
     assert (fake_nvml.locked(0), fake_nvml.locked_memory(0)) == (1200, 0)
-    assert b.set(1305) == 1305 and b.wait()
+    assert b.set(1305) == 1305
+    assert b.wait()
     assert fake_nvml.locked(0) == 1305
     b.close()
     assert fake_nvml.locked(0) == 0
@@ -396,7 +408,8 @@ def test_a_switcher_that_never_locked_does_not_unlock_another(fake_nvml):
     assert fake_nvml.locked(0) == 0
 
 
-def test_nvml_device_by_uuid_ignores_cuda_visible_devices(fake_nvml, monkeypatch):
+@pytest.mark.usefixtures("fake_nvml")
+def test_nvml_device_by_uuid_ignores_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     gpu = NvmlDevice.from_uuid("GPU-fa4e0001-0000-0000-0000-000000000001")
     assert (gpu.index, gpu.nvml_index, gpu.name) == (-1, 1, "Fake NVIDIA H200")
@@ -415,7 +428,8 @@ def test_nvml_device_reads_clocks_and_energy(fake_nvml):
     assert list(gpu.supported_memory_clocks()) == [2619]
     e0 = gpu.total_energy_mj()
     gpu.set_locked_clocks(1005, 1005)
-    assert gpu.clock_mhz("sm") == 1005 and gpu.clock_mhz("memory") == 2619
+    assert gpu.clock_mhz("sm") == 1005
+    assert gpu.clock_mhz("memory") == 2619
     time.sleep(0.02)
     assert gpu.total_energy_mj() > e0
     gpu.reset_locked_clocks()
@@ -479,12 +493,15 @@ def test_no_permission_is_raised_from_next_set(fake_nvml, capfd):
     sw.set(1500)  # returns: the worker makes the call
     wait_until(lambda: sw.failed)
     err = capfd.readouterr().err
-    assert "Insufficient Permissions" in err and "raised from the next set()" in err
+    assert "Insufficient Permissions" in err
+    assert "raised from the next set()" in err
     with pytest.raises(NvmlError, match="Insufficient Permissions") as info:
         sw.set(1410)
     error = info.value
-    assert error.code == 4 and error.function == "nvmlDeviceSetGpuLockedClocks"
-    assert "CAP_SYS_ADMIN" in str(error) and "root" in str(error)
+    assert error.code == 4
+    assert error.function == "nvmlDeviceSetGpuLockedClocks"
+    assert "CAP_SYS_ADMIN" in str(error)
+    assert "root" in str(error)
     with pytest.raises(NvmlError):  # it stays failed
         sw.set(1305)
     sw.close()  # already raised: close() does not raise it again
@@ -552,12 +569,14 @@ def test_init_failure_has_a_hint(fake_nvml):
     assert isinstance(info.value, RuntimeError)
 
 
-def test_missing_nvml_library_names_it_and_the_variable(fake_libraries, monkeypatch, tmp_path):
+@pytest.mark.usefixtures("fake_libraries")
+def test_missing_nvml_library_names_it_and_the_variable(monkeypatch, tmp_path):
     missing = tmp_path / "nowhere" / "libnvidia-ml.so.1"
     monkeypatch.setenv("PERSEUS_NVML_LIBRARY", str(missing))
     with pytest.raises(LibraryLoadError, match="PERSEUS_NVML_LIBRARY") as info:
         FrequencySwitcher(0)
-    assert str(missing) in str(info.value) and isinstance(info.value, OSError)
+    assert str(missing) in str(info.value)
+    assert isinstance(info.value, OSError)
     with pytest.raises(LibraryLoadError, match="libnvidia-ml.so.1"):
         reset_clocks()
 
@@ -574,7 +593,8 @@ def test_missing_cuda_library_names_it_and_the_variable(fake_nvml, monkeypatch, 
         assert fake_nvml.locked(0) == 1500
 
 
-def test_library_without_a_required_symbol(fake_libraries, monkeypatch, tmp_path):
+@pytest.mark.usefixtures("fake_libraries")
+def test_library_without_a_required_symbol(monkeypatch):
     # libm is a real shared library, but not NVML.
     monkeypatch.setenv("PERSEUS_NVML_LIBRARY", "libm.so.6")
     with pytest.raises(LibraryLoadError, match="no symbol nvmlInit_v2"):
@@ -615,7 +635,8 @@ def test_many_threads_calling_set(fake_nvml):
         assert errors == []
         sw.set(1605)
         assert sw.wait(timeout_s=5)
-        assert fake_nvml.locked(0) == 1605 and sw.applied_mhz == 1605
+        assert fake_nvml.locked(0) == 1605
+        assert sw.applied_mhz == 1605
         log = sw.records()
         assert np.all(log.status == 0)
         assert set(log.applied_mhz[:-1].tolist()) <= set(clocks)
@@ -654,8 +675,10 @@ def test_stream_switch_lands_between_kernels(fake_nvml, fake_libraries):
     sets = [
         (t, args) for t, _, fn, args, _ in fake_nvml.log() if fn == "nvmlDeviceSetGpuLockedClocks"
     ]
-    assert sets[0][1][1] == "1500" and sets[0][0] >= events["kernel_end", 1]
-    assert sets[1][1][1] == "1200" and sets[1][0] >= events["kernel_end", 2]
+    assert sets[0][1][1] == "1500"
+    assert sets[0][0] >= events["kernel_end", 1]
+    assert sets[1][1][1] == "1200"
+    assert sets[1][0] >= events["kernel_end", 2]
 
 
 def test_stream_switch_waits_for_the_gpu(fake_nvml, fake_libraries):
@@ -666,7 +689,8 @@ def test_stream_switch_waits_for_the_gpu(fake_nvml, fake_libraries):
             sw.set_on_stream(STREAM, 1500)
             assert sw._native.pending_stream_callbacks == 1
             time.sleep(0.05)
-            assert sw.wait(timeout_s=1) and fake_nvml.locked(0) == 0
+            assert sw.wait(timeout_s=1)
+            assert fake_nvml.locked(0) == 0
             cuda.fake_cuda_pause(STREAM, 0)
             assert cuda.fake_cuda_synchronize(STREAM, 5000) == 0
             assert sw._native.pending_stream_callbacks == 0
@@ -757,7 +781,7 @@ def test_stream_order_on_a_real_gpu(monkeypatch, capfd):  # pragma: no cover - G
         try:
             sw.wait(timeout_s=10)
         except NvmlError as error:
-            assert error.code in (3, 4)  # NOT_SUPPORTED / NO_PERMISSION here
+            assert error.code in (3, 4)  # noqa: PT017 (NOT_SUPPORTED / NO_PERMISSION here)
         log = sw.records()
     finally:
         try:
@@ -765,7 +789,9 @@ def test_stream_order_on_a_real_gpu(monkeypatch, capfd):  # pragma: no cover - G
         except NvmlError:
             pass
     capfd.readouterr()
-    assert len(log) >= 1 and log[0].applied_mhz == target and log[0].source == SwitchSource.STREAM
+    assert len(log) >= 1
+    assert log[0].applied_mhz == target
+    assert log[0].source == SwitchSource.STREAM
     assert t_enqueued < log[0].requested_ns <= t_done
 
 
@@ -1055,7 +1081,8 @@ def test_clocks_reset_when_the_process_ends(fake_nvml, scenario):
     # The fake's persisted state: the GPU is unlocked after the process is gone.
     assert state(fake_nvml)[0] == "0 0 0 0 0"
     watchdog = child.watchdog_pid
-    assert watchdog is not None and watchdog != child.proc.pid
+    assert watchdog is not None
+    assert watchdog != child.proc.pid
     if who == "self":
         # Reset by the process itself, before it died; the watchdog had nothing to do.
         assert {pid for pid, *_ in calls} == {child.proc.pid}, calls
@@ -1217,7 +1244,8 @@ def test_watchdog_killed_first_is_reaped_and_replaced(fake_nvml):
     )
     child = Child(script, {"FAKE_NVML_STATE": str(fake_nvml.state_path)})
     first, second = child.printed_int("first"), child.watchdog_pid
-    assert second is not None and second != first
+    assert second is not None
+    assert second != first
     # The dead one was reaped by the training process (no zombie left behind)...
     assert not os.path.exists(f"/proc/{first}")
     child.proc.kill()
@@ -1336,11 +1364,13 @@ def test_reset_clocks_command_one_device(fake_nvml, capsys):
     assert (fake_nvml.locked(0), fake_nvml.locked(1)) == (0, 0)
 
 
-def test_reset_clocks_command_honours_cuda_visible_devices(fake_nvml, monkeypatch, capsys):
+@pytest.mark.usefixtures("fake_nvml")
+def test_reset_clocks_command_honours_cuda_visible_devices(monkeypatch, capsys):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert cli_main(["reset-clocks"]) == 0
     out = capsys.readouterr().out
-    assert "GPU 0 (NVML 1" in out and "NVML 0" not in out
+    assert "GPU 0 (NVML 1" in out
+    assert "NVML 0" not in out
 
 
 def test_reset_clocks_command_errors(fake_nvml, capsys, monkeypatch, tmp_path):
@@ -1363,8 +1393,10 @@ def test_reset_clocks_command_errors(fake_nvml, capsys, monkeypatch, tmp_path):
 def test_reset_clocks_function(fake_nvml):
     NvmlDevice(0).set_locked_clocks(1500, 1500)
     results = reset_clocks()
-    assert [r.device for r in results] == [0, 1] and all(r.ok for r in results)
-    assert results[0].gpu == "reset" and fake_nvml.locked(0) == 0
+    assert [r.device for r in results] == [0, 1]
+    assert all(r.ok for r in results)
+    assert results[0].gpu == "reset"
+    assert fake_nvml.locked(0) == 0
 
 
 def test_hint_table():
@@ -1411,7 +1443,8 @@ def test_stopped_watchdog_never_stalls_the_switchers(fake_nvml):
     assert "mismatches {'overridden': 0, 'clamped': 0, 'changed': 0}" in out
     stalls = int(out.split("stalls ")[1].split()[0])
     assert stalls > 0
-    assert "behind 1" in out and out.rstrip().endswith("ready")
+    assert "behind 1" in out
+    assert out.rstrip().endswith("ready")
     assert out.count("behind 0") == 1
     assert "gpu 1 after close: 0" in out
     assert err.count("the clock watchdog is not reading its socket") == 1, err
@@ -1467,7 +1500,8 @@ def test_watchdog_starts_beside_modules_that_shadow_the_standard_library(fake_nv
     )
     child.proc.kill()
     _, err = child.finish()
-    assert "working directory" not in err and "keeps exiting" not in err, err
+    assert "working directory" not in err, err
+    assert "keeps exiting" not in err, err
     assert process_gone(child.watchdog_pid, wait_s=10)
     assert clock_calls_by_pid(fake_nvml)[-1] == (
         child.watchdog_pid,
@@ -1514,11 +1548,13 @@ def test_hung_nvml_call_does_not_hold_the_exit(fake_nvml, ending):
     out, err = child.finish(timeout=30)
     assert child.proc.returncode == (-signal.SIGTERM if ending == "sigterm" else 0), (out, err)
     assert "GPU 0 (NVML 0, Fake NVIDIA H200, GPU-fa4e" in err, err
-    assert "has not returned after 0.5 s" in err and "`perseus reset-clocks`" in err
+    assert "has not returned after 0.5 s" in err
+    assert "`perseus reset-clocks`" in err
     if ending != "close":
         assert "GPU 1 (NVML 1" in err  # each GPU gave up on its own, none waited forever
     else:
-        assert "raised: True True" in out and "closed twice" in out
+        assert "raised: True True" in out
+        assert "closed twice" in out
     # The watchdog (whose NVML is healthy) reset both GPUs once the process was gone.
     assert process_gone(child.watchdog_pid, wait_s=10)
     assert state(fake_nvml)[:2] == ["0 0 0 0 0", "1 0 0 0 0"]
@@ -1528,11 +1564,13 @@ def test_hung_nvml_call_does_not_hold_the_exit(fake_nvml, ending):
     assert by_watchdog == {("0",), ("1",)}
 
 
-def test_reset_clocks_command_with_no_visible_gpu(fake_nvml, monkeypatch, capsys):
+@pytest.mark.usefixtures("fake_nvml")
+def test_reset_clocks_command_with_no_visible_gpu(monkeypatch, capsys):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert cli_main(["reset-clocks"]) == 1
     err = capsys.readouterr().err
-    assert "no GPU is visible (CUDA_VISIBLE_DEVICES='')" in err and "nothing was reset" in err
+    assert "no GPU is visible (CUDA_VISIBLE_DEVICES='')" in err
+    assert "nothing was reset" in err
 
 
 # ---- read-back: the clock the GPU really runs -------------------------------------
@@ -1603,7 +1641,8 @@ def test_read_back_knows_the_clock_another_switcher_set(fake_nvml):
         before = fake_nvml.calls("nvmlDeviceGetClockInfo")
         wait_until(lambda: fake_nvml.calls("nvmlDeviceGetClockInfo") >= before + 6)
         none = {"overridden": 0, "clamped": 0, "changed": 0}
-        assert a.clock_mismatches == none and b.clock_mismatches == none
+        assert a.clock_mismatches == none
+        assert b.clock_mismatches == none
     finally:
         a.close()
         b.close()
@@ -1695,7 +1734,8 @@ def test_clockd_locks_for_a_client_and_resets_when_the_client_dies(fake_nvml, tm
     assert not sock.exists()
 
 
-def test_clockd_unreachable_is_a_clear_error(fake_nvml, tmp_path):
+@pytest.mark.usefixtures("fake_nvml")
+def test_clockd_unreachable_is_a_clear_error(tmp_path):
     script = SCRIPT_HEAD + textwrap.dedent(
         """
         sw = perseus.FrequencySwitcher(0, verify_interval_s=0)

@@ -202,7 +202,8 @@ def test_plot_api_draws_on_given_axes(frontier):
     fig = Figure()
     ax = fig.add_subplot()
     assert frontier.plot(ax) is ax
-    assert len(ax.lines) >= 3 and ax.get_xlabel() == "iteration time (s)"
+    assert len(ax.lines) >= 3
+    assert ax.get_xlabel() == "iteration time (s)"
     ax2 = Figure().add_subplot()
     assert frontier.fastest.plot_timeline(ax2) is ax2
     assert len(ax2.collections) > frontier.spec.num_gpus  # one row of bars per GPU and kind

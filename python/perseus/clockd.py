@@ -269,7 +269,7 @@ def run(socket_path: str, rules: list[Rule], mode: int) -> int:
     service = ClockService(socket_path, rules, mode)
     service.bind()
 
-    def on_signal(signum: int, frame: Any) -> None:
+    def on_signal(_signum: int, _frame: Any) -> None:
         threading.Thread(target=service.stop, daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -143,7 +143,7 @@ def _install_triton_gate() -> None:
     builtins.__import__ = gated_import
 
 
-def _constant_rng_state(device: object = "cuda") -> torch.Tensor:
+def _constant_rng_state(device: object = "cuda") -> torch.Tensor:  # noqa: ARG001 (torch's signature)
     return torch.zeros(16, dtype=torch.uint8)
 
 

@@ -341,7 +341,7 @@ def scenario_straggler(results: dict[str, Any]) -> None:
 
     running: list[int] = []
 
-    def count_while_running(trainer: Any, i: int) -> None:
+    def count_while_running(_trainer: Any, i: int) -> None:
         if i == 10:  # perseus's groups exist (made at the first iteration)
             running.append(world_sized())
 
@@ -430,7 +430,7 @@ def scenario_workloads(results: dict[str, Any]) -> None:
     }
 
     # By default a count with no frontier stops the job, at that iteration, on every rank.
-    def to_six(trainer: Any, i: int) -> None:
+    def to_six(trainer: Any, _i: int) -> None:
         trainer.args.microbatches = 6
 
     try:
@@ -443,7 +443,7 @@ def scenario_workloads(results: dict[str, Any]) -> None:
     out["unknown_count"]["restored"] = _restored()
 
     # A sequence length that changes, refused; then opted in by frontiers keyed by length.
-    def shorter(trainer: Any, i: int) -> None:
+    def shorter(trainer: Any, _i: int) -> None:
         trainer.args.seq = 8
 
     args = arguments(2, 1, 4, 2)
@@ -493,7 +493,7 @@ def scenario_metrics(results: dict[str, Any]) -> None:
         # A pause in each first forward, at its planned clock, steadies the iteration's
         # length, so that energy follows the clocks rather than the CPU's noise.
         with perseus_collectives(attachment) as collectives:
-            run = train(args, iterations, attachment, lambda iteration: 0.2)
+            run = train(args, iterations, attachment, lambda _iteration: 0.2)
     finally:
         del sys.modules["megatron.training.global_vars"]
     metrics = attachment.metrics
@@ -669,7 +669,7 @@ def scenario_errors(results: dict[str, Any]) -> None:
         **{n: getattr(schedules, n) for n in dir(schedules) if not n.startswith("_")}
     )
 
-    def backward_step(input_tensor, output, output_tensor_grad, config):  # renamed parameter
+    def backward_step(input_tensor, output, output_tensor_grad, config):  # renamed parameter  # noqa: ARG001
         return None
 
     renamed.backward_step = backward_step
@@ -745,7 +745,7 @@ def scenario_cli(results: dict[str, Any]) -> None:
         del sys.modules["megatron.training"]
     off = perseus.megatron.attach_from_args(parser.parse_args([]))
     restored: list[bool] = []
-    train(args, 2, off, between=lambda trainer, i: restored.append(_restored()))
+    train(args, 2, off, between=lambda _trainer, _i: restored.append(_restored()))
     out["off"] = {"iterations": off.iterations, "restored_during": restored}
     out["frontier_time_s"] = frontier.fastest.iteration_time_s
     results["cli"] = out

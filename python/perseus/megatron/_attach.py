@@ -362,7 +362,8 @@ class Attachment:
 
     def _start_run(self, settings: Settings, layout: Layout, gpu: bool) -> None:
         torch = self._torch
-        assert self.device is not None and self._book is not None
+        assert self.device is not None
+        assert self._book is not None
         assert self._stopwatch is not None
         if settings.clocks.switcher is not None:
             self._switcher, self._owns_switcher = settings.clocks.switcher, False
@@ -528,7 +529,8 @@ class Attachment:
             if self._off:
                 return original(*args, **kwargs)
         settings = self._settings
-        assert settings is not None and self._stopwatch is not None
+        assert settings is not None
+        assert self._stopwatch is not None
         microbatches = int(kwargs["num_microbatches"])
         seq_length = kwargs.get("seq_length")
         pp_size, pp_rank = self._pipeline(kind, kwargs)
@@ -582,7 +584,8 @@ class Attachment:
         self._last_plan = it.plan
         session = self._session
         if session is not None and it.number == session.options.iteration and not session.done:
-            assert self.device is not None and self._patch is not None
+            assert self.device is not None
+            assert self._patch is not None
             try:
                 session.finish(
                     self._torch,
@@ -617,7 +620,8 @@ class Attachment:
     def _check_fingerprint(self, it: Iteration, config: Any, kwargs: dict[str, Any]) -> None:
         """The frontier's fingerprint against this job, once per workload."""
         key, book = it.key, self._book
-        assert book is not None and self._settings is not None
+        assert book is not None
+        assert self._settings is not None
         if key is None or key in self._fingerprinted or key not in book.frontiers:
             return
         self._fingerprinted.add(key)
@@ -649,7 +653,8 @@ class Attachment:
         return dist.get_world_size(group), dist.get_rank(group)
 
     def _check_supported(self, it: Iteration, config: Any) -> bool:
-        assert self._settings is not None and self._book is not None
+        assert self._settings is not None
+        assert self._book is not None
         run = self.mode == "run"
         bypass = unsupported_schedule(
             config, it.kind, run_mode=run, by_length=self._settings.by_length
@@ -670,7 +675,8 @@ class Attachment:
 
     def _choose_plan(self, it: Iteration, config: Any) -> None:
         book = self._book
-        assert book is not None and self._settings is not None
+        assert book is not None
+        assert self._settings is not None
         # The workload is the same on every rank, whatever this rank's state: the
         # collectives between iterations depend on it (see _between).
         it.key = book.lookup(it.microbatches, it.seq_length)

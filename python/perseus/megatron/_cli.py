@@ -252,7 +252,7 @@ def attach_from_args(args: Any = None, *, allow_untested_version: bool = False) 
         if settings is None:
             return Attachment(
                 None,
-                configure=lambda parsed: None,
+                configure=lambda _parsed: None,
                 allow_untested_version=allow_untested_version,
             )
         return Attachment(

@@ -53,10 +53,10 @@ STEP_FUNCTIONS = ("forward_step", "backward_step")
 _REQUIRED_PARAMETERS = {
     "forward_step": ("data_iterator", "model", "input_tensor", "current_microbatch", "vp_stage"),
     "backward_step": ("output_tensor", "output_tensor_grad", "config"),
-    **{
-        name: ("forward_step_func", "data_iterator", "model", "num_microbatches", "forward_only")
-        for name in SCHEDULE_FUNCTIONS
-    },
+    **dict.fromkeys(
+        SCHEDULE_FUNCTIONS,
+        ("forward_step_func", "data_iterator", "model", "num_microbatches", "forward_only"),
+    ),
 }
 
 

@@ -207,7 +207,8 @@ class ProfileSession:
     ) -> Profile:
         """Sweep, gather, write; raises ProfilingFinished with ``after="stop"``."""
         layout = self.layout
-        assert layout is not None and self._world is not None
+        assert layout is not None
+        assert self._world is not None
         dist = torch.distributed
         payload: dict[str, Any] = {
             "pp_rank": layout.pipeline_rank,

@@ -315,7 +315,8 @@ class StragglerPolicy:
 
     def _follow(self, iteration: int) -> Optional[PlanSwitch]:
         straggler = self.straggler
-        assert straggler is not None and self.deadline_s is not None
+        assert straggler is not None
+        assert self.deadline_s is not None
         recent = min(self._since, self.window)
         followers = {
             r: statistics.median(self._column(r, recent))

@@ -695,7 +695,8 @@ class _Sweep:
 
     def _sweep(self) -> None:
         """Every computation at each clock from the highest down, until it stops paying."""
-        assert self.backend is not None and self.store is not None
+        assert self.backend is not None
+        assert self.store is not None
         settings, plan = self.settings, self.plan
         blocking_w = float(self.metadata["blocking_power"]["watts"])
         trackers = {key: _Tracker(settings.patience, blocking_w) for key in self.keys}
