@@ -20,9 +20,11 @@ import numpy as np
 from . import _zeus_plan
 from ._deprecation import warn_renamed
 from ._files import replace_user_file
+from ._replay import replay_rows
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .pipeline_spec import PipelineSpec, _is_index
+from .plotting import plot_timeline
 from .profile import LIMITS, Profile
 from .timeline import PowerTimeline, Timeline, timelines
 
@@ -138,12 +140,12 @@ def replayed_plan(
     With `source` (a file name), a profile that does not fit the plan is a
     ValueError naming the file; without, the ProfileError itself.
     """
-    from .optimize import evaluate
-
     make = plan_class or Plan
     draft = make(spec, frequencies_mhz, 1.0, 1.0, blocking_power_w=profile.blocking_power_w)
     try:
-        result = evaluate(profile, draft)
+        times, energies = replay_rows(
+            _check_profile_fits(profile, spec), spec, draft.frequencies_mhz[np.newaxis, :]
+        )
     except ProfileError as error:
         if source is None:
             raise
@@ -151,8 +153,8 @@ def replayed_plan(
     return make(
         spec,
         draft.frequencies_mhz,
-        result.iteration_time_s,
-        result.energy_j,
+        float(times[0]),
+        float(energies[0]),
         blocking_power_w=profile.blocking_power_w,
         profile=profile,
     )
@@ -602,8 +604,6 @@ class Plan:
         bubbles where a GPU waits. Needs matplotlib (the ``plot`` extra).
         Returns the Axes drawn on (a new figure's when `ax` is None).
         """
-        from .plotting import plot_timeline
-
         return plot_timeline(
             self.timeline(profile),
             ax=ax,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._replay import _setup, measured_rows
 from ._zeus_format import INSTRUCTIONS
 
 if TYPE_CHECKING:
@@ -172,8 +173,6 @@ def timelines(profile: Profile, spec: PipelineSpec, frequencies_mhz: np.ndarray)
     stage and instruction (`perseus.ProfileError` names the one that is not).
     All plans are replayed together, one pass over the DAG in topological order.
     """
-    from .optimize import _setup, measured_rows  # optimize imports frontier, which imports us
-
     rows = np.atleast_2d(np.asarray(frequencies_mhz, dtype=np.int64))
     time_s, energy_j = measured_rows(profile, spec, rows)
     problem, _, pipeline = _setup(profile, spec)
