@@ -8,7 +8,9 @@ of the child alone, median of ``--repeat`` runs. What is measured:
 
 - ``save v3`` / ``save v2``: load the frontier, then save it (the save's own
   CPU is the child's total minus a load-only child's);
-- ``load``: ``Frontier.load`` (checks every field; see `perseus.Frontier.load`);
+- ``load``: ``Frontier.load`` (checks every field; see `perseus.Frontier.load`),
+  of the file as written and of the same file without its digest (as the
+  first version 3 files were: every plan is then replayed at load);
 - ``load + one GPU's clocks``: what a Megatron rank does, ``frequencies_mhz(k, gpu=g)``;
 - ``perseus show`` and ``perseus plan --deadline`` on the file.
 
@@ -130,6 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         ],
     }
     sizes = {"v3": path.stat().st_size}
+    # The first version 3 files had no digest: every plan is replayed at load.
+    undigested = args.work / f"{path.stem}.no-digest.json"
+    if not undigested.exists():
+        document = json.loads(path.read_text())
+        document["plans"].pop("sha256", None)
+        undigested.write_text(json.dumps(document, separators=(",", ":")))
+    steps["load v3 without digest"] = [*py, "load", str(undigested)]
     if args.v2:
         v2 = args.work / f"{path.stem}.v2.json"
         if not v2.exists():

@@ -89,23 +89,24 @@ def measured_rows(
     """
     pipeline = spec.pipeline()
     group = pipeline.group.astype(np.int64)
-    # One sorted key per measured row: group and frequency.
-    keys, times, energies = [], [], []
+    # A table from (group, MHz) to the measured row: one gather per value.
+    times, energies, clocks = [], [], []
     for g in range(2 * profile.num_stages):
         rows = profile.measured(g // 2, INSTRUCTIONS[g % 2])
-        keys.append(g * (1 << 20) + rows.frequency_mhz)
+        clocks.append(np.asarray(rows.frequency_mhz, dtype=np.int64))
         times.append(rows.time_s)
         energies.append(rows.energy_j)
-    key = np.concatenate(keys)
-    order = np.argsort(key)
-    key, time_s, energy_j = (
-        key[order],
-        np.concatenate(times)[order],
-        np.concatenate(energies)[order],
-    )
-    wanted = group[np.newaxis, :] * (1 << 20) + np.asarray(frequencies_mhz, dtype=np.int64)
-    at = np.minimum(np.searchsorted(key, wanted), len(key) - 1)
-    missing = key[at] != wanted
+    time_s, energy_j = np.concatenate(times), np.concatenate(energies)
+    width = int(max(int(c.max()) for c in clocks)) + 1
+    table = np.full((len(clocks), width), -1, dtype=np.int64)
+    start = 0
+    for g, c in enumerate(clocks):
+        table[g, c] = start + np.arange(len(c))
+        start += len(c)
+    wanted = np.atleast_2d(np.asarray(frequencies_mhz, dtype=np.int64))
+    inside = (wanted >= 0) & (wanted < width)
+    at = np.where(inside, table[group[np.newaxis, :], np.clip(wanted, 0, width - 1)], -1)
+    missing = at < 0
     if np.any(missing):
         plan_index, i = (int(v[0]) for v in np.nonzero(missing))
         stage, kind, mb = (
@@ -117,7 +118,7 @@ def measured_rows(
         where = f"plan {plan_index}, " if len(wanted) > 1 else ""
         raise ProfileError(
             f"{where}(stage {stage}, {kind!r}, microbatch {mb}): "
-            f"{int(np.asarray(frequencies_mhz)[plan_index, i])} MHz was never measured "
+            f"{int(wanted[plan_index, i])} MHz was never measured "
             f"for stage {stage} {kind} (measured: {measured})"
         )
     return time_s[at], energy_j[at]
