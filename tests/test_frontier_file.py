@@ -641,3 +641,26 @@ def test_frontier_records_are_read_only(frontier):
         assert array.dtype == np.float64
         with pytest.raises(ValueError, match="read-only"):
             array[0] = 1.0
+
+
+def test_a_version_2_file_too_large_to_load_is_refused_before_it_is_built(
+    tmp_path, frontier, monkeypatch
+):
+    """At 16 x 256 version 2 would be over 600 MB: refused without building the text."""
+    import perseus.frontier as frontier_module
+
+    least = 2 * len(frontier) * frontier.spec.num_computations
+
+    def never(*args, **kwargs):
+        raise AssertionError("the version 2 document was built")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(frontier_module, "MAX_FILE_BYTES", least - 1)
+        patch.setattr(frontier_module._frontier_file, "encode", never)
+        with pytest.raises(
+            ValueError, match=rf"take {least} bytes or more, .* save it as version 3"
+        ):
+            frontier.save(tmp_path / "f.json", version=2)
+    assert not (tmp_path / "f.json").exists()
+    frontier.save(tmp_path / "f.json", version=2)  # under the real cap it is written
+    assert len(Frontier.load(tmp_path / "f.json")) == len(frontier)

@@ -530,10 +530,18 @@ class Frontier(Sequence[Plan]):
         """
         if version not in (2, 3) or isinstance(version, bool):
             raise ValueError(f"version must be 2 or 3, got {version!r}")
-        text = json.dumps(_frontier_file.encode(self, version), separators=(",", ":"))
-        if len(text) > MAX_FILE_BYTES:
+        # Version 2 spells out every clock, each at least two characters ("1,"):
+        # refuse what cannot fit before building gigabytes of text to measure it.
+        least = 2 * len(self) * self._spec.num_computations if version == 2 else 0
+        text = (
+            ""
+            if least > MAX_FILE_BYTES
+            else json.dumps(_frontier_file.encode(self, version), separators=(",", ":"))
+        )
+        if least > MAX_FILE_BYTES or len(text) > MAX_FILE_BYTES:
             raise ValueError(
-                f"{os.fspath(path)}: the frontier would take {len(text)} bytes, more than "
+                f"{os.fspath(path)}: the frontier would take {max(least, len(text))} bytes"
+                f"{' or more' if least > MAX_FILE_BYTES else ''}, more than "
                 f"Frontier.load reads ({MAX_FILE_BYTES}); "
                 + ("save it as version 3" if version == 2 else "solve with a coarser unit_time_s")
             )
