@@ -203,6 +203,7 @@ def _b64(array: np.ndarray, dtype: str) -> str:
 
 def _encode_plans(frontier: Frontier) -> dict[str, Any]:
     store = frontier._plans
+    first: np.ndarray
     if isinstance(store, PlanStore):  # loaded compactly: its changes as they are
         first, counts, ids, mhz = store.first_mhz, store.counts, store.change_ids, store.change_mhz
     else:

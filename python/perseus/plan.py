@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _zeus_plan
 from ._deprecation import warn_renamed
@@ -75,7 +76,7 @@ def _seconds(value: object, name: str) -> float:
     return seconds
 
 
-def _frequencies_array(values: Any, spec: PipelineSpec) -> np.ndarray:
+def _frequencies_array(values: Any, spec: PipelineSpec) -> npt.NDArray[np.int32]:
     """A read-only int32 copy of a plan's MHz, checked against `LIMITS`."""
     raw = np.array(values, copy=True)
     if raw.shape != (spec.num_computations,):
@@ -294,7 +295,7 @@ class Plan:
         return self._spec
 
     @property
-    def frequencies_mhz(self) -> np.ndarray:
+    def frequencies_mhz(self) -> npt.NDArray[np.int32]:
         """Read-only MHz per computation, in core id order (see module docs)."""
         return self._frequencies
 
