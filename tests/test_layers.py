@@ -9,7 +9,7 @@ Imports under ``if TYPE_CHECKING:`` are left out: they never run.
 from __future__ import annotations
 
 import ast
-import shutil
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -160,7 +160,7 @@ def test_records_know_nothing_of_the_solver_entry():
         assert "perseus.optimize" not in reaches(record), record
 
 
-@pytest.mark.skipif(shutil.which("mypy") is None, reason="needs mypy")
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="needs mypy")
 def test_frontier_attributes_are_typed_and_read_only_for_mypy(tmp_path):
     """`fr.unit_time_s = 3.0` fails under mypy --strict; attributes have real types."""
     check = tmp_path / "uses_frontier.py"
