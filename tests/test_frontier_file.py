@@ -500,3 +500,175 @@ def test_energy_before_reclaim_below_energy_is_refused(tmp_path, document):
         ValueError, match=r"plans\[2\]\.energy_before_reclaim_j: .* reclamation never adds"
     ):
         Frontier.load(bad)
+
+
+# --- version 3 at scale: a digest instead of replaying every plan at load (issue 23) ----------
+
+
+def v3_document(tmp_path, frontier):
+    frontier.save(tmp_path / "v3.json")
+    return json.loads((tmp_path / "v3.json").read_text())
+
+
+def v3_numbers(document, key, dtype):
+    import base64
+
+    return np.frombuffer(base64.b64decode(document["plans"][key]), dtype=dtype).copy()
+
+
+def set_v3_numbers(document, key, values):
+    import base64
+
+    document["plans"][key] = base64.b64encode(values.tobytes()).decode("ascii")
+
+
+def forge_digest(document):
+    """What a careful forger does: recompute the digest by the documented rule."""
+    import hashlib
+
+    covered = {k: document[k] for k in ("pipeline", "blocking_power_w", "baseline", "profile")}
+    covered["plans"] = {k: v for k, v in document["plans"].items() if k != "sha256"}
+    text = json.dumps(covered, sort_keys=True, separators=(",", ":"))
+    document["plans"]["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+
+
+def unsampled_plan(count):
+    """A plan index the load-time sample (32 plans spread evenly) does not replay."""
+    sampled = set(np.linspace(0, count - 1, 32).round().astype(int).tolist())
+    return next(k for k in range(count // 3, count) if k not in sampled)
+
+
+def test_version_3_carries_a_digest_of_what_replays(tmp_path, frontier):
+    document = v3_document(tmp_path, frontier)
+    written = document["plans"]["sha256"]
+    assert len(written) == 64 and int(written, 16) >= 0
+    forge_digest(document)  # the documented rule gives the digest perseus wrote
+    assert document["plans"]["sha256"] == written
+
+
+def test_a_doctored_energy_is_refused_at_load_naming_the_plan(tmp_path, frontier):
+    document = v3_document(tmp_path, frontier)
+    k = unsampled_plan(len(frontier))
+    energies = v3_numbers(document, "energy_j", "<f8")
+    energies[k] *= 0.99  # 1 % cheaper than it is: still above its energy before reclamation
+    set_v3_numbers(document, "energy_j", energies)
+    bad = write(tmp_path, document)
+    with pytest.raises(
+        ValueError,
+        match=rf"^{bad}: malformed frontier file: plans\.energy_j\[{k}\]: the file says "
+        r".* but the plan replays to",
+    ):
+        Frontier.load(bad)
+
+
+def test_a_doctored_clock_is_refused_at_load_naming_the_plan(tmp_path, frontier, profile):
+    document = v3_document(tmp_path, frontier)
+    counts = v3_numbers(document, "change_counts", "<u4").astype(np.int64)
+    ids = v3_numbers(document, "change_ids", "<u4")
+    mhz = v3_numbers(document, "change_mhz", "<u2")
+    k = unsampled_plan(len(frontier))
+    while counts[k] == 0:
+        k += 1
+    j = int(counts[:k].sum())  # plan k's first change
+    pipeline = frontier.spec.pipeline()
+    i = int(ids[j])
+    measured = profile.measured(
+        int(pipeline.stage[i]), ["forward", "backward"][pipeline.instruction[i]]
+    )
+    other = next(int(f) for f in measured.frequency_mhz if f != mhz[j])
+    mhz[j] = other  # a clock that was measured, so only the replay can tell
+    set_v3_numbers(document, "change_mhz", mhz)
+    bad = write(tmp_path, document)
+    with pytest.raises(ValueError, match=rf"plans\.(energy_j|iteration_time_s)\[{k}\]: the file"):
+        Frontier.load(bad)
+
+
+def test_a_forged_digest_is_caught_when_the_plan_is_first_used(tmp_path, frontier):
+    document = v3_document(tmp_path, frontier)
+    k = unsampled_plan(len(frontier))
+    energies = v3_numbers(document, "energy_j", "<f8")
+    energies[k] *= 0.99
+    set_v3_numbers(document, "energy_j", energies)
+    forge_digest(document)
+    bad = write(tmp_path, document)
+    loaded = Frontier.load(bad)  # not every plan is replayed at load...
+    assert loaded[k - 1].energy_j == frontier[k - 1].energy_j
+    message = rf"^{bad}: malformed frontier file: plans\.energy_j\[{k}\]: .*first used"
+    with pytest.raises(ValueError, match=message):  # ...but each before it is used
+        loaded.frequencies_mhz(k, gpu=0)
+    with pytest.raises(ValueError, match=message):
+        loaded[k]
+    with pytest.raises(ValueError, match=message):
+        loaded.plan_for(float(loaded.iteration_times_s[k]))
+    with pytest.raises(ValueError, match=message):
+        list(loaded)
+    # A doctored plan that the load-time sample holds is refused at load.
+    energies[len(frontier) - 1] *= 0.99
+    set_v3_numbers(document, "energy_j", energies)
+    forge_digest(document)
+    with pytest.raises(ValueError, match=rf"plans\.energy_j\[{len(frontier) - 1}\]"):
+        Frontier.load(write(tmp_path, document))
+
+
+def test_a_wrong_digest_on_good_plans_is_refused(tmp_path, frontier):
+    document = v3_document(tmp_path, frontier)
+    document["solve_time_s"] = 99.0  # not covered: no replay depends on it
+    Frontier.load(write(tmp_path, document))
+    document["plans"]["sha256"] = "0" * 64
+    with pytest.raises(ValueError, match=r"plans\.sha256: does not match .* changed after"):
+        Frontier.load(write(tmp_path, document))
+    document["plans"]["sha256"] = 12
+    with pytest.raises(ValueError, match=r"plans\.sha256: expected 64 hexadecimal digits"):
+        Frontier.load(write(tmp_path, document))
+
+
+def test_a_version_3_file_without_digest_is_replayed_whole(tmp_path, frontier):
+    """Files of the first version 3 (no digest) still load, every plan checked at once."""
+    document = v3_document(tmp_path, frontier)
+    del document["plans"]["sha256"]
+    loaded = Frontier.load(write(tmp_path, document, "old.json"))
+    assert np.array_equal(loaded.energies_j, frontier.energies_j)
+    k = unsampled_plan(len(frontier))
+    energies = v3_numbers(document, "energy_j", "<f8")
+    energies[k] *= 0.99
+    set_v3_numbers(document, "energy_j", energies)
+    with pytest.raises(ValueError, match=rf"plans\.energy_j\[{k}\]: the file says"):
+        Frontier.load(write(tmp_path, document))
+
+
+def test_frontier_records_are_read_only(frontier):
+    with pytest.raises(AttributeError):
+        frontier.unit_time_s = 3.0
+    for array in (
+        frontier.iteration_times_s,
+        frontier.energies_j,
+        frontier.energies_before_reclaim_j,
+        frontier.average_powers_w,
+        frontier.reclaim_savings_j,
+    ):
+        assert array.dtype == np.float64
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 1.0
+
+
+def test_a_version_2_file_too_large_to_load_is_refused_before_it_is_built(
+    tmp_path, frontier, monkeypatch
+):
+    """At 16 x 256 version 2 would be over 600 MB: refused without building the text."""
+    import perseus.frontier as frontier_module
+
+    least = 2 * len(frontier) * frontier.spec.num_computations
+
+    def never(*args, **kwargs):
+        raise AssertionError("the version 2 document was built")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(frontier_module, "MAX_FILE_BYTES", least - 1)
+        patch.setattr(frontier_module._frontier_file, "encode", never)
+        with pytest.raises(
+            ValueError, match=rf"take {least} bytes or more, .* save it as version 3"
+        ):
+            frontier.save(tmp_path / "f.json", version=2)
+    assert not (tmp_path / "f.json").exists()
+    frontier.save(tmp_path / "f.json", version=2)  # under the real cap it is written
+    assert len(Frontier.load(tmp_path / "f.json")) == len(frontier)

@@ -7,13 +7,17 @@ and their new clocks. A plan's full row is rebuilt on demand from the
 nearest dense checkpoint (one every `CHECKPOINT_EVERY` plans) plus the
 changes after it, so memory is proportional to the changes, not to
 plans x computations, and one GPU's clocks can be rebuilt without the rest.
+
+A store read from a file may carry a `checker`: each plan is then checked
+(replayed against its stored time and energy) the first time any of its
+clocks is rebuilt, before anything of it is returned.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from typing import Optional, overload
+from collections.abc import Callable, Iterator, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -55,7 +59,11 @@ def _last_writes(ids: np.ndarray, mhz: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return unique, mhz[::-1][first]
 
 
-class PlanStore(Sequence[Plan]):
+PlanChecker = Callable[[int, np.ndarray], None]
+"""Called with a plan's index and full MHz row before the plan is first used; raises if wrong."""
+
+
+class PlanStore:
     """The plans of a frontier as a first row plus changes; a read-only sequence of `Plan`."""
 
     def __init__(
@@ -70,6 +78,7 @@ class PlanStore(Sequence[Plan]):
         before_j: np.ndarray,
         blocking_power_w: float,
         profile: Optional[Profile],
+        checker: Optional[PlanChecker] = None,
     ) -> None:
         self.spec = spec
         self.first_mhz = np.asarray(first_mhz, dtype=np.uint16)
@@ -84,6 +93,8 @@ class PlanStore(Sequence[Plan]):
         self.profile = profile
         self._cache: OrderedDict[int, Plan] = OrderedDict()
         self._checkpoints = self._build_checkpoints()
+        self.checker = checker
+        self._checked = np.zeros(len(self.counts), dtype=bool)  # shared by with_profile copies
 
     def _build_checkpoints(self) -> np.ndarray:
         count = (len(self.counts) + CHECKPOINT_EVERY - 1) // CHECKPOINT_EVERY
@@ -101,15 +112,13 @@ class PlanStore(Sequence[Plan]):
 
     def frequencies_mhz(self, index: int, computations: Optional[np.ndarray] = None) -> np.ndarray:
         """Plan `index`'s MHz (int32), for every computation or only `computations` (ids)."""
-        c = index // CHECKPOINT_EVERY
-        low = self.offsets[c * CHECKPOINT_EVERY + 1]
-        high = self.offsets[index + 1]
-        ids, mhz = self.change_ids[low:high], self.change_mhz[low:high]
+        if self.checker is not None and not self._checked[index]:
+            self.checker(index, self._row(index))
+            self._checked[index] = True
         if computations is None:
-            row: np.ndarray = self._checkpoints[c].astype(np.int32)
-            ids, mhz = _last_writes(ids, mhz)
-            row[ids] = mhz
-            return row
+            return self._row(index)
+        c = index // CHECKPOINT_EVERY
+        ids, mhz = self._changes_since_checkpoint(index)
         wanted = np.asarray(computations, dtype=np.int64)
         row = np.asarray(self._checkpoints[c, wanted], dtype=np.int32)
         mask = np.isin(ids, wanted)
@@ -118,16 +127,21 @@ class PlanStore(Sequence[Plan]):
         row[order[np.searchsorted(wanted[order], ids)]] = mhz
         return row
 
+    def _changes_since_checkpoint(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        low = self.offsets[index // CHECKPOINT_EVERY * CHECKPOINT_EVERY + 1]
+        high = self.offsets[index + 1]
+        return self.change_ids[low:high], self.change_mhz[low:high]
+
+    def _row(self, index: int) -> np.ndarray:
+        row: np.ndarray = self._checkpoints[index // CHECKPOINT_EVERY].astype(np.int32)
+        ids, mhz = _last_writes(*self._changes_since_checkpoint(index))
+        row[ids] = mhz
+        return row
+
     def __len__(self) -> int:
         return len(self.counts)
 
-    @overload
-    def __getitem__(self, index: int) -> Plan: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Plan]: ...
-    def __getitem__(self, index: int | slice) -> Plan | list[Plan]:
-        if isinstance(index, slice):
-            return [self[k] for k in range(*index.indices(len(self)))]
+    def __getitem__(self, index: int) -> Plan:
         k = int(index)
         if k < 0:
             k += len(self)

@@ -33,9 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._optional import optional_module
+from ._replay import _setup, _spec
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
-from .optimize import _setup, _spec, evaluate
+from .optimize import evaluate
 from .plan import Plan
 from .profile import Profile
 

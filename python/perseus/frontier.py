@@ -3,9 +3,9 @@
 It answers the questions a user asks of a solve: the plan for a deadline
 (`plan_for`), for a power cap (`plan_for_power`), the energy at a given
 iteration length, the baseline, a summary, and it saves and loads itself
-(the file format is `_frontier_file`: version 2 lists every plan's
-frequencies in full, version 1 with ``changes`` is still read). The plans
-themselves are `perseus.plan.Plan`.
+(the file format is `_frontier_file`: version 3 stores each plan as its
+changes from the one before, version 2 lists every plan's frequencies in
+full, version 1 is still read). The plans themselves are `perseus.plan.Plan`.
 """
 
 from __future__ import annotations
@@ -14,98 +14,32 @@ import json
 import math
 import numbers
 import os
-import re
 from collections.abc import Iterator, Mapping, Sequence
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, overload
 
 import numpy as np
+import numpy.typing as npt
 
+from . import _frontier_file
 from ._deprecation import warn_renamed
 from ._files import replace_user_file
+from ._fingerprint import FingerprintValue, check_fingerprint
+from ._frontier_file import FORMAT_VERSION, MAX_FILE_BYTES
 from ._plan_store import PlanStore
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan, _all_fastest_frequencies, _check_profile_fits, _seconds
+from .plotting import plot_frontier
 from .profile import Profile
+from .switch_latency import switch_aware_plan
 from .timeline import timelines
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["Frontier", "FrontierSummary", "PowerCapError"]
+__all__ = ["Frontier", "FrontierSummary", "PowerCapError", "check_fingerprint"]
 
-FORMAT_NAME = "perseus-frontier"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
-MAX_FILE_BYTES = 512 * 1024 * 1024
-"""Frontier files larger than this are refused unread (override with ``max_bytes``)."""
-_STOP_REASONS = ("minimum_time", "no_progress", "infeasible_flow")
-
-# A fingerprint says what a profile's measurement depended on (GPU model,
-# parallelism, sequence length, ...), so a run can tell that a frontier was
-# made for other hardware or another model. Flat and small on purpose: it is
-# compared field by field, never interpreted here.
-FINGERPRINT_MAX_FIELDS = 64
-FINGERPRINT_MAX_KEY_CHARS = 64
-FINGERPRINT_MAX_TEXT_CHARS = 256
-_FINGERPRINT_KEY = re.compile(r"[A-Za-z0-9_.\-]+")
-FingerprintValue = Optional[Union[str, int, float, bool]]
-
-
-def check_fingerprint(value: object, where: str = "fingerprint") -> Mapping[str, FingerprintValue]:
-    """A read-only copy of `value` if it is a valid fingerprint, else ValueError/TypeError.
-
-    A fingerprint is a flat mapping of at most `FINGERPRINT_MAX_FIELDS` keys
-    (1 to `FINGERPRINT_MAX_KEY_CHARS` characters of letters, digits, ``_.-``)
-    to a string (at most `FINGERPRINT_MAX_TEXT_CHARS` characters, no control
-    characters), an integer (64-bit), a finite float, a boolean or None.
-    """
-    if value is None:
-        return MappingProxyType({})
-    if not isinstance(value, Mapping):
-        raise TypeError(
-            f"{where}: expected a mapping of field to value, got {type(value).__name__}"
-        )
-    if len(value) > FINGERPRINT_MAX_FIELDS:
-        raise ValueError(
-            f"{where}: {len(value)} fields, more than a fingerprint may hold "
-            f"({FINGERPRINT_MAX_FIELDS})"
-        )
-    checked: dict[str, FingerprintValue] = {}
-    for key, item in value.items():
-        if (
-            not isinstance(key, str)
-            or not 0 < len(key) <= FINGERPRINT_MAX_KEY_CHARS
-            or not _FINGERPRINT_KEY.fullmatch(key)
-        ):
-            raise ValueError(
-                f"{where}: key {str(key)[:40]!r} must be 1 to {FINGERPRINT_MAX_KEY_CHARS} "
-                "letters, digits, '_', '.' or '-'"
-            )
-        field = f"{where}.{key}"
-        if item is None or isinstance(item, bool):
-            pass
-        elif isinstance(item, int):
-            if not -(2**63) <= item < 2**63:
-                raise ValueError(f"{field}: integer out of the 64-bit range")
-            item = int(item)
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                raise ValueError(f"{field}: must be a finite number, got {item!r}")
-        elif isinstance(item, str):
-            if len(item) > FINGERPRINT_MAX_TEXT_CHARS:
-                raise ValueError(
-                    f"{field}: {len(item)} characters, more than {FINGERPRINT_MAX_TEXT_CHARS}"
-                )
-            if any(not c.isprintable() for c in item):
-                raise ValueError(f"{field}: holds a control character")
-        else:
-            raise TypeError(
-                f"{field}: expected a string, integer, float, boolean or None, "
-                f"got {type(item).__name__}"
-            )
-        checked[key] = item
-    return MappingProxyType(checked)
+FloatArray = npt.NDArray[np.float64]
+"""A read-only float64 array (``setflags(write=False)``)."""
 
 
 class PowerCapError(ValueError):
@@ -191,7 +125,7 @@ class Frontier(Sequence[Plan]):
 
     def __init__(
         self,
-        plans: Sequence[Plan],
+        plans: Union[Sequence[Plan], PlanStore],
         *,
         baseline: Evaluation,
         spec: PipelineSpec,
@@ -206,22 +140,31 @@ class Frontier(Sequence[Plan]):
         profile: Optional[Profile] = None,
         fingerprint: Optional[Mapping[str, FingerprintValue]] = None,
     ) -> None:
+        # `plans` is a list of Plans (the solver, a user) or a `PlanStore`
+        # (a version 3 file, kept compact: plans are rebuilt when asked for).
         self._fingerprint = check_fingerprint(fingerprint)
-        if not plans:
+        if not len(plans):
             raise ValueError("a frontier needs at least one plan")
-        times = np.array([p.iteration_time_s for p in plans], dtype=np.float64)
+        if isinstance(plans, PlanStore):
+            known = plans.profile if profile is None else profile
+            times, energies, before = plans.times_s, plans.energies_j, plans.before_j
+        else:
+            known = plans[0].profile if profile is None else profile
+            times = np.array([p.iteration_time_s for p in plans], dtype=np.float64)
+            energies = np.array([p.energy_j for p in plans], dtype=np.float64)
+            before = np.array([p.energy_before_reclaim_j for p in plans], dtype=np.float64)
         if np.any(np.diff(times) <= 0):
             raise ValueError("frontier plans must be ordered by strictly increasing iteration time")
-        if profile is None:
-            profile = plans[0].profile
-        self._profile = None if profile is None else _check_profile_fits(profile, spec)
-        self._plans: Sequence[Plan] = tuple(p._with_profile(self._profile) for p in plans)
-        self._peak_powers_w: Optional[np.ndarray] = None
-        self._times = times
-        self._energies = np.array([p.energy_j for p in plans], dtype=np.float64)
-        self._before = np.array([p.energy_before_reclaim_j for p in plans], dtype=np.float64)
-        for array in (self._times, self._energies, self._before):
-            array.setflags(write=False)
+        self._profile = None if known is None else _check_profile_fits(known, spec)
+        self._plans: Union[tuple[Plan, ...], PlanStore] = (
+            plans.with_profile(self._profile)
+            if isinstance(plans, PlanStore)
+            else tuple(p._with_profile(self._profile) for p in plans)
+        )
+        self._times, self._energies, self._before = (
+            _read_only(np.array(a, dtype=np.float64)) for a in (times, energies, before)
+        )
+        self._peak_powers_w: Optional[FloatArray] = None
         self._baseline = baseline
         self._spec = spec
         self._unit_time_s = float(unit_time_s)
@@ -234,51 +177,6 @@ class Frontier(Sequence[Plan]):
         )
         self._stop_reason = str(stop_reason)
         self._phase_times_s = dict(phase_times_s or {})
-
-    @classmethod
-    def _from_store(
-        cls,
-        store: PlanStore,
-        *,
-        baseline: Evaluation,
-        spec: PipelineSpec,
-        unit_time_s: float,
-        blocking_power_w: float,
-        solve_time_s: float,
-        steps: int,
-        cuts: int,
-        solver_unit_time_s: float,
-        stop_reason: str,
-        phase_times_s: Mapping[str, float],
-        profile: Optional[Profile],
-        fingerprint: Optional[Mapping[str, FingerprintValue]],
-    ) -> Frontier:
-        """A frontier whose plans are rebuilt on demand from `store` (a loaded file).
-
-        The caller (the file reader) has checked the store: times strictly
-        increase, every clock was measured.
-        """
-        self = cls.__new__(cls)
-        self._fingerprint = check_fingerprint(fingerprint)
-        self._profile = None if profile is None else _check_profile_fits(profile, spec)
-        self._plans = store.with_profile(self._profile)
-        self._peak_powers_w = None
-        self._times = np.array(store.times_s, dtype=np.float64)
-        self._energies = np.array(store.energies_j, dtype=np.float64)
-        self._before = np.array(store.before_j, dtype=np.float64)
-        for array in (self._times, self._energies, self._before):
-            array.setflags(write=False)
-        self._baseline = baseline
-        self._spec = spec
-        self._unit_time_s = float(unit_time_s)
-        self._blocking_power_w = float(blocking_power_w)
-        self._solve_time_s = float(solve_time_s)
-        self._steps = int(steps)
-        self._cuts = int(cuts)
-        self._solver_unit_time_s = float(solver_unit_time_s)
-        self._stop_reason = str(stop_reason)
-        self._phase_times_s = dict(phase_times_s)
-        return self
 
     def index(self, value: Any, start: int = 0, stop: Optional[int] = None) -> int:
         """Position of a plan of this frontier (found by its time, compared by its clocks)."""
@@ -294,7 +192,7 @@ class Frontier(Sequence[Plan]):
                     return k
         raise ValueError("the plan is not in this frontier")
 
-    def frequencies_mhz(self, index: int, gpu: Optional[int] = None) -> np.ndarray:
+    def frequencies_mhz(self, index: int, gpu: Optional[int] = None) -> npt.NDArray[np.int32]:
         """Plan `index`'s MHz per computation (core id order), or only GPU `gpu`'s computations.
 
         For a loaded frontier this rebuilds just what is asked from the
@@ -310,7 +208,7 @@ class Frontier(Sequence[Plan]):
             return self._plans.frequencies_mhz(k, ids)
         return np.array(self._plans[k].frequencies_mhz[ids], dtype=np.int32)
 
-    def computations_of_gpu(self, gpu: int) -> np.ndarray:
+    def computations_of_gpu(self, gpu: int) -> npt.NDArray[np.int64]:
         """Core ids of the computations GPU `gpu` runs (ascending)."""
         if isinstance(gpu, bool) or not isinstance(gpu, numbers.Integral):
             raise TypeError(f"gpu must be an integer, got {gpu!r}")
@@ -319,36 +217,84 @@ class Frontier(Sequence[Plan]):
         stage = self._spec.pipeline().stage.astype(np.int64)
         return np.flatnonzero(stage % self._spec.num_gpus == int(gpu))
 
-    iteration_times_s = property(lambda self: self._times, doc="Replayed time of each plan, s.")
-    energies_j = property(lambda self: self._energies, doc="Replayed energy of each plan, J.")
-    energies_before_reclaim_j = property(
-        lambda self: self._before, doc="Energy of each plan before reclamation, J."
-    )
-    baseline = property(lambda self: self._baseline, doc="Every computation at its fastest option.")
-    spec = property(lambda self: self._spec, doc="The pipeline the plans are for.")
-    unit_time_s = property(lambda self: self._unit_time_s, doc="Quantum asked of the solver, s.")
-    solver_unit_time_s = property(
-        lambda self: self._solver_unit_time_s, doc="Quantum the min-cut steps used, s."
-    )
-    blocking_power_w = property(lambda self: self._blocking_power_w, doc="P_block, W.")
-    solve_time_s = property(lambda self: self._solve_time_s, doc="Wall time of optimize, s.")
-    steps = property(lambda self: self._steps, doc="Units the min-cut loop took.")
-    cuts = property(lambda self: self._cuts, doc="Minimum cuts solved.")
-    stop_reason = property(lambda self: self._stop_reason, doc="Why the min-cut loop stopped.")
-    profile = property(lambda self: self._profile, doc="The profile the plans were made from.")
-    fingerprint = property(
-        lambda self: self._fingerprint,
-        doc="What the profile's measurement depended on (read-only mapping; empty if unknown).",
-    )
+    @property
+    def iteration_times_s(self) -> FloatArray:
+        """Replayed iteration time of each plan, seconds (read-only)."""
+        return self._times
 
     @property
-    def average_powers_w(self) -> np.ndarray:
+    def energies_j(self) -> FloatArray:
+        """Replayed energy of each plan, joules (read-only)."""
+        return self._energies
+
+    @property
+    def energies_before_reclaim_j(self) -> FloatArray:
+        """Energy of each plan before reclamation and local search, joules (read-only)."""
+        return self._before
+
+    @property
+    def baseline(self) -> Evaluation:
+        """Every computation at its fastest option."""
+        return self._baseline
+
+    @property
+    def spec(self) -> PipelineSpec:
+        """The pipeline the plans are for."""
+        return self._spec
+
+    @property
+    def unit_time_s(self) -> float:
+        """Time quantum asked of the solver, seconds."""
+        return self._unit_time_s
+
+    @property
+    def solver_unit_time_s(self) -> float:
+        """Quantum the min-cut steps used, seconds."""
+        return self._solver_unit_time_s
+
+    @property
+    def blocking_power_w(self) -> float:
+        """Watts drawn by a GPU while it waits."""
+        return self._blocking_power_w
+
+    @property
+    def solve_time_s(self) -> float:
+        """Wall time of `optimize`, seconds."""
+        return self._solve_time_s
+
+    @property
+    def steps(self) -> int:
+        """Units of iteration time the min-cut loop took."""
+        return self._steps
+
+    @property
+    def cuts(self) -> int:
+        """Minimum cuts solved."""
+        return self._cuts
+
+    @property
+    def stop_reason(self) -> str:
+        """Why the min-cut loop stopped."""
+        return self._stop_reason
+
+    @property
+    def profile(self) -> Optional[Profile]:
+        """The profile the plans were made from (None if unknown)."""
+        return self._profile
+
+    @property
+    def fingerprint(self) -> Mapping[str, FingerprintValue]:
+        """What the profile's measurement depended on (read-only mapping; empty if unknown)."""
+        return self._fingerprint
+
+    @property
+    def average_powers_w(self) -> FloatArray:
         """Average power of all GPUs over each plan's own iteration, watts (energy / time)."""
         out = self._energies / self._times
         out.setflags(write=False)
         return out
 
-    def peak_powers_w(self) -> np.ndarray:
+    def peak_powers_w(self) -> FloatArray:
         """Highest power of all GPUs together during each plan's iteration, watts.
 
         Replays every plan on the frontier's profile (computed once, then kept).
@@ -454,8 +400,6 @@ class Frontier(Sequence[Plan]):
         when it waits for the straggler. Needs matplotlib (the ``plot``
         extra). Returns the Axes drawn on (a new figure's when `ax` is None).
         """
-        from .plotting import plot_frontier
-
         return plot_frontier(self, ax=ax, **options)
 
     @property
@@ -472,7 +416,7 @@ class Frontier(Sequence[Plan]):
     def __getitem__(self, index: slice) -> list[Plan]: ...
     def __getitem__(self, index: int | slice) -> Plan | list[Plan]:
         if isinstance(index, slice):
-            return list(self._plans[index])
+            return [self._plans[k] for k in range(*index.indices(len(self)))]
         return self._plans[index]
 
     def __iter__(self) -> Iterator[Plan]:
@@ -484,9 +428,9 @@ class Frontier(Sequence[Plan]):
         return self._plans[0]
 
     @property
-    def reclaim_savings_j(self) -> np.ndarray:
-        """Energy each plan saves by reclamation and local search, joules (>= 0)."""
-        return self._before - self._energies
+    def reclaim_savings_j(self) -> FloatArray:
+        """Energy each plan saves by reclamation and local search, joules (>= 0, read-only)."""
+        return _read_only(self._before - self._energies)
 
     def energy_at(self, deadline_s: float) -> float:
         """Least energy (J) of an iteration lasting `deadline_s`: ``plan_for(d).energy_at(d)``."""
@@ -528,8 +472,6 @@ class Frontier(Sequence[Plan]):
             raise TypeError("plan_for() needs deadline_s, in seconds")
         limit = _seconds(deadline_s, "deadline_s")
         if switch_latency_s is not None:
-            from .switch_latency import switch_aware_plan
-
             return switch_aware_plan(self, limit, switch_latency_s).plan
         index = int(np.searchsorted(self._times, limit, side="right")) - 1
         if index < 0:
@@ -586,14 +528,20 @@ class Frontier(Sequence[Plan]):
         OSError
             If the file cannot be written (the error names `path`).
         """
-        from ._frontier_file import encode
-
         if version not in (2, 3) or isinstance(version, bool):
             raise ValueError(f"version must be 2 or 3, got {version!r}")
-        text = json.dumps(encode(self, version), separators=(",", ":"))
-        if len(text) > MAX_FILE_BYTES:
+        # Version 2 spells out every clock, each at least two characters ("1,"):
+        # refuse what cannot fit before building gigabytes of text to measure it.
+        least = 2 * len(self) * self._spec.num_computations if version == 2 else 0
+        text = (
+            ""
+            if least > MAX_FILE_BYTES
+            else json.dumps(_frontier_file.encode(self, version), separators=(",", ":"))
+        )
+        if least > MAX_FILE_BYTES or len(text) > MAX_FILE_BYTES:
             raise ValueError(
-                f"{os.fspath(path)}: the frontier would take {len(text)} bytes, more than "
+                f"{os.fspath(path)}: the frontier would take {max(least, len(text))} bytes"
+                f"{' or more' if least > MAX_FILE_BYTES else ''}, more than "
                 f"Frontier.load reads ({MAX_FILE_BYTES}); "
                 + ("save it as version 3" if version == 2 else "solve with a coarser unit_time_s")
             )
@@ -621,13 +569,22 @@ class Frontier(Sequence[Plan]):
         give each plan's stored time and energy and the baseline's. A
         version 3 file is kept compact: plans are rebuilt when asked for
         (`frequencies_mhz(index, gpu=...)` rebuilds one GPU's clocks only).
+        A version 3 file as perseus wrote it (its SHA-256 digest of the
+        plans and profile matches) is replayed in an even sample of 32
+        plans at load, and every other plan the first time it is used
+        (rebuilt, indexed, chosen by `plan_for`, iterated): a plan whose
+        stored time or energy is not its replay raises ValueError then,
+        naming it. A file whose digest is missing or does not match is
+        replayed whole at load, so an edited plan is named at once.
 
         Raises
         ------
         ValueError
             If the file is larger than `max_bytes`, not a perseus frontier,
             of an unknown version, or malformed in any field; the message
-            names the file and the field (``plans[3].frequencies_mhz[17]``).
+            names the file and the field (``plans[3].frequencies_mhz[17]``,
+            ``plans.energy_j[3]``). For a version 3 file with a matching
+            digest, also when a plan is first used (see above).
         OSError
             If it cannot be read.
 
@@ -637,23 +594,21 @@ class Frontier(Sequence[Plan]):
             About a row of the stored profile (a likely unit slip), naming the
             file and the row as ``profile.rows[i]``.
         """
-        from ._frontier_file import decode
-
-        return decode(cls, os.fspath(path), profile, max_bytes)
+        return _frontier_file.decode(cls, os.fspath(path), profile, max_bytes)
 
     # Deprecated names (one release).
     @property
-    def iteration_times(self) -> np.ndarray:
+    def iteration_times(self) -> FloatArray:
         warn_renamed("Frontier.iteration_times", "Frontier.iteration_times_s")
         return self._times
 
     @property
-    def energies(self) -> np.ndarray:
+    def energies(self) -> FloatArray:
         warn_renamed("Frontier.energies", "Frontier.energies_j")
         return self._energies
 
     @property
-    def energies_before_reclaim(self) -> np.ndarray:
+    def energies_before_reclaim(self) -> FloatArray:
         warn_renamed("Frontier.energies_before_reclaim", "Frontier.energies_before_reclaim_j")
         return self._before
 
@@ -678,7 +633,7 @@ class Frontier(Sequence[Plan]):
         return self._solve_time_s
 
     @property
-    def reclaim_savings(self) -> np.ndarray:
+    def reclaim_savings(self) -> FloatArray:
         warn_renamed("Frontier.reclaim_savings", "Frontier.reclaim_savings_j")
         return self.reclaim_savings_j
 
@@ -687,3 +642,8 @@ class Frontier(Sequence[Plan]):
             f"Frontier({len(self)} plans, {self._times[0]:.6g}-{self._times[-1]:.6g} s, "
             f"{self._energies[0]:.6g}-{self._energies[-1]:.6g} J)"
         )
+
+
+def _read_only(array: FloatArray) -> FloatArray:
+    array.setflags(write=False)
+    return array

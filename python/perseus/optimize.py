@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _core
 from ._deprecation import warn_renamed
+from ._replay import _of_profile, _setup, _spec, measured_rows
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .frontier import Frontier, check_fingerprint
@@ -21,7 +22,6 @@ from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan
 from .profile import LIMITS, Profile
 from .progress import ProgressBar, ProgressReporter, SolveProgress
-from .schedule import build_pipeline, count_argument
 
 __all__ = ["SolverBudgets", "evaluate", "optimize"]
 
@@ -41,65 +41,6 @@ MAX_MEMORY_BYTES = 16 * 2**30
 _BYTES_PER_COMPUTATION = 400  # pipeline, DAG, solver and improver arrays
 _BYTES_PER_PLAN_COMPUTATION = 6  # a frontier plan: uint16 in the core, int32 in Python
 _EXPECTED_PLANS = 4096
-
-
-class _OptionTable:
-    """A profile's useful options flattened in the core's group order (2*stage + instruction)."""
-
-    def __init__(self, profile: Profile) -> None:
-        groups = [
-            profile.options(stage, instruction)
-            for stage in range(profile.num_stages)
-            for instruction in INSTRUCTIONS
-        ]
-        self.offsets = np.cumsum([0] + [len(g) for g in groups]).astype(np.int32)
-        self.time_s = np.concatenate([g.time_s for g in groups])
-        self.energy_j = np.concatenate([g.energy_j for g in groups])
-        self.frequency_mhz = np.concatenate([g.frequency_mhz for g in groups])
-        self.groups = groups
-
-
-def _of_profile(profile: Profile, message: str) -> str:
-    """`message` about `profile`, naming its file when it came from one."""
-    source = profile.source
-    return f"{source}: {message}" if source and not message.startswith(str(source)) else message
-
-
-def _check_profile(profile: object) -> Profile:
-    if not isinstance(profile, Profile):
-        raise TypeError(f"expected a perseus.Profile, got {type(profile).__name__}")
-    return profile
-
-
-def _spec(profile: Profile, microbatches: int, schedule: str, virtual_stages: int) -> PipelineSpec:
-    _check_profile(profile)
-    virtual_stages = count_argument("virtual_stages", virtual_stages)
-    microbatches = count_argument("microbatches", microbatches)
-    if profile.num_stages % virtual_stages:
-        raise ProfileError(
-            _of_profile(
-                profile,
-                f"virtual_stages={virtual_stages} does not divide the profile's "
-                f"{profile.num_stages} stages",
-            )
-        )
-    return PipelineSpec(
-        schedule, profile.num_stages // virtual_stages, virtual_stages, microbatches
-    )
-
-
-def _setup(
-    profile: Profile, spec: PipelineSpec
-) -> tuple[_core.Problem, _OptionTable, _core.Pipeline]:
-    pipeline = build_pipeline(spec.schedule, spec.num_gpus, spec.microbatches, spec.virtual_stages)
-    table = _OptionTable(profile)
-    try:
-        problem = _core.Problem(
-            pipeline, table.offsets, table.time_s, table.energy_j, profile.blocking_power_w
-        )
-    except ValueError as error:
-        raise ProfileError(_of_profile(profile, str(error))) from None
-    return problem, table, pipeline
 
 
 def _unit_time_argument(unit_time_s: Any, legacy: Any) -> float:
@@ -342,51 +283,6 @@ def optimize(
         profile=profile,
         fingerprint=checked_fingerprint,
     )
-
-
-def measured_rows(
-    profile: Profile, spec: PipelineSpec, frequencies_mhz: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Measured (time s, energy J) of every computation of plans given as MHz rows.
-
-    `frequencies_mhz` has shape (plans, computations), core id order. Any
-    measured frequency counts, useful or not. Raises `ProfileError` naming
-    the computation for a frequency the profile never measured.
-    """
-    pipeline = spec.pipeline()
-    group = pipeline.group.astype(np.int64)
-    # One sorted key per measured row: group and frequency.
-    keys, times, energies = [], [], []
-    for g in range(2 * profile.num_stages):
-        rows = profile.measured(g // 2, INSTRUCTIONS[g % 2])
-        keys.append(g * (1 << 20) + rows.frequency_mhz)
-        times.append(rows.time_s)
-        energies.append(rows.energy_j)
-    key = np.concatenate(keys)
-    order = np.argsort(key)
-    key, time_s, energy_j = (
-        key[order],
-        np.concatenate(times)[order],
-        np.concatenate(energies)[order],
-    )
-    wanted = group[np.newaxis, :] * (1 << 20) + np.asarray(frequencies_mhz, dtype=np.int64)
-    at = np.minimum(np.searchsorted(key, wanted), len(key) - 1)
-    missing = key[at] != wanted
-    if np.any(missing):
-        plan_index, i = (int(v[0]) for v in np.nonzero(missing))
-        stage, kind, mb = (
-            int(pipeline.stage[i]),
-            INSTRUCTIONS[pipeline.instruction[i]],
-            int(pipeline.microbatch[i]),
-        )
-        measured = profile.measured(stage, kind).frequency_mhz.tolist()
-        where = f"plan {plan_index}, " if len(wanted) > 1 else ""
-        raise ProfileError(
-            f"{where}(stage {stage}, {kind!r}, microbatch {mb}): "
-            f"{int(np.asarray(frequencies_mhz)[plan_index, i])} MHz was never measured "
-            f"for stage {stage} {kind} (measured: {measured})"
-        )
-    return time_s[at], energy_j[at]
 
 
 def evaluate(

@@ -16,13 +16,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _zeus_plan
 from ._deprecation import warn_renamed
 from ._files import replace_user_file
+from ._replay import replay_rows
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .pipeline_spec import PipelineSpec, _is_index
+from .plotting import plot_timeline
 from .profile import LIMITS, Profile
 from .timeline import PowerTimeline, Timeline, timelines
 
@@ -73,7 +76,7 @@ def _seconds(value: object, name: str) -> float:
     return seconds
 
 
-def _frequencies_array(values: Any, spec: PipelineSpec) -> np.ndarray:
+def _frequencies_array(values: Any, spec: PipelineSpec) -> npt.NDArray[np.int32]:
     """A read-only int32 copy of a plan's MHz, checked against `LIMITS`."""
     raw = np.array(values, copy=True)
     if raw.shape != (spec.num_computations,):
@@ -138,12 +141,12 @@ def replayed_plan(
     With `source` (a file name), a profile that does not fit the plan is a
     ValueError naming the file; without, the ProfileError itself.
     """
-    from .optimize import evaluate
-
     make = plan_class or Plan
     draft = make(spec, frequencies_mhz, 1.0, 1.0, blocking_power_w=profile.blocking_power_w)
     try:
-        result = evaluate(profile, draft)
+        times, energies = replay_rows(
+            _check_profile_fits(profile, spec), spec, draft.frequencies_mhz[np.newaxis, :]
+        )
     except ProfileError as error:
         if source is None:
             raise
@@ -151,8 +154,8 @@ def replayed_plan(
     return make(
         spec,
         draft.frequencies_mhz,
-        result.iteration_time_s,
-        result.energy_j,
+        float(times[0]),
+        float(energies[0]),
         blocking_power_w=profile.blocking_power_w,
         profile=profile,
     )
@@ -292,7 +295,7 @@ class Plan:
         return self._spec
 
     @property
-    def frequencies_mhz(self) -> np.ndarray:
+    def frequencies_mhz(self) -> npt.NDArray[np.int32]:
         """Read-only MHz per computation, in core id order (see module docs)."""
         return self._frequencies
 
@@ -602,8 +605,6 @@ class Plan:
         bubbles where a GPU waits. Needs matplotlib (the ``plot`` extra).
         Returns the Axes drawn on (a new figure's when `ax` is None).
         """
-        from .plotting import plot_timeline
-
         return plot_timeline(
             self.timeline(profile),
             ax=ax,

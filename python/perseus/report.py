@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from . import plotting
 from ._table import frontier_table
 from .frontier import Frontier
 
@@ -78,8 +79,6 @@ def report_data(frontier: Frontier) -> dict[str, Any]:
 
 def html_report(frontier: Frontier, *, title: str = "perseus frontier") -> str:
     """The report page of `frontier` as one HTML string (needs the ``plot`` extra)."""
-    from . import plotting
-
     plotting.require_matplotlib()
     spec = frontier.spec
     rows, common = frontier_table(frontier)

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
+from ._replay import _setup, measured_rows
 from ._zeus_format import INSTRUCTIONS
 
 if TYPE_CHECKING:
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
     from .profile import Profile
 
 __all__ = ["PowerTimeline", "Timeline", "timelines"]
+
+
+_Floats = npt.NDArray[np.float64]
+_Ints = npt.NDArray[np.int64]
 
 
 def _read_only(values: np.ndarray) -> np.ndarray:
@@ -48,9 +54,9 @@ class PowerTimeline:
         Power of each GPU on each interval, watts, shape ``(GPUs, K)``.
     """
 
-    time_s: np.ndarray
-    power_w: np.ndarray
-    gpu_power_w: np.ndarray
+    time_s: _Floats
+    power_w: _Floats
+    gpu_power_w: _Floats
 
     def __post_init__(self) -> None:
         for name in ("time_s", "power_w", "gpu_power_w"):
@@ -102,13 +108,13 @@ class Timeline:
         GPUs in the pipeline.
     """
 
-    start_s: np.ndarray
-    end_s: np.ndarray
-    energy_j: np.ndarray
-    frequency_mhz: np.ndarray
-    gpu: np.ndarray
-    chunk: np.ndarray
-    microbatch: np.ndarray
+    start_s: _Floats
+    end_s: _Floats
+    energy_j: _Floats
+    frequency_mhz: _Ints
+    gpu: _Ints
+    chunk: _Ints
+    microbatch: _Ints
     instruction: tuple[str, ...]
     blocking_power_w: float
     num_gpus: int
@@ -131,9 +137,13 @@ class Timeline:
         return float(np.max(self.end_s))
 
     @property
-    def busy_s(self) -> np.ndarray:
-        """Seconds each GPU computes during the iteration (the rest it waits)."""
-        return np.bincount(self.gpu, weights=self.end_s - self.start_s, minlength=self.num_gpus)
+    def busy_s(self) -> _Floats:
+        """Seconds each GPU computes during the iteration (the rest it waits; read-only)."""
+        busy: _Floats = np.bincount(
+            self.gpu, weights=self.end_s - self.start_s, minlength=self.num_gpus
+        ).astype(np.float64)
+        busy.setflags(write=False)
+        return busy
 
     def power(self, iteration_time_s: float | None = None) -> PowerTimeline:
         """Cluster power over the iteration (see the module docs).
@@ -172,8 +182,6 @@ def timelines(profile: Profile, spec: PipelineSpec, frequencies_mhz: np.ndarray)
     stage and instruction (`perseus.ProfileError` names the one that is not).
     All plans are replayed together, one pass over the DAG in topological order.
     """
-    from .optimize import _setup, measured_rows  # optimize imports frontier, which imports us
-
     rows = np.atleast_2d(np.asarray(frequencies_mhz, dtype=np.int64))
     time_s, energy_j = measured_rows(profile, spec, rows)
     problem, _, pipeline = _setup(profile, spec)

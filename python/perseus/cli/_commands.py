@@ -13,6 +13,7 @@ from typing import Any, Optional
 from .._files import check_writable_directory, publish_new_file, replace_user_file
 from .._shipped import shipped_profile
 from .._sidecar import BLOCKING_POWER_KEY, read_blocking_power, sidecar_path
+from .._table import format_table, frontier_table
 from ..errors import OutputExistsError, ProfileError
 from ..frontier import Frontier, PowerCapError
 from ..plan import Evaluation, Plan, all_fastest_plan
@@ -287,8 +288,6 @@ def _optimize(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .._table import format_table, frontier_table
-
     frontier = _load_frontier(args.frontier)
     rows, common = frontier_table(frontier)
     spec = frontier.spec
