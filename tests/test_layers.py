@@ -133,7 +133,8 @@ def test_the_cycle_finder_finds_cycles():
 
 def test_no_import_cycle_in_perseus():
     graph = import_graph()
-    assert "perseus.frontier" in graph and "perseus._replay" in graph
+    assert "perseus.frontier" in graph
+    assert "perseus._replay" in graph
     cycle = find_cycle(graph)
     assert not cycle, "import cycle: " + " -> ".join(cycle)
 
@@ -199,4 +200,5 @@ def test_frontier_attributes_are_typed_and_read_only_for_mypy(tmp_path):
     )
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 1, result.stdout
-    assert "uses_frontier.py:12" in errors[0] and "read-only" in errors[0], result.stdout
+    assert "uses_frontier.py:12" in errors[0], result.stdout
+    assert "read-only" in errors[0], result.stdout
