@@ -308,5 +308,5 @@ void register_problem(py::module_& m) {
            "Replay plans given as rows of measured times and energies. Returns (times s, energies J).")
       .def("solve", &solve, "unit_time_s"_a, "refine"_a, "budgets"_a, "progress"_a = py::none(),
            "progress_period_s"_a = 0.1, "threads"_a = 0,
-           "Compute the frontier (threads: 0 picks min(4, hardware threads)).");
+           "Compute the frontier (threads: 0 picks the default, 4).");
 }

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 namespace perseus {
 namespace {
@@ -51,9 +50,7 @@ void check_options(const SolverOptions& options) {
 }
 
 int solver_threads(const SolverOptions& options) {
-  if (options.threads > 0) return options.threads;
-  const unsigned hardware = std::thread::hardware_concurrency();  // 0 when unknown
-  return std::max(1, std::min(SolverOptions::kDefaultThreads, static_cast<int>(hardware)));
+  return options.threads > 0 ? options.threads : SolverOptions::kDefaultThreads;
 }
 
 const char* phase_name(Phase phase) {

@@ -292,10 +292,11 @@ def optimize(
         ...), kept as `Frontier.fingerprint` and saved with it; checked
         before the solve (see `perseus.frontier.check_fingerprint`).
     threads : int, optional
-        Threads the solve may use, the caller's included (default: at most 4,
-        fewer on a smaller machine; see ``cpp/solver_options.hpp``). The plans
-        do not depend on it, only the wall time does; ``1`` keeps a solve on
-        one core (a shared machine, many solves side by side).
+        Threads the solve may use, the caller's included (default 4: the
+        min-cut loop, the plain walk and the two candidate chains; see
+        ``cpp/solver_options.hpp``). The plans do not depend on it, only the
+        wall time does; ``1`` keeps a solve on one thread (many solves side
+        by side).
 
     Returns
     -------

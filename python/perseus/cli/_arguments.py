@@ -186,7 +186,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_count,
         default=None,
         metavar="N",
-        help="threads the solve may use (default: at most 4); the plans do not depend on it",
+        help="threads the solve may use (default 4); the plans do not depend on it",
     )
     opt.add_argument(
         "-o", "--output", default=".", metavar="DIR", help="directory for frontier.json"
