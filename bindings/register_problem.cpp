@@ -119,9 +119,10 @@ py::tuple replay(LockedProblem& self, const CArray<double>& time_s, const CArray
 // user's progress function; an exception from either ends the solve and is
 // re-raised here with its traceback.
 FrontierResult solve(const LockedProblem& self, double unit_time_s, bool refine,
-                     const SolverBudgets& budgets, const py::object& progress,
-                     double progress_period_s) {
+                     const SolverBudgets& budgets, const py::object& progress, double progress_period_s,
+                     int threads) {
   SolverOptions options;
+  options.threads = threads;
   options.unit_time_s = unit_time_s;
   options.refine = refine;
   options.budgets = budgets;
@@ -306,5 +307,6 @@ void register_problem(py::module_& m) {
       .def("replay", &replay, "time_s"_a, "energy_j"_a,
            "Replay plans given as rows of measured times and energies. Returns (times s, energies J).")
       .def("solve", &solve, "unit_time_s"_a, "refine"_a, "budgets"_a, "progress"_a = py::none(),
-           "progress_period_s"_a = 0.1, "Compute the frontier.");
+           "progress_period_s"_a = 0.1, "threads"_a = 0,
+           "Compute the frontier (threads: 0 picks the default, 4).");
 }

@@ -54,16 +54,21 @@ std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const Option
   return static_cast<std::int64_t>(std::max(1.0, divisor));
 }
 
-// Runs a job on a thread of its own. Only the calling thread may call the
-// user's hooks (Python handles signals on its main thread), so the worker
-// polls a flag and posts how far it is, and the caller reports that while it
-// waits. The destructor stops and joins the worker, however the caller
-// leaves; `release` (if given) runs first and wakes a job that may be
-// waiting for something the caller will no longer produce.
+// Runs a job on a thread of its own, or (threaded = false: no thread to
+// spare) on the caller's thread inside finish(). Only the calling thread may
+// call the user's hooks (Python handles signals on its main thread), so a
+// threaded job polls a flag and posts how far it is, and the caller reports
+// that while it waits. The destructor stops and joins the worker, however
+// the caller leaves; `release` (if given) runs first and wakes a job that
+// may be waiting for something the caller will no longer produce.
 class Worker {
  public:
   template <typename Job>
-  explicit Worker(Job job, std::function<void()> release = {}) : release_(std::move(release)) {
+  Worker(bool threaded, Job job, std::function<void()> release = {}) : release_(std::move(release)) {
+    if (!threaded) {
+      deferred_ = job;
+      return;
+    }
     result_ = std::async(std::launch::async, [this, job]() {
       job([this](std::int64_t done, std::int64_t total) {
         done_.store(done, std::memory_order_relaxed);
@@ -85,6 +90,14 @@ class Worker {
   // costs nothing); rethrows the job's exception.
   template <typename Poll>
   void finish(const Pacer& pacer, Poll poll) {
+    if (deferred_) {
+      const std::function<void(const Ticker&)> job = std::move(deferred_);
+      deferred_ = nullptr;
+      job([&poll](std::int64_t done, std::int64_t total) {
+        poll(done, std::max<std::int64_t>(total, 1));
+      });
+      return;
+    }
     for (;;) {
       const auto due = pacer.next_due();
       if (due == std::chrono::steady_clock::time_point::max()) {
@@ -102,6 +115,7 @@ class Worker {
 
  private:
   std::function<void()> release_;
+  std::function<void(const Ticker&)> deferred_;  // the job, when it runs in finish()
   std::atomic<bool> stop_{false};
   std::atomic<std::int64_t> done_{0}, total_{1};
   std::future<void> result_;
@@ -159,12 +173,27 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   // path, and its sampled, reclaimed plans do not cover the plain walk's:
   // without these the refined frontier was up to 0.19 % worse than the
   // plain one at some of its times (SOSP '24 GPT-3 8 x 48; 0.40 % at
-  // 8 x 96). The plain walk runs first (the min-cut phase), its plans are
-  // taken after the chains; with a divisor of 1 it is the loop itself.
+  // 8 x 96). The plain walk runs in the min-cut phase (before the loop, or
+  // beside it on a thread of its own), its plans are taken after the
+  // chains; with a divisor of 1 it is the loop itself. Threads beyond the
+  // caller's go to the reclaimed chain, the tight chain and the plain walk,
+  // in that order (solver_options.hpp, threads); a chain without one runs on
+  // the caller's thread after the loop.
+  const int threads = solver_threads(options);
   std::unique_ptr<PhillipsDessouky> plain;
+  std::unique_ptr<Worker> plain_walk;
   if (options.refine && divisor > 1) {
     plain = std::make_unique<PhillipsDessouky>(pipeline, dag, table, options.unit_time_s, budgets);
-    plain->run(pacer);
+    PhillipsDessouky& walk_steps = *plain;
+    if (threads >= 4) {
+      plain_walk = std::make_unique<Worker>(true, [&walk_steps](const Ticker& worker_tick) {
+        walk_steps.run([&worker_tick](PhillipsDessouky::Units done, PhillipsDessouky::Units total) {
+          worker_tick(done, total);
+        });
+      });
+    } else {
+      plain->run(pacer);
+    }
   }
   if (options.refine) {
     Sampling sparse = sampling;
@@ -175,20 +204,28 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     // exception on the way) is released by closing it first.
     const auto close_log = [&steps] { steps.close_log(); };
     Worker reclaimed(
+        threads >= 2,
         [&](const Ticker& worker_tick) {
           collect_chain(steps, Chain::kReclaimed, unit, sampling, true, reclaimed_improver, logs[0],
                         worker_tick);
         },
         close_log);
     Worker tight(
+        threads >= 3,
         [&](const Ticker& worker_tick) {
           collect_chain(steps, Chain::kTight, unit, sparse, true, tight_improver, logs[1], worker_tick);
         },
         close_log);
     result.stop_reason = steps.run(pacer);
+    if (plain_walk) {
+      plain_walk->finish(pacer, [&](std::int64_t done, std::int64_t total) {
+        pacer.tick(Phase::kMinCut, done, total);
+      });
+      plain_walk.reset();
+    }
     result.phase_seconds[static_cast<int>(Phase::kMinCut)] = seconds_since(started);
     started = Clock::now();
-    // The chains follow the loop; what is left of them now runs on both cores.
+    // The chains follow the loop (or, without threads of their own, run now).
     const auto report = [&](std::int64_t done, std::int64_t total) { pacer.tick(walk, done, total); };
     reclaimed.finish(pacer, report);
     tight.finish(pacer, report);
@@ -269,20 +306,20 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
     // Rounds: each starts from the frontier the one before left, so a good
     // structure found at one deadline spreads to its neighbours.
     const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
-    // Each round is split between this thread and a second one, half the
-    // deadlines (and half the budget) each.
+    // Each round is split in two jobs, half the deadlines (and half the
+    // budget) each: this thread's and a second thread's when there is one.
     PlanImprover second(pipeline, dag, table);
     for (std::int64_t round = 0; round < rounds; ++round) {
       PlanLog found(pipeline.size()), found_second(pipeline.size());
       const std::int64_t share = static_cast<std::int64_t>(budget) / rounds / 2;
       const std::size_t grid = ix(budgets.local_search_max_grid);
       {
-        Worker other([&](const Ticker& worker_tick) {
-          search_deadlines(all.rows, all.time_s, options.unit_time_s, grid, share, Share{1, 2}, second,
-                           found_second, worker_tick);
+        Worker other(threads >= 2, [&](const Ticker& worker_tick) {
+          search_deadlines(all.rows, all.time_s, grid, share, Share{1, 2}, second, found_second,
+                           worker_tick);
         });
-        search_deadlines(all.rows, all.time_s, options.unit_time_s, grid, share, Share{0, 2}, improver,
-                         found, [&](std::int64_t done, std::int64_t total) {
+        search_deadlines(all.rows, all.time_s, grid, share, Share{0, 2}, improver, found,
+                         [&](std::int64_t done, std::int64_t total) {
                            pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
                          });
         other.finish(pacer, [&](std::int64_t done, std::int64_t total) {  // the other half's progress

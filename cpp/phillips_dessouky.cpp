@@ -205,7 +205,7 @@ StepStatus PhillipsDessouky::step() {
     const QuantisedGroup& q = quant(i);
     const Units d = duration_[ix(i)];
     if (a_in && !b_in) {
-      if (d <= q.min_duration()) return StepStatus::kNoProgress;  // cannot happen on a finite cut
+      if (d <= q.min_duration()) return StepStatus::kInternalError;  // a finite cut cannot cross it
       cut_.push_back(i);
       cut_direction_.push_back(-1);
       run = std::min(run, d - q.breakpoint_below(d));
@@ -286,18 +286,26 @@ void PhillipsDessouky::apply_cut(Units units) {
 void PhillipsDessouky::update_paths() { paths_.update(duration_, changed_); }
 
 StopReason PhillipsDessouky::run(Pacer& pacer) {
+  return run([&pacer](Units done, Units total) { pacer.tick(Phase::kMinCut, done, total); });
+}
+
+StopReason PhillipsDessouky::run(const std::function<void(Units, Units)>& tick) {
   struct Closer {
     StepLog& log;
     ~Closer() { log.close(); }
   } closer{log_};
   const Units expected = max_units_ - min_units_;
   while (true) {
-    pacer.tick(Phase::kMinCut, units_done_, expected);
+    tick(units_done_, expected);
     switch (step()) {
       case StepStatus::kShortened: break;
       case StepStatus::kMinimumTime: return StopReason::kMinimumTime;
       case StepStatus::kNoProgress: return StopReason::kNoProgress;
       case StepStatus::kInfeasibleFlow: return StopReason::kInfeasibleFlow;
+      case StepStatus::kInternalError:
+        throw std::logic_error(
+            "perseus internal error: a finite minimum cut crosses a computation at its shortest "
+            "duration (please report it with the profile)");
     }
   }
 }

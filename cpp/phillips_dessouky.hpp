@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "dag.hpp"
@@ -53,10 +54,12 @@ namespace perseus {
 
 // Outcome of one min-cut step.
 enum class StepStatus : std::uint8_t {
-  kShortened,      // the iteration is one or more units shorter
-  kMinimumTime,    // infinite cut: nothing on some critical path can shrink
-  kNoProgress,     // a finite cut, but applying it could not shorten the iteration
-  kInfeasibleFlow  // no flow meets the lower bounds (costs too flat or too large to resolve)
+  kShortened,       // the iteration is one or more units shorter
+  kMinimumTime,     // infinite cut: nothing on some critical path can shrink
+  kNoProgress,      // a finite cut, but applying it could not shorten the iteration
+  kInfeasibleFlow,  // no flow meets the lower bounds (costs too flat or too large to resolve)
+  kInternalError    // a state the algorithm rules out (a finite cut through a computation
+                    // already at its shortest): a bug; run() throws std::logic_error
 };
 
 class PhillipsDessouky {
@@ -71,10 +74,12 @@ class PhillipsDessouky {
   PhillipsDessouky(const PhillipsDessouky&) = delete;
   PhillipsDessouky& operator=(const PhillipsDessouky&) = delete;
 
-  // Steps until the minimum time (or a stop); returns why it stopped. The
-  // log is closed when it returns or throws, so readers on other threads
-  // (see Cursor) see the end.
+  // Steps until the minimum time (or a stop); returns why it stopped, and
+  // throws std::logic_error on kInternalError. The log is closed when it
+  // returns or throws, so readers on other threads (see Cursor) see the end.
+  // tick(done, total) is called once per cut and may throw to stop.
   StopReason run(Pacer& pacer);
+  StopReason run(const std::function<void(Units, Units)>& tick);
   // Closes the log without running: wakes readers that wait for a step
   // that will not come (a caller unwinding before or around run()).
   void close_log() { log_.close(); }

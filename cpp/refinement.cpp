@@ -152,7 +152,7 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
 }
 
 void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
-                      double spacing_s, std::size_t max_grid, std::int64_t max_work, Share share_of,
+                      std::size_t max_grid, std::int64_t max_work, Share share_of,
                       PlanImprover& improver, PlanLog& log, const Ticker& tick) {
   if (max_work <= 0 || time_s.empty()) return;
   const std::size_t n = improver.choice().size();
@@ -160,7 +160,6 @@ void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<do
   // (integer-indexed, so a spacing below one ulp of the times still ends).
   std::vector<double> deadlines(time_s);
   const double first = time_s.front(), last = time_s.back();
-  (void)spacing_s;
   const double spacing = (last - first) / static_cast<double>(std::max<std::size_t>(max_grid, 1));
   const auto steps = spacing > 0 ? static_cast<std::int64_t>(max_grid) - 1 : 0;
   for (std::int64_t k = 1; k <= steps; ++k)

@@ -24,13 +24,16 @@
 //                without them the refined frontier lost to the plain one at
 //                some times (frontier.cpp runs that walk first);
 //   local search at every frontier plan's time and on a grid over the
-//                frontier's range: three starts per deadline (the slowest
-//                plan that meets it reclaimed into it, the next one tightened
-//                to it and reclaimed, the all-fastest plan reclaimed), then a
-//                local search from the best, the work budget spread evenly.
-// The two chains are independent and run on two threads of their own while
-// the min-cut loop runs on the caller's (they follow it step by step); each
-// reports through a Ticker, which throws SolveCancelled to stop.
+//                frontier's range: starts per deadline, nearest first, while
+//                the deadline's share of the budget lasts: up to
+//                kStartsPerSide frontier plans on each side (faster ones
+//                reclaimed into it, slower ones tightened to it and
+//                reclaimed) and the all-fastest plan reclaimed; then a local
+//                search from the best, the work budget spread evenly.
+// The two chains are independent: with threads to spare they run on threads
+// of their own while the min-cut loop runs on the caller's (they follow it
+// step by step), otherwise after it; each reports through a Ticker, which
+// throws SolveCancelled to stop.
 //
 // Selection keeps the plans whose effective energy E - G * P_block * T falls
 // strictly as T grows: a plan that a faster one matches over its own length
@@ -91,12 +94,12 @@ struct Share {
 };
 
 // The local-search phase (see above) on a frontier given as rows of options
-// with their times, fastest first; the grid is spacing_s apart, at most
-// max_grid deadlines, of which the job takes its share; stops when max_work
-// is spent. Records into `log`.
+// with their times, fastest first; the grid spreads max_grid deadlines
+// evenly over the frontier's range, of which the job takes its share; stops
+// when max_work is spent. Records into `log`.
 void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
-                      double spacing_s, std::size_t max_grid, std::int64_t max_work, Share share,
-                      PlanImprover& improver, PlanLog& log, const Ticker& tick);
+                      std::size_t max_grid, std::int64_t max_work, Share share, PlanImprover& improver,
+                      PlanLog& log, const Ticker& tick);
 
 // Indices of the plans worth keeping, fastest first: strictly increasing
 // time, and effective energy (energy_j - blocking_w * time_s) falling by more

@@ -106,7 +106,24 @@ struct SolverOptions {
   double progress_period_s = 0.1;
   InterruptHook interrupted;
   double interrupt_poll_s = 0.05;
+  // Threads a solve may use, the caller's included; 0 picks kDefaultThreads.
+  // The independent jobs of a refining solve are the min-cut loop, the plain
+  // walk at the user's unit, the two candidate chains (refinement.hpp) and
+  // the second half of each local-search round: with 4 threads all of them
+  // overlap, with fewer the rest run on the caller's thread in turn. The
+  // default does not shrink to the machine's core count: the chains follow
+  // the loop and mostly wait for its steps, so on 2 cores they cost thread
+  // switches, not CPU, and running them afterwards would only lengthen the
+  // wall time (before threads= existed, a solve always ran 3). The plans do
+  // not depend on the count (each job has its own improver, log and
+  // budget), only wall time does; 1 suits a caller that runs many solves
+  // side by side. refine=False has one job and uses one thread.
+  static constexpr int kDefaultThreads = 4;
+  int threads = 0;
 };
+
+// The thread count options.threads resolves to (at least 1).
+int solver_threads(const SolverOptions& options);
 
 // Throws std::invalid_argument naming the first field of options.budgets
 // outside its range (non-finite, negative, or so large that a count

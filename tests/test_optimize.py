@@ -524,8 +524,11 @@ def example_profile():
     return Profile.from_csv(EXAMPLES / "gpt3-a100-8stage.csv", blocking_power_w=70.0)
 
 
+@pytest.mark.parametrize("threads", [None, 1])
 @pytest.mark.parametrize("phase", ["min cut", "reclamation", "local search"])
-def test_a_callback_cancels_any_phase(example_profile, phase):
+def test_a_callback_cancels_any_phase(example_profile, phase, threads):
+    # threads=1 runs the chains and the second local-search half on the
+    # caller's thread after the loop: their reports must stop them too.
     seen = []
 
     def progress(report):
@@ -533,8 +536,56 @@ def test_a_callback_cancels_any_phase(example_profile, phase):
         return report.phase != phase
 
     with pytest.raises(KeyboardInterrupt):
-        perseus.optimize(example_profile, microbatches=16, progress=progress, progress_period_s=0.0)
+        perseus.optimize(
+            example_profile,
+            microbatches=16,
+            progress=progress,
+            progress_period_s=0.0,
+            threads=threads,
+        )
     assert seen[-1] == phase
+
+
+# --- threads --------------------------------------------------------------------------
+
+
+def test_the_frontier_does_not_depend_on_the_thread_count(example_profile):
+    # 1: every job in turn on the caller's thread; 2 and 3: the chains on
+    # threads of their own one by one; 4: the plain walk too (the example's
+    # 4-8 clocks per stage make the refining quantum finer than the unit, so
+    # that walk exists). Plans, times, energies and counters must agree bit for bit.
+    def solve(threads):
+        return perseus.optimize(example_profile, microbatches=24, threads=threads)
+
+    reference = solve(1)
+    assert reference.solver_unit_time_s < 1e-3  # the plain walk ran beside the finer loop
+    for threads in (2, 3, 4, 7):
+        other = solve(threads)
+        assert (other.steps, other.cuts, len(other)) == (
+            reference.steps,
+            reference.cuts,
+            len(reference),
+        ), threads
+        assert np.array_equal(other.iteration_times_s, reference.iteration_times_s), threads
+        assert np.array_equal(other.energies_j, reference.energies_j), threads
+        for k in (0, len(reference) // 2, len(reference) - 1):
+            assert np.array_equal(other[k].frequencies_mhz, reference[k].frequencies_mhz), threads
+
+
+@pytest.mark.parametrize(
+    ("threads", "pattern"),
+    [
+        (0, r"threads must be in 1\.\.1024, got 0"),
+        (1025, "1025"),
+        (-2, "-2"),
+        (2.0, "whole number"),
+        (True, "whole number"),
+        ("4", "whole number"),
+    ],
+)
+def test_threads_argument_errors(profile, threads, pattern):
+    with pytest.raises(ProfileError, match=pattern):
+        perseus.optimize(profile, microbatches=4, threads=threads)
 
 
 def test_a_slow_callback_is_never_called_back_to_back(example_profile):
@@ -645,3 +696,19 @@ def test_refined_frontier_is_never_worse_than_the_plain_one(example_profile, mic
         if refined.energy_at(d) > plain.energy_at(d) * (1 + 1e-4)
     ]
     assert not worse, f"{len(worse)} of {deadlines.size} deadlines worse, e.g. {worse[:3]}"
+
+
+def test_cli_threads_flag_reaches_the_solve(tmp_path, capsys):
+    from perseus.cli import main
+
+    csv = EXAMPLES / "small-4stage.csv"
+    outputs = []
+    for threads in ("1", "3"):
+        out = tmp_path / f"threads-{threads}"
+        argv = ["optimize", str(csv), "-m", "8", "--threads", threads, "-o", str(out), "--quiet"]
+        assert main(argv) == 0
+        outputs.append(Frontier.load(out / "frontier.json"))
+    assert np.array_equal(outputs[0].energies_j, outputs[1].energies_j)
+    capsys.readouterr()
+    assert main(["optimize", str(csv), "-m", "8", "--threads", "0", "-o", str(tmp_path / "x")]) == 2
+    assert "--threads" in capsys.readouterr().err

@@ -188,6 +188,7 @@ class Problem:
         budgets: SolverBudgets,
         progress: Callable[[Phase, int, int], object] | None = None,
         progress_period_s: float = 0.1,
+        threads: int = 0,
     ) -> SolveResult: ...
 
 # ---- frequency switcher (bindings/register_switcher.cpp) --------------------

@@ -127,6 +127,21 @@ def _takes_two_arguments(function: Callable[..., object]) -> bool:
     return len(positional) == 2
 
 
+#: The most threads a solve may be given (the core refuses more).
+MAX_THREADS = 1024
+
+
+def _threads_argument(threads: Any) -> int:
+    """``threads=`` as the core takes it: 0 for the default, else 1..MAX_THREADS."""
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+        raise ProfileError(f"threads must be a whole number of threads, got {threads!r}")
+    if not 1 <= int(threads) <= MAX_THREADS:
+        raise ProfileError(f"threads must be in 1..{MAX_THREADS}, got {threads}")
+    return int(threads)
+
+
 def _budgets_argument(budgets: Any) -> _core.SolverBudgets:
     if budgets is None:
         return _core.SolverBudgets()
@@ -175,6 +190,7 @@ def optimize(
     progress_period_s: float = 0.1,
     unit_time: Optional[float] = None,
     fingerprint: Optional[Mapping[str, Any]] = None,
+    threads: Optional[int] = None,
 ) -> Frontier:
     """Compute the iteration time-energy Pareto frontier of one training iteration.
 
@@ -216,6 +232,12 @@ def optimize(
         What the profile's measurement depended on (GPU model, parallelism,
         ...), kept as `Frontier.fingerprint` and saved with it; checked
         before the solve (see `perseus.frontier.check_fingerprint`).
+    threads : int, optional
+        Threads the solve may use, the caller's included (default 4: the
+        min-cut loop, the plain walk and the two candidate chains; see
+        ``cpp/solver_options.hpp``). The plans do not depend on it, only the
+        wall time does; ``1`` keeps a solve on one thread (many solves side
+        by side).
 
     Returns
     -------
@@ -246,12 +268,13 @@ def optimize(
     unit = _unit_time_argument(unit_time_s, unit_time)
     solver_budgets = _budgets_argument(budgets)
     period = _period_argument(progress_period_s)
+    thread_count = _threads_argument(threads)
     _check_size(profile, spec, unit)
     problem, table, pipeline = _setup(profile, spec)
     sinks, bar = _progress_sinks(progress)
     reporter = ProgressReporter(refine=refine, sinks=sinks) if sinks else None
     try:
-        result = problem.solve(unit, refine, solver_budgets, reporter, period)
+        result = problem.solve(unit, refine, solver_budgets, reporter, period, thread_count)
     except ValueError as error:
         raise ProfileError(_of_profile(profile, str(error))) from None
     finally:

@@ -108,6 +108,35 @@ TEST(SolveFrontier, OtherSchedulesAndPlainPhillipsDessouky) {
   }
 }
 
+TEST(SolveFrontier, PlansDoNotDependOnTheThreadCount) {
+  // 1: every job in turn on the caller's thread; 2, 3: the chains get
+  // threads one by one; 4: the plain walk too (the refining quantum is finer
+  // than the unit here, so that walk exists). Under TSan this is also the
+  // run with every job on a thread of its own.
+  const Case c(Pipeline(ScheduleKind::OneFOneB, 3, 1, 6), 6, 5);
+  SolverOptions options = fast_options();
+  options.threads = 1;
+  const FrontierResult reference = solve_frontier(c.pipeline, c.dag, c.table, options);
+  ASSERT_LT(reference.unit_time_s, options.unit_time_s);
+  for (const int threads : {2, 3, 4}) {
+    options.threads = threads;
+    const FrontierResult other = solve_frontier(c.pipeline, c.dag, c.table, options);
+    SCOPED_TRACE(threads);
+    EXPECT_EQ(other.steps, reference.steps);
+    EXPECT_EQ(other.cuts, reference.cuts);
+    EXPECT_EQ(other.candidates, reference.candidates);
+    EXPECT_EQ(other.choices, reference.choices);
+    EXPECT_EQ(other.iteration_time_s, reference.iteration_time_s);
+    EXPECT_EQ(other.energy_j, reference.energy_j);
+  }
+  for (const int threads : {-1, 1025}) {
+    options.threads = threads;
+    EXPECT_THROW(check_options(options), std::invalid_argument) << threads;
+  }
+  options.threads = 0;
+  EXPECT_EQ(solver_threads(options), SolverOptions::kDefaultThreads);
+}
+
 TEST(SolveFrontier, NothingToTradeIsRejected) {
   // One option per group: no computation has two durations.
   const Pipeline p(ScheduleKind::OneFOneB, 2, 1, 2);

@@ -182,6 +182,13 @@ def _parser() -> argparse.ArgumentParser:
         "--unit-time", type=_seconds, default=1e-3, metavar="S", help="solver time quantum, seconds"
     )
     opt.add_argument(
+        "--threads",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="threads the solve may use (default 4); the plans do not depend on it",
+    )
+    opt.add_argument(
         "-o", "--output", default=".", metavar="DIR", help="directory for frontier.json"
     )
     opt.add_argument("-q", "--quiet", action="store_true", help="no progress display")

@@ -224,6 +224,7 @@ def _optimize(args: argparse.Namespace) -> int:
             unit_time_s=args.unit_time,
             progress=bar,
             fingerprint=fingerprint,
+            threads=args.threads,
         )
     except ProfileError as error:  # the library names its arguments; here they are flags
         raise UsageError(_flags_for_arguments(str(error))) from None
