@@ -230,9 +230,12 @@ def test_profiler_sidecar_layout_is_read(tmp_path, capsys):
         ),
         (
             [str(SMALL), "-m", "8", "--virtual-stages", "2"],
-            ["argument --virtual-stages", "interleaved-1f1b"],
+            ["argument --schedule/--virtual-stages", "--virtual-stages 2 needs --schedule"],
         ),
-        ([str(SMALL), "-m", "8", "--schedule", "interleaved-1f1b"], ["argument --schedule"]),
+        (
+            [str(SMALL), "-m", "8", "--schedule", "interleaved-1f1b"],
+            ["argument --schedule/--virtual-stages", "needs --virtual-stages >= 2"],
+        ),
         ([str(SMALL), "-m", "8", "--bogus"], ["unrecognized arguments: --bogus"]),
     ],
 )

@@ -17,6 +17,7 @@ from ..errors import OutputExistsError, ProfileError
 from ..frontier import Frontier, PowerCapError
 from ..plan import Evaluation, Plan, all_fastest_plan
 from ..profile import Profile
+from ..schedule import check_pipeline_args
 from ._arguments import UsageError, _flags_for_arguments
 
 # --- helpers -------------------------------------------------------------------------------
@@ -101,6 +102,17 @@ def _blocking_power(csv_path: str, flag_w: Optional[float]) -> tuple[float, str]
             f"(with {BLOCKING_POWER_KEY}) next to {csv_path}; the profiler writes one"
         )
     return stored.blocking_power_w, f"read from {stored.path}"
+
+
+def _check_layout(schedule: str, virtual_stages: int) -> None:
+    """Refuse a --schedule and --virtual-stages that no pipeline can run, by the core's
+    rules (one GPU, one microbatch: what is left to check is the chunks per GPU)."""
+    try:
+        check_pipeline_args(schedule, 1, 1, virtual_stages)
+    except ProfileError as error:
+        raise UsageError(
+            f"argument --schedule/--virtual-stages: {_flags_for_arguments(str(error))}"
+        ) from None
 
 
 def _layout_from_sidecar(args: argparse.Namespace) -> Optional[dict[str, Any]]:
@@ -201,13 +213,7 @@ def _optimize(args: argparse.Namespace) -> int:
     power_w, power_source = _blocking_power(args.profile, args.blocking_power)
     fingerprint = _layout_from_sidecar(args)
     profile = Profile.from_csv(args.profile, blocking_power_w=power_w)
-    if args.virtual_stages > 1 and args.schedule != "interleaved-1f1b":
-        raise UsageError(
-            f"argument --virtual-stages: {args.virtual_stages} chunks per GPU need "
-            "--schedule interleaved-1f1b"
-        )
-    if args.schedule == "interleaved-1f1b" and args.virtual_stages < 2:
-        raise UsageError("argument --schedule: interleaved-1f1b needs --virtual-stages 2 or more")
+    _check_layout(args.schedule, args.virtual_stages)
     if profile.num_stages % args.virtual_stages:
         raise UsageError(
             f"argument --virtual-stages: {args.virtual_stages} does not divide the profile's "
@@ -637,10 +643,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError("argument -m/--microbatches: required with PROFILE")
     if not args.profiles and args.microbatches is not None:
         raise UsageError("argument -m/--microbatches: only with PROFILE (the corpus sets its own)")
-    if (args.virtual_stages > 1) != (args.schedule == "interleaved-1f1b"):
-        raise UsageError(
-            "argument --virtual-stages: interleaved-1f1b needs 2 or more, the others exactly 1"
-        )
+    _check_layout(args.schedule, args.virtual_stages)
     if args.max_energy_regression < 0:
         raise UsageError("argument --max-energy-regression: must be >= 0 percent")
     to_file = args.json not in (None, "-")
