@@ -40,7 +40,7 @@ void register_pipeline(py::module_& m) {
                        Index microbatches) {
              Pipeline pipeline(perseus::parse_schedule(schedule), num_gpus, virtual_stages,
                                microbatches);
-             perseus::Dag check(pipeline);  // throws if the order would deadlock
+             perseus::check_deadlock_free(pipeline);
              return pipeline;
            }),
            "schedule"_a, "num_gpus"_a, "virtual_stages"_a, "microbatches"_a)
