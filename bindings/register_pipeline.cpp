@@ -22,13 +22,25 @@ py::array_t<T> column(const Pipeline& p, Field field) {
 }  // namespace
 
 void register_pipeline(py::module_& m) {
+  py::tuple schedules(perseus::kScheduleKinds.size());
+  for (std::size_t k = 0; k < perseus::kScheduleKinds.size(); ++k)
+    schedules[k] = perseus::schedule_name(perseus::kScheduleKinds[k]);
+  m.attr("SCHEDULES") = schedules;
+  m.def(
+      "check_schedule",
+      [](const std::string& schedule, Index num_gpus, Index virtual_stages, Index microbatches) {
+        perseus::check_schedule(perseus::parse_schedule(schedule), num_gpus, virtual_stages,
+                                microbatches);
+      },
+      "schedule"_a, "num_gpus"_a, "virtual_stages"_a, "microbatches"_a,
+      "Raise ValueError, naming the argument, unless the schedule can run these sizes.");
   py::class_<Pipeline>(m, "Pipeline",
                        "The computations of one training iteration and each GPU's order.")
       .def(py::init([](const std::string& schedule, Index num_gpus, Index virtual_stages,
                        Index microbatches) {
              Pipeline pipeline(perseus::parse_schedule(schedule), num_gpus, virtual_stages,
                                microbatches);
-             perseus::Dag check(pipeline);  // throws if the order would deadlock
+             perseus::check_deadlock_free(pipeline);
              return pipeline;
            }),
            "schedule"_a, "num_gpus"_a, "virtual_stages"_a, "microbatches"_a)

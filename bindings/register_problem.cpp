@@ -3,13 +3,13 @@
 #include "pybind11.hpp"
 
 #include <memory>
-#include <mutex>
 
+#include "choice_values.hpp"
 #include "frontier.hpp"
+#include "locked_problem.hpp"
 #include "options.hpp"
 #include "pacer.hpp"
 #include "plan_improver.hpp"
-#include "problem.hpp"
 #include "solver_options.hpp"
 
 using namespace perseus;
@@ -18,17 +18,6 @@ namespace {
 
 template <typename T>
 using CArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
-
-// A Problem with the lock its shared replay scratch needs.
-struct LockedProblem {
-  LockedProblem(const Pipeline& pipeline, std::vector<Index> offsets, std::vector<double> time_s,
-                std::vector<double> energy_j, double blocking_power_w)
-      : problem(pipeline, std::move(offsets), std::move(time_s), std::move(energy_j),
-                blocking_power_w) {}
-  Problem problem;
-  std::unique_ptr<PlanImprover> improver;  // made on first use
-  std::mutex mutex;
-};
 
 py::tuple split(const std::vector<Evaluation>& evaluations) {
   std::vector<double> times, energies;
@@ -47,69 +36,54 @@ std::size_t rows_of(const py::buffer_info& info, Index n, const char* name) {
 }
 
 py::tuple evaluate(LockedProblem& self, const CArray<OptionIndex>& choices) {
-  const std::size_t plans = rows_of(choices.request(), self.problem.pipeline().size(), "choices");
+  const std::size_t plans = rows_of(choices.request(), self.pipeline().size(), "choices");
   std::vector<Evaluation> out;
   {
     py::gil_scoped_release release;
-    const std::lock_guard<std::mutex> lock(self.mutex);
-    out = self.problem.evaluate(choices.data(), plans);
+    out = self.evaluate(choices.data(), plans);
   }
   return split(out);
 }
 
-// Runs `improve` on the improver for each plan of `choices`, without the GIL;
-// returns (times, energies, the improved plans).
+// (times, energies, the improved plans) of an improvement run without the GIL.
 template <typename Improve>
-py::tuple improve_each(LockedProblem& self, const CArray<OptionIndex>& choices, Improve improve) {
-  const Index n = self.problem.pipeline().size();
+py::tuple improved(LockedProblem& self, const CArray<OptionIndex>& choices, Improve improve) {
+  const Index n = self.pipeline().size();
   const std::size_t plans = rows_of(choices.request(), n, "choices");
-  self.problem.evaluate(choices.data(), plans);  // checks every option index
-  std::vector<OptionIndex> out(choices.data(), choices.data() + plans * ix(n));
-  std::vector<Evaluation> results(plans);
+  ImprovedPlans out;
   {
     py::gil_scoped_release release;
-    const std::lock_guard<std::mutex> lock(self.mutex);
-    if (!self.improver)
-      self.improver = std::make_unique<PlanImprover>(self.problem.pipeline(), self.problem.dag(),
-                                                     self.problem.table());
-    for (std::size_t k = 0; k < plans; ++k) {
-      self.improver->assign(out.data() + k * ix(n));
-      improve(*self.improver);
-      std::copy(self.improver->choice().begin(), self.improver->choice().end(),
-                out.begin() + static_cast<std::ptrdiff_t>(k * ix(n)));
-    }
-    results = self.problem.evaluate(out.data(), plans);
+    out = improve(choices.data(), plans);
   }
-  py::tuple split_results = split(results);
+  py::tuple columns = split(out.evaluations);
   return py::make_tuple(
-      split_results[0], split_results[1],
-      to_numpy(std::move(out), {static_cast<py::ssize_t>(plans), static_cast<py::ssize_t>(n)}));
+      columns[0], columns[1],
+      to_numpy(std::move(out.choices), {static_cast<py::ssize_t>(plans), static_cast<py::ssize_t>(n)}));
 }
 
-// Reclaims each plan up to max(deadline_s, its own time).
 py::tuple reclaim(LockedProblem& self, const CArray<OptionIndex>& choices, double deadline_s,
                   ReclaimOrder order) {
-  return improve_each(self, choices,
-                      [&](PlanImprover& improver) { improver.reclaim(deadline_s, order); });
+  return improved(self, choices, [&](const OptionIndex* rows, std::size_t plans) {
+    return self.reclaim(rows, plans, deadline_s, order);
+  });
 }
 
-// Local search on each plan at a deadline, within max_work work units each.
 py::tuple local_search(LockedProblem& self, const CArray<OptionIndex>& choices, double deadline_s,
                        std::int64_t max_work) {
-  return improve_each(self, choices,
-                      [&](PlanImprover& improver) { improver.local_search(deadline_s, max_work); });
+  return improved(self, choices, [&](const OptionIndex* rows, std::size_t plans) {
+    return self.local_search(rows, plans, deadline_s, max_work);
+  });
 }
 
 py::tuple replay(LockedProblem& self, const CArray<double>& time_s, const CArray<double>& energy_j) {
-  const Index n = self.problem.pipeline().size();
+  const Index n = self.pipeline().size();
   const std::size_t plans = rows_of(time_s.request(), n, "time_s");
   if (rows_of(energy_j.request(), n, "energy_j") != plans)
     throw std::invalid_argument("time_s and energy_j must have the same shape");
   std::vector<Evaluation> out;
   {
     py::gil_scoped_release release;
-    const std::lock_guard<std::mutex> lock(self.mutex);
-    out = self.problem.replay(time_s.data(), energy_j.data(), plans);
+    out = self.replay(time_s.data(), energy_j.data(), plans);
   }
   return split(out);
 }
@@ -148,7 +122,7 @@ FrontierResult solve(const LockedProblem& self, double unit_time_s, bool refine,
   }
   try {
     py::gil_scoped_release release;
-    return self.problem.solve(options);
+    return self.solve(options);
   } catch (const SolveCancelled&) {
     if (pending) throw std::move(*pending);
     throw;
@@ -160,38 +134,19 @@ py::array_t<T> copy_of(const std::vector<T>& values) {
   return to_numpy(std::vector<T>(values));
 }
 
-// values[first_option[i] + choice] for every plan and computation i: the
-// plans' clocks without the int64 temporaries a numpy gather of a large
-// frontier makes (at 16 x 128 those cost more than the local search).
-py::array_t<std::int32_t> choice_values(const FrontierResult& r,
-                                        const CArray<std::int32_t>& first_option,
-                                        const CArray<std::int32_t>& values) {
-  const auto n = ix(r.num_computations);
-  if (first_option.ndim() != 1 || ix(first_option.size()) != n)
+// Converts and releases the GIL; the gather is choice_values.hpp's.
+py::array_t<std::int32_t> gather_choice_values(const FrontierResult& r,
+                                               const CArray<std::int32_t>& first_option,
+                                               const CArray<std::int32_t>& values) {
+  if (first_option.ndim() != 1)
     throw std::invalid_argument("first_option must have one entry per computation (" +
-                                std::to_string(n) + ")");
+                                std::to_string(r.num_computations) + ")");
   if (values.ndim() != 1) throw std::invalid_argument("values must be 1-D");
-  const std::int32_t* first = first_option.data();
-  const std::int32_t* value = values.data();
-  const auto count = static_cast<std::int64_t>(values.size());
-  for (std::size_t i = 0; i < n; ++i)
-    if (first[i] < 0)
-      throw std::out_of_range("choice_values: computation " + std::to_string(i) +
-                              " has a negative first option (" + std::to_string(first[i]) + ")");
-  std::vector<std::int32_t> out(r.choices.size());
+  const std::vector<std::int32_t> first(first_option.data(), first_option.data() + first_option.size());
+  std::vector<std::int32_t> out;
   {
     py::gil_scoped_release release;
-    const OptionIndex* choice = r.choices.data();
-    std::int32_t* row = out.data();
-    for (std::size_t k = 0; n > 0 && k < r.choices.size(); k += n, choice += n, row += n)
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::int64_t at = std::int64_t{first[i]} + choice[i];
-        if (at >= count)
-          throw std::out_of_range("choice_values: computation " + std::to_string(i) +
-                                  " indexes option " + std::to_string(at) + " of " +
-                                  std::to_string(count));
-        row[i] = value[at];
-      }
+    out = choice_values(r, first, values.data(), static_cast<std::size_t>(values.size()));
   }
   return to_numpy(std::move(out), {r.num_plans(), r.num_computations});
 }
@@ -248,7 +203,7 @@ void register_problem(py::module_& m) {
                              [](const FrontierResult& r) { return r.baseline.iteration_time_s; })
       .def_property_readonly("baseline_energy_j",
                              [](const FrontierResult& r) { return r.baseline.energy_j; })
-      .def("choice_values", &choice_values, "first_option"_a, "values"_a,
+      .def("choice_values", &gather_choice_values, "first_option"_a, "values"_a,
            "values[first_option[i] + choice] per plan and computation i, as int32 (plans, n).")
       .def_readonly("steps", &FrontierResult::steps)
       .def_readonly("cuts", &FrontierResult::cuts)
@@ -280,12 +235,12 @@ void register_problem(py::module_& m) {
                     double>(),
            "pipeline"_a, "offsets"_a, "time_s"_a, "energy_j"_a, "blocking_power_w"_a)
       .def_property_readonly(
-          "pipeline", [](const LockedProblem& p) -> const Pipeline& { return p.problem.pipeline(); },
+          "pipeline", [](const LockedProblem& p) -> const Pipeline& { return p.pipeline(); },
           py::return_value_policy::reference_internal)
       .def(
           "edges",
           [](const LockedProblem& p) {
-            const Dag& dag = p.problem.dag();
+            const Dag& dag = p.problem().dag();
             std::vector<Index> from, to;
             for (Index u = 0; u < dag.num_nodes(); ++u)
               for (const Index* v = dag.successors_begin(u); v != dag.successors_end(u); ++v) {

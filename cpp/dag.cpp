@@ -69,4 +69,6 @@ Dag::Dag(const Pipeline& p) : num_nodes_(p.size()) {
         " microbatches deadlocks (its execution order contradicts the data dependencies)");
 }
 
+void check_deadlock_free(const Pipeline& pipeline) { const Dag check(pipeline); }
+
 }  // namespace perseus

@@ -14,6 +14,10 @@
 
 namespace perseus {
 
+// Throws std::invalid_argument, as the Dag constructor does, if the
+// pipeline's orders would deadlock; builds the DAG and drops it.
+void check_deadlock_free(const Pipeline& pipeline);
+
 class Dag {
  public:
   // Throws std::invalid_argument if the schedule's order contradicts the data

@@ -8,11 +8,12 @@
 namespace perseus {
 
 ScheduleKind parse_schedule(const std::string& name) {
-  if (name == "1f1b") return ScheduleKind::OneFOneB;
-  if (name == "gpipe") return ScheduleKind::GPipe;
-  if (name == "interleaved-1f1b") return ScheduleKind::Interleaved1F1B;
-  throw std::invalid_argument("unknown schedule '" + name +
-                              "'; expected one of: 1f1b, gpipe, interleaved-1f1b");
+  std::string known;
+  for (const ScheduleKind kind : kScheduleKinds) {
+    if (name == schedule_name(kind)) return kind;
+    known += (known.empty() ? "" : ", ") + std::string(schedule_name(kind));
+  }
+  throw std::invalid_argument("schedule '" + name + "' is not known; choose one of: " + known);
 }
 
 const char* schedule_name(ScheduleKind kind) {
@@ -24,24 +25,29 @@ const char* schedule_name(ScheduleKind kind) {
   return "?";
 }
 
-Pipeline::Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages, Index num_microbatches)
-    : kind_(kind),
-      num_gpus_(num_gpus),
-      virtual_stages_(virtual_stages),
-      num_microbatches_(num_microbatches) {
-  if (num_gpus < 1) throw std::invalid_argument("num_gpus must be >= 1");
-  if (num_microbatches < 1) throw std::invalid_argument("microbatches must be >= 1");
-  if (virtual_stages < 1) throw std::invalid_argument("virtual_stages must be >= 1");
+void check_schedule(ScheduleKind kind, Index num_gpus, Index virtual_stages, Index num_microbatches) {
+  const auto count = [](const char* name, Index value) {
+    if (value < 1)
+      throw std::invalid_argument(std::string(name) + " must be an integer >= 1, got " +
+                                  std::to_string(value));
+  };
+  count("microbatches", num_microbatches);
+  count("virtual_stages", virtual_stages);
+  count("the number of pipeline GPUs", num_gpus);
+  const std::string name = schedule_name(kind);
   if (kind == ScheduleKind::Interleaved1F1B) {
     if (virtual_stages < 2)
-      throw std::invalid_argument("the interleaved-1f1b schedule needs virtual_stages >= 2");
+      throw std::invalid_argument("the interleaved-1f1b schedule needs virtual_stages >= 2 (got " +
+                                  std::to_string(virtual_stages) +
+                                  "); use '1f1b' for one chunk per GPU");
     if (num_microbatches < num_gpus)
-      throw std::invalid_argument(
-          "the interleaved-1f1b schedule needs microbatches >= pipeline GPUs (" +
-          std::to_string(num_gpus) + "), got " + std::to_string(num_microbatches));
+      throw std::invalid_argument("the interleaved-1f1b schedule cannot run " +
+                                  std::to_string(num_microbatches) + " microbatches on " +
+                                  std::to_string(num_gpus) +
+                                  " GPUs: it needs at least as many microbatches as GPUs");
   } else if (virtual_stages != 1) {
-    throw std::invalid_argument(std::string("the ") + schedule_name(kind) +
-                                " schedule has no virtual stages; use interleaved-1f1b");
+    throw std::invalid_argument("the " + name + " schedule has one chunk per GPU; virtual_stages=" +
+                                std::to_string(virtual_stages) + " needs schedule='interleaved-1f1b'");
   }
   // In doubles: the product of three int32 counts overflows int64 (each factor is >= 1 here).
   const double total = 2.0 * num_gpus * virtual_stages * num_microbatches;
@@ -50,7 +56,15 @@ Pipeline::Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages, Inde
                                 std::to_string(virtual_stages) + " chunks x " +
                                 std::to_string(num_microbatches) +
                                 " microbatches is more than 2^30 computations");
+}
 
+Pipeline::Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages, Index num_microbatches)
+    : kind_(kind),
+      num_gpus_(num_gpus),
+      virtual_stages_(virtual_stages),
+      num_microbatches_(num_microbatches) {
+  check_schedule(kind, num_gpus, virtual_stages, num_microbatches);
+  const double total = 2.0 * num_gpus * virtual_stages * num_microbatches;
   computations_.resize(static_cast<std::size_t>(total));
   for (Index stage = 0; stage < num_stages(); ++stage)
     for (Index mb = 0; mb < num_microbatches; ++mb)

@@ -16,6 +16,7 @@
 //                     with backwards visiting chunks in reverse.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,9 +29,22 @@ enum class Instruction : std::uint8_t { Forward = 0, Backward = 1 };
 
 enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved1F1B };
 
+// Every schedule, in the order their names are listed to users (the Python
+// API's SCHEDULES and the CLI's choices come from here).
+inline constexpr std::array<ScheduleKind, 3> kScheduleKinds{ScheduleKind::OneFOneB, ScheduleKind::GPipe,
+                                                            ScheduleKind::Interleaved1F1B};
+
 // Parses "gpipe", "1f1b" or "interleaved-1f1b"; throws std::invalid_argument.
 ScheduleKind parse_schedule(const std::string& name);
 const char* schedule_name(ScheduleKind kind);
+
+// The schedule rules, the one place they are written: every count >= 1;
+// interleaved-1f1b needs virtual_stages >= 2 and microbatches >= num_gpus,
+// the others exactly one chunk per GPU; at most 2^30 computations. Throws
+// std::invalid_argument naming the argument (virtual_stages, microbatches)
+// as the Python API spells it. The Pipeline constructor calls it; Python
+// calls it through the bindings.
+void check_schedule(ScheduleKind kind, Index num_gpus, Index virtual_stages, Index num_microbatches);
 
 struct Computation {
   Index stage;       // model chunk (profile stage), 0 .. num_stages-1
@@ -44,7 +58,7 @@ struct Computation {
 // Computation ids are dense, 0 .. size()-1.
 class Pipeline {
  public:
-  // Throws std::invalid_argument for sizes the schedule cannot run.
+  // Throws std::invalid_argument for sizes the schedule cannot run (check_schedule).
   Pipeline(ScheduleKind kind, Index num_gpus, Index virtual_stages, Index num_microbatches);
 
   ScheduleKind kind() const { return kind_; }

@@ -29,8 +29,8 @@ enum class StopReason : std::uint8_t {
 const char* stop_reason_name(StopReason reason);
 
 // Work budgets. A work unit is one node, edge or option visit (see
-// Refiner::work): machine-independent, so the plans do not depend on the
-// machine or its load, and the budgets are the same in tests and benchmarks.
+// PlanImprover::work and PhillipsDessouky::work): machine-independent, so the plans do not depend on
+// the machine or its load, and the budgets are the same in tests and benchmarks.
 struct SolverBudgets {
   // Take a whole run of equal min-cut steps at once (Fulkerson's parametric
   // step): the same cut stays optimal while every cut computation stays on

@@ -97,6 +97,19 @@ def test_optimize_json(tmp_path, capsys):
     assert document["blocking_power_w"] == 70.0
     assert document["fastest"]["energy_j"] == frontier.fastest.energy_j
     assert document["frontier"] == str(tmp_path / "frontier.json")
+    # The text is the same facts, formatted: every saving it prints is in the JSON.
+    status, text, _ = run(capsys, "optimize", copy, "-m", 8, "-o", tmp_path / "t", "-q")
+    assert status == 0
+    slowest = document["slowest"]
+    for shown in (
+        f"{document['fastest']['saving_vs_all_fastest_percent']:.2f}% less energy than all-fastest",
+        f"{slowest['saving_vs_fastest_waiting_percent']:.2f}% less than the fastest plan waiting "
+        f"for it ({slowest['fastest_waiting_energy_j']:.1f} J)",
+        f"{slowest['saving_vs_all_fastest_percent']:.2f}% less than all-fastest waiting "
+        f"({slowest['all_fastest_waiting_energy_j']:.1f} J)",
+        f"plans         {document['plans']} from",
+    ):
+        assert shown in text, (shown, text)
 
 
 def test_optimize_interleaved_options(tmp_path, capsys):
@@ -239,9 +252,12 @@ def test_profiler_sidecar_layout_is_read(tmp_path, capsys):
         ),
         (
             [str(SMALL), "-m", "8", "--virtual-stages", "2"],
-            ["argument --virtual-stages", "interleaved-1f1b"],
+            ["argument --schedule/--virtual-stages", "--virtual-stages 2 needs --schedule"],
         ),
-        ([str(SMALL), "-m", "8", "--schedule", "interleaved-1f1b"], ["argument --schedule"]),
+        (
+            [str(SMALL), "-m", "8", "--schedule", "interleaved-1f1b"],
+            ["argument --schedule/--virtual-stages", "needs --virtual-stages >= 2"],
+        ),
         ([str(SMALL), "-m", "8", "--bogus"], ["unrecognized arguments: --bogus"]),
     ],
 )
@@ -896,3 +912,18 @@ def test_broken_pipe_is_quiet(solved):
     assert done.returncode == 0
     assert "Traceback" not in done.stderr
     assert done.stderr == ""
+
+
+def test_switch_latency_text_and_json_are_the_same_facts(fake_nvml, capsys):
+    fake_nvml.configure(sleep_ms=5)
+    status, out, _ = run(capsys, "switch-latency", "--repeats", 3, "--json")
+    assert status == 0
+    document = json.loads(out)
+    assert document["min_s"] == min(document["visible_s"])
+    assert document["max_s"] == max(document["visible_s"])
+    assert document["call_mean_s"] == pytest.approx(sum(document["call_s"]) / 3)
+    status, text, _ = run(capsys, "switch-latency", "--repeats", 3)
+    assert status == 0
+    # Another run measures anew: the text shows the same summaries, in ms.
+    for label in ("visible after  median ", ", min ", ", max ", "NVML call      mean "):
+        assert label in text

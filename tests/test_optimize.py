@@ -589,36 +589,46 @@ def test_threads_argument_errors(profile, threads, pattern):
 
 
 def test_a_slow_callback_is_never_called_back_to_back(example_profile):
-    # The period runs from the end of one report to the start of the next.
+    # The period runs from the end of one report to the start of the next. The
+    # gaps are read on the clock the core paces with (CLOCK_MONOTONIC, Python's
+    # time.monotonic and C++'s steady_clock alike), and a loaded machine can only
+    # lengthen them: the bound is a property of the pacing, not a speed claim.
+    # The callback cancels after its third report, so the solve (seconds long
+    # at this size) always yields three reports and never runs to the end.
     calls = []
 
     def slow(_report):
         start = time.monotonic()
         time.sleep(0.02)
         calls.append((start, time.monotonic()))
+        return len(calls) < 3
 
-    # A solve of half a second or more (8 x 32 alone now takes under 0.1 s,
-    # too short for two reports), so that several reports come.
-    perseus.optimize(
-        example_profile, microbatches=64, unit_time_s=1e-4, progress=slow, progress_period_s=0.03
-    )
-    assert len(calls) >= 2
+    with pytest.raises(KeyboardInterrupt):
+        perseus.optimize(
+            example_profile,
+            microbatches=128,
+            unit_time_s=1e-4,
+            progress=slow,
+            progress_period_s=0.03,
+        )
+    assert len(calls) == 3
     gaps = [b[0] - a[1] for a, b in zip(calls, calls[1:])]
-    assert min(gaps) >= 0.03 - 1e-3
+    assert min(gaps) >= 0.03
 
 
 SIGINT_CHILD = r"""
-import os, signal, sys, threading, time
+import os, signal, sys, threading, traceback
 import perseus
 profile = perseus.Profile.from_csv(sys.argv[1], blocking_power_w=70.0)
 phase = sys.argv[2]
-state = {}
+state = {"after": []}
 def interrupt():
-    state["at"] = time.monotonic()
     state["in"] = state["phase"]  # the phase the signal lands in
     os.kill(os.getpid(), signal.SIGINT)  # a real signal, while the core computes
 def progress(report):
     state["phase"] = report.phase
+    if "in" in state:
+        state["after"].append(report.phase)
     if report.phase == phase and "timer" not in state:
         state["timer"] = threading.Timer(0.02, interrupt)
         state["timer"].start()
@@ -628,8 +638,11 @@ try:
     perseus.optimize(
         profile, microbatches=128, unit_time_s=1e-4, progress=progress, progress_period_s=0.0
     )
-except KeyboardInterrupt:
-    print(f"interrupted {time.monotonic() - state['at']:.3f} in {state['in']}")
+except KeyboardInterrupt as error:
+    # Raised inside optimize() (the core's poll), not after it returned.
+    inside = [f for f in traceback.extract_tb(error.__traceback__) if "perseus" in f.filename]
+    later = sorted(set(state["after"]) - {state["in"]})
+    print(f"interrupted in {state['in']}; {len(inside)} perseus frames; later phases {later}")
     sys.exit(0)
 print("finished")
 """
@@ -647,10 +660,14 @@ def test_sigint_stops_every_phase_quickly(tmp_path, phase):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("interrupted"), done.stdout
-    assert done.stdout.split(" in ", 1)[1].strip() == phase, done.stdout
+    assert done.stdout.startswith(f"interrupted in {phase};"), done.stdout
     assert "Traceback" not in done.stderr
-    # Ctrl-C is polled every 50 ms in every phase; allow for a loaded machine.
-    assert float(done.stdout.split()[1]) < 1.0
+    # Ctrl-C is polled in every phase: the solve stops inside optimize() and
+    # within the phase the signal landed in, however slow the machine (no
+    # clock is read: a poll that missed the phase would report a later one,
+    # or let optimize() return first).
+    assert int(done.stdout.split("; ")[1].split()[0]) >= 1, done.stdout
+    assert done.stdout.rstrip().endswith("later phases []"), done.stdout
 
 
 @pytest.mark.parametrize("power", [0.0, 50.0])

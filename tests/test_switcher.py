@@ -664,8 +664,9 @@ def test_stream_switch_lands_between_kernels(fake_nvml, fake_libraries):
         assert sw.wait(timeout_s=5)
         events = {(e, i): t for t, e, i in fake_nvml.cuda_log()}
         log = sw.records()
-    assert t_returned - t0 < 20e6
-    assert t_returned < events["kernel_end", 1]
+    # set_on_stream enqueues and returns: it came back before the kernel ahead
+    # of it ended (ordered by the fake's clock, not bounded by the wall clock).
+    assert t0 < t_returned < events["kernel_end", 1]
     assert list(log.applied_mhz[:2]) == [1500, 1200]
     assert [r.source for r in log][:2] == [SwitchSource.STREAM] * 2
     # Each target was handed over after the kernel before it and before the one after it.

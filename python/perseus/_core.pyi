@@ -6,6 +6,12 @@ from typing import ClassVar, TypedDict
 import numpy as np
 import numpy.typing as npt
 
+MAX_CLOCK_MHZ: int
+SCHEDULES: tuple[str, ...]
+
+def check_schedule(schedule: str, num_gpus: int, virtual_stages: int, microbatches: int) -> None:
+    """Raise ValueError, naming the argument, unless the schedule can run these sizes."""
+
 class Pipeline:
     """The computations of one training iteration and each GPU's order."""
 

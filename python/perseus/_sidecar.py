@@ -9,14 +9,13 @@ nowhere else.
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from ._strict_json import loads_strict, read_bounded
+from ._validate import real
 
 __all__ = ["BLOCKING_POWER_KEY", "SidecarPower", "read_blocking_power", "sidecar_path"]
 
@@ -73,11 +72,5 @@ def read_blocking_power(csv_path: str | os.PathLike[str]) -> Optional[SidecarPow
                 f"{'.'.join(_LEGACY_KEY)!r}): it does not say the blocking power"
             )
         value, key = legacy[_LEGACY_KEY[1]], ".".join(_LEGACY_KEY)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{path}: {key} must be a number of watts >= 0, got {value!r}")
-    return SidecarPower(float(value), str(path))
+    watts = real(value, f"{path}: {key}", what="a number of watts", low=0)
+    return SidecarPower(watts, str(path))

@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 
 from ._files import read_plan_text
+from ._validate import integer
 from ._zeus_format import INSTRUCTIONS
 from .profile import LIMITS
 
@@ -155,15 +156,13 @@ def read_plan(path: str | os.PathLike[str]) -> ZeusSchedule:
                 raise ValueError(
                     f"{where}: instruction {instruction!r} is not 'forward' or 'backward'"
                 )
-            if (
-                isinstance(mhz, bool)
-                or not isinstance(mhz, int)
-                or not LIMITS.min_frequency_mhz <= mhz <= LIMITS.max_frequency_mhz
-            ):
-                raise ValueError(
-                    f"{where}: frequency must be whole MHz in {LIMITS.min_frequency_mhz}.."
-                    f"{LIMITS.max_frequency_mhz}, got {mhz!r}"
-                )
+            mhz = integer(
+                mhz,
+                f"{where}: frequency",
+                what="whole MHz",
+                low=LIMITS.min_frequency_mhz,
+                high=LIMITS.max_frequency_mhz,
+            )
             steps.append((instruction, mhz))
         schedule.append(steps)
     return schedule

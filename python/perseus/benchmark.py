@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ._validate import real
+
 __all__ = [
     "DEFAULT_MAX_ENERGY_REGRESSION_PERCENT",
     "DEFAULT_MAX_SLOWDOWN",
@@ -372,9 +374,7 @@ def _number(where: Mapping[str, Any], *keys: str) -> float:
     value: Any = where
     for key in keys:
         value = value[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{'.'.join(keys)} is not a number")
-    return float(value)
+    return real(value, ".".join(keys), error=TypeError)
 
 
 def _energy_points(case: Mapping[str, Any]) -> dict[str, float]:

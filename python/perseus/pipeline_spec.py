@@ -8,10 +8,11 @@ once and cached.
 from __future__ import annotations
 
 import functools
-import numbers
 from dataclasses import dataclass
+from typing import cast
 
 from . import _core
+from ._validate import is_integer
 from ._zeus_format import INSTRUCTIONS
 from .schedule import build_pipeline
 
@@ -63,8 +64,4 @@ def _pipeline_of(spec: PipelineSpec) -> _core.Pipeline:
 
 
 def _is_index(value: object, size: int) -> bool:
-    return (
-        isinstance(value, numbers.Integral)
-        and not isinstance(value, bool)
-        and 0 <= int(value) < size
-    )
+    return is_integer(value) and 0 <= int(cast(int, value)) < size

@@ -29,12 +29,13 @@ import re
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional, cast
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
 from . import _core
 from ._deprecation import warn_renamed
+from ._validate import is_integer, is_real, real
 from ._zeus_format import COLUMNS, INSTRUCTIONS, write_csv
 from .errors import ProfileError
 
@@ -62,7 +63,7 @@ class _Limits:
     max_time_s: float = 3600.0  # one computation of an hour is a unit slip
     max_energy_j: float = 1e8  # a 10 kW device for three hours
     min_frequency_mhz: int = 1
-    max_frequency_mhz: int = 100_000
+    max_frequency_mhz: int = _core.MAX_CLOCK_MHZ  # the switcher's bound, one constant
     max_blocking_power_w: float = 10_000.0
     # What a GPU draws while computing, and its lowest SM clock: outside these a
     # whole profile is reported as a likely unit slip (warnings, not errors).
@@ -290,11 +291,7 @@ class Profile:
         return Profile(self._measured, blocking_power_w=blocking_power_w, source=self._source)
 
     def _key(self, stage: int, instruction: str) -> tuple[int, str]:
-        if (
-            isinstance(stage, bool)
-            or not isinstance(stage, numbers.Integral)
-            or not 0 <= stage < self._num_stages
-        ):
+        if not is_integer(stage) or not 0 <= stage < self._num_stages:
             raise ValueError(
                 f"stage {stage!r} is not in this profile; stages are 0..{self._num_stages - 1}"
             )
@@ -566,7 +563,7 @@ def _number(value: Any, where: str, field: str) -> int | float:
         if not _DECIMAL.fullmatch(text):
             raise ProfileError(f"{where}, field {field!r}: {value!r} is not a number")
         number = float(text)
-    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+    elif not is_real(value):
         raise ProfileError(f"{where}, field {field!r}: {value!r} is not a number")
     elif isinstance(value, numbers.Integral):
         return int(value)
@@ -613,17 +610,14 @@ def _blocking_power_argument(value: Optional[float], legacy: Optional[float]) ->
 
 def check_blocking_power_w(value: Any) -> float:
     """`value` as float watts in ``0..LIMITS.max_blocking_power_w``, or `ProfileError`."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        # Compared as it is (NaN fails too); float() of 2**1100 would overflow.
-        or not 0 <= cast(float, value) <= LIMITS.max_blocking_power_w
-    ):
-        raise ProfileError(
-            f"blocking_power_w must be a number of watts in 0..{LIMITS.max_blocking_power_w:g}, "
-            f"got {value!r}"
-        )
-    return float(value)
+    return real(
+        value,
+        "blocking_power_w",
+        what="a number of watts",
+        low=0,
+        high=LIMITS.max_blocking_power_w,
+        error=ProfileError,
+    )
 
 
 # --- assembling --------------------------------------------------------------
@@ -745,8 +739,7 @@ def _check_stages(keys: Iterable[tuple[int, str]], origin: str) -> int:
         if (
             not isinstance(key, tuple)
             or len(key) != 2
-            or isinstance(key[0], bool)
-            or not isinstance(key[0], numbers.Integral)
+            or not is_integer(key[0])
             or key[0] < 0
             or key[1] not in INSTRUCTIONS
         ):

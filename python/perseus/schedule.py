@@ -6,25 +6,23 @@ Megatron-LM's schedules; this module checks arguments and presents them.
 
 from __future__ import annotations
 
-import numbers
-
 from . import _core
+from ._validate import integer
 from .errors import ProfileError
 from .profile import INSTRUCTIONS
 
 __all__ = ["SCHEDULES", "pipeline_order"]
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b")
-"""Schedule names perseus knows."""
+SCHEDULES: tuple[str, ...] = tuple(_core.SCHEDULES)
+"""Schedule names perseus knows (the core's list)."""
 
 
 def count_argument(name: str, value: object) -> int:
     """`value` as an int >= 1 (numpy integers welcome), or `ProfileError` naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
-        raise ProfileError(f"{name} must be an integer >= 1, got {value!r}")
-    if int(value) > 2**31 - 1:  # the core counts in int32
+    count = integer(value, name, low=1, error=ProfileError)
+    if count > 2**31 - 1:  # the core counts in int32
         raise ProfileError(f"{name}={value!r} is too large (at most 2^31-1)")
-    return int(value)
+    return count
 
 
 def check_pipeline_args(
@@ -32,31 +30,21 @@ def check_pipeline_args(
 ) -> tuple[int, int, int]:
     """Check the pipeline's arguments; returns (num_gpus, microbatches, virtual_stages) as ints.
 
-    Raises `ProfileError` naming the argument when the pipeline cannot run.
+    Raises `ProfileError` naming the argument when the pipeline cannot run. The
+    types are checked here; the schedule rules are the core's (`cpp/pipeline.cpp`,
+    ``check_schedule``), so Python, the CLI and C++ cannot disagree.
     """
-    if schedule not in SCHEDULES:
+    if not isinstance(schedule, str):
         raise ProfileError(
-            f"schedule {schedule!r} is not known; choose one of: {', '.join(SCHEDULES)}"
+            f"schedule must be a name, one of {', '.join(SCHEDULES)}; got {schedule!r}"
         )
     microbatches = count_argument("microbatches", microbatches)
     virtual_stages = count_argument("virtual_stages", virtual_stages)
     num_gpus = count_argument("the number of pipeline GPUs", num_gpus)
-    if schedule == "interleaved-1f1b":
-        if virtual_stages < 2:
-            raise ProfileError(
-                "the interleaved-1f1b schedule needs virtual_stages >= 2 "
-                f"(got {virtual_stages}); use '1f1b' for one chunk per GPU"
-            )
-        if microbatches < num_gpus:
-            raise ProfileError(
-                f"the interleaved-1f1b schedule cannot run {microbatches} microbatches "
-                f"on {num_gpus} GPUs: it needs at least as many microbatches as GPUs"
-            )
-    elif virtual_stages != 1:
-        raise ProfileError(
-            f"the {schedule} schedule has one chunk per GPU; virtual_stages={virtual_stages} "
-            "needs schedule='interleaved-1f1b'"
-        )
+    try:
+        _core.check_schedule(schedule, num_gpus, virtual_stages, microbatches)
+    except ValueError as error:
+        raise ProfileError(str(error)) from None
     return num_gpus, microbatches, virtual_stages
 
 

@@ -123,5 +123,40 @@ TEST(Schedules, RejectsSizesTheyCannotRun) {
   EXPECT_THROW(Pipeline(ScheduleKind::OneFOneB, 32768, 1, 32768), std::invalid_argument);
 }
 
+// The rules name the argument that breaks them, as the Python API spells it
+// (the Python API and the CLI show these messages; they have no copy of the rules).
+std::string rule_broken(ScheduleKind kind, Index gpus, Index chunks, Index microbatches) {
+  try {
+    check_schedule(kind, gpus, chunks, microbatches);
+  } catch (const std::invalid_argument& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Schedules, RulesNameTheArgument) {
+  EXPECT_EQ(rule_broken(ScheduleKind::OneFOneB, 2, 1, 4), "");
+  EXPECT_EQ(rule_broken(ScheduleKind::Interleaved1F1B, 2, 2, 2), "");
+  EXPECT_EQ(rule_broken(ScheduleKind::OneFOneB, 2, 1, 0),
+            "microbatches must be an integer >= 1, got 0");
+  EXPECT_EQ(rule_broken(ScheduleKind::GPipe, 2, 3, 4),
+            "the gpipe schedule has one chunk per GPU; virtual_stages=3 needs "
+            "schedule='interleaved-1f1b'");
+  EXPECT_EQ(rule_broken(ScheduleKind::Interleaved1F1B, 2, 1, 4),
+            "the interleaved-1f1b schedule needs virtual_stages >= 2 (got 1); use '1f1b' for one "
+            "chunk per GPU");
+  EXPECT_EQ(rule_broken(ScheduleKind::Interleaved1F1B, 4, 2, 3),
+            "the interleaved-1f1b schedule cannot run 3 microbatches on 4 GPUs: it needs at least "
+            "as many microbatches as GPUs");
+  std::string known;
+  try {
+    parse_schedule("zb-h1");
+  } catch (const std::invalid_argument& error) {
+    known = error.what();
+  }
+  EXPECT_EQ(known, "schedule 'zb-h1' is not known; choose one of: 1f1b, gpipe, interleaved-1f1b");
+  for (const ScheduleKind kind : kScheduleKinds) EXPECT_EQ(parse_schedule(schedule_name(kind)), kind);
+}
+
 }  // namespace
 }  // namespace perseus

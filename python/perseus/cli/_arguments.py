@@ -482,10 +482,12 @@ _FLAGS = {
     "virtual_stages": "--virtual-stages",
     "blocking_power_w": "--blocking-power",
     "microbatches": "-m/--microbatches",
+    "schedule": "--schedule",
 }
-# Argument names with an underscore are always names; "microbatches" only before "=" or "must".
+# Argument names with an underscore are always names; "microbatches" only before "=" or "must",
+# "schedule" only before "=".
 _ARGUMENT = re.compile(
-    r"\b(unit_time_s|virtual_stages|blocking_power_w|microbatches(?==| must))(=)?"
+    r"\b(unit_time_s|virtual_stages|blocking_power_w|microbatches(?==| must)|schedule(?==))(=)?"
 )
 
 

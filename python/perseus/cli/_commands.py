@@ -18,6 +18,7 @@ from ..errors import OutputExistsError, ProfileError
 from ..frontier import Frontier, PowerCapError
 from ..plan import Evaluation, Plan, all_fastest_plan
 from ..profile import Profile
+from ..schedule import check_pipeline_args
 from ._arguments import UsageError, _flags_for_arguments
 
 # --- helpers -------------------------------------------------------------------------------
@@ -102,6 +103,17 @@ def _blocking_power(csv_path: str, flag_w: Optional[float]) -> tuple[float, str]
             f"(with {BLOCKING_POWER_KEY}) next to {csv_path}; the profiler writes one"
         )
     return stored.blocking_power_w, f"read from {stored.path}"
+
+
+def _check_layout(schedule: str, virtual_stages: int) -> None:
+    """Refuse a --schedule and --virtual-stages that no pipeline can run, by the core's
+    rules (one GPU, one microbatch: what is left to check is the chunks per GPU)."""
+    try:
+        check_pipeline_args(schedule, 1, 1, virtual_stages)
+    except ProfileError as error:
+        raise UsageError(
+            f"argument --schedule/--virtual-stages: {_flags_for_arguments(str(error))}"
+        ) from None
 
 
 def _layout_from_sidecar(args: argparse.Namespace) -> Optional[dict[str, Any]]:
@@ -202,13 +214,7 @@ def _optimize(args: argparse.Namespace) -> int:
     power_w, power_source = _blocking_power(args.profile, args.blocking_power)
     fingerprint = _layout_from_sidecar(args)
     profile = Profile.from_csv(args.profile, blocking_power_w=power_w)
-    if args.virtual_stages > 1 and args.schedule != "interleaved-1f1b":
-        raise UsageError(
-            f"argument --virtual-stages: {args.virtual_stages} chunks per GPU need "
-            "--schedule interleaved-1f1b"
-        )
-    if args.schedule == "interleaved-1f1b" and args.virtual_stages < 2:
-        raise UsageError("argument --schedule: interleaved-1f1b needs --virtual-stages 2 or more")
+    _check_layout(args.schedule, args.virtual_stages)
     if profile.num_stages % args.virtual_stages:
         raise UsageError(
             f"argument --virtual-stages: {args.virtual_stages} does not divide the profile's "
@@ -232,36 +238,35 @@ def _optimize(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close(completed=sys.exc_info()[0] is None)
     _save_frontier(frontier, target, args.force)
+    # The facts, once: the JSON document is them, the text formats them.
     b, fastest, slowest = frontier.baseline, frontier.fastest, frontier[-1]
-    gpus = frontier.spec.num_gpus
-    fastest_saving = 100 * (1 - fastest.energy_j / b.energy_j)
     t_slow = slowest.iteration_time_s
-    fastest_waiting = fastest.energy_at(t_slow)
-    base_waiting = frontier.baseline_energy_at(t_slow)
+    fastest_waiting_j = fastest.energy_at(t_slow)
+    facts: dict[str, Any] = {
+        "frontier": target,
+        "profile": args.profile,
+        "blocking_power_w": power_w,
+        "blocking_power_source": power_source,
+        "pipeline": frontier.spec.__dict__,
+        "all_fastest": {"iteration_time_s": b.iteration_time_s, "energy_j": b.energy_j},
+        "fastest": _plan_facts(frontier, fastest, 0),
+        "slowest": {
+            **_plan_facts(frontier, slowest, len(frontier) - 1),
+            "fastest_waiting_energy_j": fastest_waiting_j,
+            "all_fastest_waiting_energy_j": frontier.baseline_energy_at(t_slow),
+            "saving_vs_fastest_waiting_percent": 100 * (1 - slowest.energy_j / fastest_waiting_j),
+        },
+        "plans": len(frontier),
+        "steps": frontier.steps,
+        "solve_time_s": frontier.solve_time_s,
+    }
     if args.json:
-        _emit_json(
-            {
-                "frontier": target,
-                "profile": args.profile,
-                "blocking_power_w": power_w,
-                "blocking_power_source": power_source,
-                "pipeline": frontier.spec.__dict__,
-                "all_fastest": {"iteration_time_s": b.iteration_time_s, "energy_j": b.energy_j},
-                "fastest": _plan_facts(frontier, fastest, 0),
-                "slowest": {
-                    **_plan_facts(frontier, slowest, len(frontier) - 1),
-                    "saving_vs_fastest_waiting_percent": 100
-                    * (1 - slowest.energy_j / fastest_waiting),
-                },
-                "plans": len(frontier),
-                "steps": frontier.steps,
-                "solve_time_s": frontier.solve_time_s,
-            }
-        )
+        _emit_json(facts)
         return 0
+    first, last = facts["fastest"], facts["slowest"]
     print(
-        f"profile       {_shown(args.profile)}: {profile.num_stages} stages on {gpus} GPUs, "
-        f"{args.microbatches} microbatches, {args.schedule}"
+        f"profile       {_shown(args.profile)}: {profile.num_stages} stages on "
+        f"{frontier.spec.num_gpus} GPUs, {args.microbatches} microbatches, {args.schedule}"
     )
     print(f"blocking      {power_w:g} W per waiting GPU, {power_source}")
     print(
@@ -269,20 +274,21 @@ def _optimize(args: argparse.Namespace) -> int:
         "its fastest clock (the baseline)"
     )
     print(
-        f"fastest plan  {fastest.iteration_time_s:.4f} s  {fastest.energy_j:.1f} J  "
-        f"{fastest_saving:.2f}% less energy than all-fastest, same iteration time"
+        f"fastest plan  {first['iteration_time_s']:.4f} s  {first['energy_j']:.1f} J  "
+        f"{first['saving_vs_all_fastest_percent']:.2f}% less energy than all-fastest, same "
+        "iteration time"
     )
-    if len(frontier) > 1:
+    if facts["plans"] > 1:
         print(
-            f"slowest plan  {t_slow:.4f} s  {slowest.energy_j:.1f} J  when a straggler stretches "
-            f"the iteration to {t_slow:.4f} s: {100 * (1 - slowest.energy_j / fastest_waiting):.2f}% "
-            f"less than the fastest plan waiting for it ({fastest_waiting:.1f} J), "
-            f"{100 * (1 - slowest.energy_j / base_waiting):.2f}% less than all-fastest "
-            f"waiting ({base_waiting:.1f} J)"
+            f"slowest plan  {t_slow:.4f} s  {last['energy_j']:.1f} J  when a straggler stretches "
+            f"the iteration to {t_slow:.4f} s: {last['saving_vs_fastest_waiting_percent']:.2f}% "
+            f"less than the fastest plan waiting for it ({last['fastest_waiting_energy_j']:.1f} J), "
+            f"{last['saving_vs_all_fastest_percent']:.2f}% less than all-fastest "
+            f"waiting ({last['all_fastest_waiting_energy_j']:.1f} J)"
         )
     print(
-        f"plans         {len(frontier)} from {fastest.iteration_time_s:.4f} s to {t_slow:.4f} s "
-        f"({frontier.steps} min-cut steps, solved in {frontier.solve_time_s:.2f} s)"
+        f"plans         {facts['plans']} from {first['iteration_time_s']:.4f} s to {t_slow:.4f} s "
+        f"({facts['steps']} min-cut steps, solved in {facts['solve_time_s']:.2f} s)"
     )
     print(f"written       {_shown(target)}")
     return 0
@@ -551,32 +557,36 @@ def _switch_latency(args: argparse.Namespace) -> int:
     except (NvmlError, LibraryLoadError, IndexError) as error:
         print(f"perseus switch-latency: error: {error}", file=sys.stderr)
         return 1
+    # The facts, once; the text shows the summaries, the JSON every sample too.
+    seen = len(m.visible_s) > 0
+    facts: dict[str, Any] = {
+        "device": m.device,
+        "name": m.name,
+        "clocks_mhz": list(m.clocks_mhz),
+        "median_s": m.median_s,
+        "min_s": float(m.visible_s.min()) if seen else None,
+        "max_s": float(m.visible_s.max()) if seen else None,
+        "call_mean_s": float(m.call_s.mean()) if len(m.call_s) else None,
+        "visible_s": m.visible_s.tolist(),
+        "call_s": m.call_s.tolist(),
+        "timeouts": m.timeouts,
+    }
     if args.json:
-        _emit_json(
-            {
-                "device": m.device,
-                "name": m.name,
-                "clocks_mhz": list(m.clocks_mhz),
-                "median_s": m.median_s,
-                "visible_s": m.visible_s.tolist(),
-                "call_s": m.call_s.tolist(),
-                "timeouts": m.timeouts,
-            }
-        )
-        return 0 if len(m.visible_s) else 1
-    calls = f"{1000 * float(m.call_s.mean()):.3f} ms" if len(m.call_s) else "-"
+        _emit_json(facts)
+        return 0 if seen else 1
+
+    def ms(seconds: float) -> str:
+        return f"{1000 * seconds:.3f} ms"
+
     print(
         f"GPU {m.device} ({m.name}): {m.clocks_mhz[0]} <-> {m.clocks_mhz[1]} MHz, "
         f"{len(m.visible_s)} changes seen, {m.timeouts} not seen within 1 s\n"
-        f"visible after  median {1000 * m.median_s:.3f} ms"
-        + (
-            f", min {1000 * float(m.visible_s.min()):.3f} ms, max {1000 * float(m.visible_s.max()):.3f} ms"
-            if len(m.visible_s)
-            else ""
-        )
-        + f"\nNVML call      mean {calls}"
+        f"visible after  median {ms(m.median_s)}"
+        + (f", min {ms(facts['min_s'])}, max {ms(facts['max_s'])}" if seen else "")
+        + "\nNVML call      mean "
+        + (ms(facts["call_mean_s"]) if facts["call_mean_s"] is not None else "-")
     )
-    return 0 if len(m.visible_s) else 1
+    return 0 if seen else 1
 
 
 def _reset_clocks(args: argparse.Namespace) -> int:
@@ -637,10 +647,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError("argument -m/--microbatches: required with PROFILE")
     if not args.profiles and args.microbatches is not None:
         raise UsageError("argument -m/--microbatches: only with PROFILE (the corpus sets its own)")
-    if (args.virtual_stages > 1) != (args.schedule == "interleaved-1f1b"):
-        raise UsageError(
-            "argument --virtual-stages: interleaved-1f1b needs 2 or more, the others exactly 1"
-        )
+    _check_layout(args.schedule, args.virtual_stages)
     if args.max_energy_regression < 0:
         raise UsageError("argument --max-energy-regression: must be >= 0 percent")
     to_file = args.json not in (None, "-")

@@ -1,0 +1,60 @@
+// A Problem that several threads may use at once, as the Python API does.
+//
+// Problem's replays share scratch arrays and a PlanImprover holds one plan,
+// so each call here takes the lock for its whole batch. The improver is made
+// on first use (most Problems never reclaim). Callers that hold an
+// interpreter lock release it around these calls; nothing here knows of it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "evaluate.hpp"
+#include "options.hpp"
+#include "plan_improver.hpp"
+#include "problem.hpp"
+
+namespace perseus {
+
+// Plans after an improvement, with their replays.
+struct ImprovedPlans {
+  std::vector<Evaluation> evaluations;
+  std::vector<OptionIndex> choices;  // [plans * num_computations]
+};
+
+class LockedProblem {
+ public:
+  // Throws as Problem's constructor does.
+  LockedProblem(const Pipeline& pipeline, std::vector<Index> offsets, std::vector<double> time_s,
+                std::vector<double> energy_j, double blocking_power_w);
+
+  const Problem& problem() const { return problem_; }
+  const Pipeline& pipeline() const { return problem_.pipeline(); }
+
+  // Problem::evaluate and Problem::replay under the lock.
+  std::vector<Evaluation> evaluate(const OptionIndex* choices, std::size_t plans);
+  std::vector<Evaluation> replay(const double* time_s, const double* energy_j, std::size_t plans);
+  // Each plan reclaimed up to max(deadline_s, its own time), or searched
+  // locally at deadline_s within max_work work units (plan_improver.hpp).
+  // Throws std::invalid_argument, before changing anything, for an option
+  // index out of range.
+  ImprovedPlans reclaim(const OptionIndex* choices, std::size_t plans, double deadline_s,
+                        ReclaimOrder order);
+  ImprovedPlans local_search(const OptionIndex* choices, std::size_t plans, double deadline_s,
+                             std::int64_t max_work);
+  // Problem::solve; it has no shared scratch, so it takes no lock and runs
+  // beside the calls above.
+  FrontierResult solve(const SolverOptions& options) const { return problem_.solve(options); }
+
+ private:
+  template <typename Improve>
+  ImprovedPlans improve_each(const OptionIndex* choices, std::size_t plans, Improve improve);
+
+  Problem problem_;
+  std::unique_ptr<PlanImprover> improver_;  // made on first use
+  std::mutex mutex_;
+};
+
+}  // namespace perseus

@@ -1,0 +1,69 @@
+#include "solver_options.hpp"
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+namespace perseus {
+namespace {
+
+void check_range(const char* field, double value, double low, double high) {
+  if (!(value >= low && value <= high)) {  // NaN fails too
+    char text[200];
+    std::snprintf(text, sizeof text, "budgets.%s must be in %.10g..%.10g, got %.10g", field, low, high,
+                  value);
+    throw std::invalid_argument(text);
+  }
+}
+
+}  // namespace
+
+void check_options(const SolverOptions& options) {
+  const SolverBudgets& b = options.budgets;
+  const auto count = [](std::int64_t v) { return static_cast<double>(v); };
+  check_range("units_per_option_gap", b.units_per_option_gap, 1e-6, 1e6);
+  check_range("max_unit_divisor", b.max_unit_divisor, 1.0, 0x1p20);
+  check_range("max_solver_units", b.max_solver_units, 1.0, 0x1p31);
+  check_range("candidate_energy_resolution", b.candidate_energy_resolution, 0.0, 1.0);
+  check_range("candidate_max_spacing_units", count(b.candidate_max_spacing_units), 1.0, 0x1p31);
+  check_range("tight_chain_coarsening", count(b.tight_chain_coarsening), 1.0, 0x1p20);
+  check_range("local_search_work_per_element", b.local_search_work_per_element, 0.0, 1e12);
+  check_range("local_search_work_floor", b.local_search_work_floor, 0.0, 1e15);
+  check_range("local_search_floor_computations", b.local_search_floor_computations, 1.0, 0x1p30);
+  check_range("local_search_work_cap", b.local_search_work_cap, 0.0, 1e15);
+  check_range("local_search_max_grid", count(b.local_search_max_grid), 0.0, 0x1p20);
+  check_range("local_search_rounds", count(b.local_search_rounds), 0.0, 1000.0);
+  check_range("plan_energy_resolution", b.plan_energy_resolution, 0.0, 0.5);
+  if (!(options.threads >= 0 && options.threads <= 1024))
+    throw std::invalid_argument("threads must be in 0..1024 (0: automatic), got " +
+                                std::to_string(options.threads));
+  if (!(options.progress_period_s >= 0 && options.progress_period_s <= 1e9))
+    throw std::invalid_argument("progress_period_s must be a number of seconds in 0..1e9");
+  if (!(options.interrupt_poll_s >= 0 && options.interrupt_poll_s <= 1e9))
+    throw std::invalid_argument("interrupt_poll_s must be a number of seconds in 0..1e9");
+}
+
+int solver_threads(const SolverOptions& options) {
+  return options.threads > 0 ? options.threads : SolverOptions::kDefaultThreads;
+}
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::kMinCut: return "min cut";
+    case Phase::kCandidates: return "candidates";
+    case Phase::kReclaim: return "reclamation";
+    case Phase::kLocalSearch: return "local search";
+  }
+  return "?";
+}
+
+const char* stop_reason_name(StopReason reason) {
+  switch (reason) {
+    case StopReason::kMinimumTime: return "minimum_time";
+    case StopReason::kNoProgress: return "no_progress";
+    case StopReason::kInfeasibleFlow: return "infeasible_flow";
+  }
+  return "?";
+}
+
+}  // namespace perseus

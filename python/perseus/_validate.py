@@ -1,0 +1,103 @@
+"""Checks of numeric arguments: one rule for every module.
+
+A number here is a real number that is not a bool (``True`` is an ``int`` to
+Python, never a count or a time to a user); numpy scalars and Fractions are
+welcome. Errors name the argument, say what was expected with its range, and
+show what came: ``microbatches must be an integer >= 1, got 0``. Callers pick
+the exception class their API documents (``ProfileError`` for profile and
+pipeline arguments, ``ValueError`` elsewhere), and optionally a separate one
+for a value of the wrong type (``TypeError``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional, cast
+
+__all__ = ["integer", "is_integer", "is_real", "real"]
+
+
+def is_real(value: object) -> bool:
+    """Whether `value` is a real number and not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_integer(value: object) -> bool:
+    """Whether `value` is an integer and not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _bound(limit: float) -> str:
+    return str(limit) if isinstance(limit, int) else f"{limit:g}"
+
+
+def _limits(low: Optional[float], high: Optional[float]) -> str:
+    if low is not None and high is not None:
+        return f" in {_bound(low)}..{_bound(high)}"
+    if low is not None:
+        return f" >= {_bound(low)}"
+    if high is not None:
+        return f" <= {_bound(high)}"
+    return ""
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    return repr(value)
+
+
+def real(
+    value: object,
+    name: str,
+    *,
+    what: str = "a number",
+    low: Optional[float] = None,
+    high: Optional[float] = None,
+    finite: bool = True,
+    error: type[Exception] = ValueError,
+    type_error: Optional[type[Exception]] = None,
+) -> float:
+    """`value` as a float, or `error` naming `name`.
+
+    Refuses bools and non-numbers (with `type_error` when given), NaN, infinities
+    unless `finite` is false, and values outside ``low..high`` (inclusive). An
+    integer beyond the float range counts as an infinity of its sign.
+    """
+    message = f"{name} must be {what}{_limits(low, high)}, got {_shown(value)}"
+    if not is_real(value):
+        raise (type_error or error)(message)
+    try:
+        number = float(cast(float, value))
+    except OverflowError:  # an int or Fraction beyond the float range
+        number = math.inf if cast(float, value) > 0 else -math.inf
+    if math.isnan(number) or (finite and math.isinf(number)):
+        raise error(message)
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise error(message)
+    return number
+
+
+def integer(
+    value: object,
+    name: str,
+    *,
+    what: str = "an integer",
+    low: Optional[int] = None,
+    high: Optional[int] = None,
+    error: type[Exception] = ValueError,
+    type_error: Optional[type[Exception]] = None,
+) -> int:
+    """`value` as an int (numpy integers welcome), or `error` naming `name`.
+
+    Refuses bools, non-integers (with `type_error` when given; ``3.0`` is not an
+    integer here) and values outside ``low..high`` (inclusive).
+    """
+    message = f"{name} must be {what}{_limits(low, high)}, got {_shown(value)}"
+    if not is_integer(value):
+        raise (type_error or error)(message)
+    number = int(cast(int, value))  # an Integral: int() is exact
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise error(message)
+    return number

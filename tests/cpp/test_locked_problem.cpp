@@ -1,0 +1,162 @@
+// The pieces the Python bindings used to hold: LockedProblem (a Problem
+// shared between threads: its batches against a direct replay and a direct
+// PlanImprover, bad indices refused before anything runs, concurrent callers
+// getting what sequential ones get), choice_values (the plans' clocks) and
+// check_deadlock_free.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "choice_values.hpp"
+#include "dag.hpp"
+#include "evaluate.hpp"
+#include "locked_problem.hpp"
+#include "plan_improver.hpp"
+#include "test_support.hpp"
+
+namespace perseus {
+namespace {
+
+struct Flat {
+  std::vector<Index> offsets{0};
+  std::vector<double> time_s, energy_j;
+};
+
+Flat flatten(const OptionTable& table) {
+  Flat flat;
+  for (Index g = 0; g < table.num_groups(); ++g) {
+    for (Index k = 0; k < table.num_options(g); ++k) {
+      flat.time_s.push_back(table.time_s(g, k));
+      flat.energy_j.push_back(table.energy_j(g, k));
+    }
+    flat.offsets.push_back(static_cast<Index>(flat.time_s.size()));
+  }
+  return flat;
+}
+
+struct Fixture {
+  Pipeline pipeline{ScheduleKind::OneFOneB, 3, 1, 4};
+  Dag dag{pipeline};
+  OptionTable table;
+  Fixture()
+      : table([&] {
+          std::mt19937 rng(9);
+          return test_support::table_from_raw(
+              pipeline.num_stages(), test_support::random_sweeps(pipeline.num_stages(), 5, rng), 60.0);
+        }()) {}
+  LockedProblem locked() const {
+    const Flat flat = flatten(table);
+    return LockedProblem(pipeline, flat.offsets, flat.time_s, flat.energy_j, table.blocking_power_w());
+  }
+  std::vector<OptionIndex> random_plans(std::size_t plans, std::mt19937& rng) const {
+    Evaluator evaluator(pipeline, dag, table);
+    std::vector<OptionIndex> rows;
+    for (std::size_t k = 0; k < plans; ++k)
+      for (Index i = 0; i < pipeline.size(); ++i)
+        rows.push_back(static_cast<OptionIndex>(rng() % ix(table.num_options(evaluator.group(i)))));
+    return rows;
+  }
+};
+
+TEST(LockedProblem, BatchesAgreeWithADirectReplayAndImprover) {
+  const Fixture f;
+  LockedProblem locked = f.locked();
+  std::mt19937 rng(4);
+  const std::size_t plans = 5;
+  const std::vector<OptionIndex> rows = f.random_plans(plans, rng);
+  const auto n = ix(f.pipeline.size());
+  Evaluator evaluator(f.pipeline, f.dag, f.table);
+  const std::vector<Evaluation> replayed = locked.evaluate(rows.data(), plans);
+  ASSERT_EQ(replayed.size(), plans);
+  PlanImprover direct(f.pipeline, f.dag, f.table);
+  const double deadline_s = 1.05 * replayed[0].iteration_time_s;
+  const ImprovedPlans improved = locked.reclaim(rows.data(), plans, deadline_s, ReclaimOrder::kSaving);
+  ASSERT_EQ(improved.choices.size(), plans * n);
+  for (std::size_t k = 0; k < plans; ++k) {
+    const Evaluation own = evaluator.evaluate(rows.data() + k * n);
+    EXPECT_EQ(replayed[k].iteration_time_s, own.iteration_time_s);
+    EXPECT_EQ(replayed[k].energy_j, own.energy_j);
+    direct.assign(rows.data() + k * n);
+    direct.reclaim(deadline_s, ReclaimOrder::kSaving);
+    const std::vector<OptionIndex> plan(
+        improved.choices.begin() + static_cast<std::ptrdiff_t>(k * n),
+        improved.choices.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+    EXPECT_EQ(plan, direct.choice()) << "plan " << k;
+    const Evaluation after = evaluator.evaluate(plan.data());
+    EXPECT_EQ(improved.evaluations[k].iteration_time_s, after.iteration_time_s);
+    EXPECT_EQ(improved.evaluations[k].energy_j, after.energy_j);
+  }
+  const ImprovedPlans searched = locked.local_search(rows.data(), 1, deadline_s, 20000);
+  direct.assign(rows.data());
+  direct.local_search(deadline_s, 20000);
+  EXPECT_EQ(searched.choices, direct.choice());
+}
+
+TEST(LockedProblem, RefusesAnOptionOutOfRangeBeforeImproving) {
+  const Fixture f;
+  LockedProblem locked = f.locked();
+  std::vector<OptionIndex> rows(ix(f.pipeline.size()), 0);
+  rows.back() = 60000;
+  EXPECT_THROW(locked.reclaim(rows.data(), 1, 0.0, ReclaimOrder::kSaving), std::invalid_argument);
+  EXPECT_THROW(locked.local_search(rows.data(), 1, 1.0, 100), std::invalid_argument);
+  EXPECT_THROW(locked.evaluate(rows.data(), 1), std::invalid_argument);
+}
+
+TEST(LockedProblem, ConcurrentCallersGetWhatSequentialOnesGet) {
+  const Fixture f;
+  LockedProblem locked = f.locked();
+  std::mt19937 rng(8);
+  const std::size_t plans = 4;
+  const std::vector<OptionIndex> rows = f.random_plans(plans, rng);
+  const ImprovedPlans expected_reclaim =
+      locked.reclaim(rows.data(), plans, 0.0, ReclaimOrder::kSavingPerSecond);
+  const std::vector<Evaluation> expected_eval = locked.evaluate(rows.data(), plans);
+  std::vector<ImprovedPlans> reclaimed(3);
+  std::vector<std::vector<Evaluation>> evaluated(3);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 5; ++round) {
+        reclaimed[t] = locked.reclaim(rows.data(), plans, 0.0, ReclaimOrder::kSavingPerSecond);
+        evaluated[t] = locked.evaluate(rows.data(), plans);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (std::size_t t = 0; t < 3; ++t) {
+    EXPECT_EQ(reclaimed[t].choices, expected_reclaim.choices);
+    for (std::size_t k = 0; k < plans; ++k) {
+      EXPECT_EQ(evaluated[t][k].iteration_time_s, expected_eval[k].iteration_time_s);
+      EXPECT_EQ(evaluated[t][k].energy_j, expected_eval[k].energy_j);
+    }
+  }
+}
+
+TEST(ChoiceValues, GathersEachPlansValuesAndRefusesBadIndices) {
+  FrontierResult result;
+  result.num_computations = 2;
+  result.choices = {0, 1, 1, 0, 2, 1};  // three plans
+  // Computation 0's options start at 0, computation 1's at 3.
+  const std::vector<std::int32_t> values{1980, 1500, 1200, 1410, 900};
+  EXPECT_EQ(choice_values(result, {0, 3}, values.data(), values.size()),
+            (std::vector<std::int32_t>{1980, 900, 1500, 1410, 1200, 900}));
+  EXPECT_THROW(choice_values(result, {0}, values.data(), values.size()), std::invalid_argument);
+  EXPECT_THROW(choice_values(result, {0, -1}, values.data(), values.size()), std::out_of_range);
+  EXPECT_THROW(choice_values(result, {0, 4}, values.data(), values.size()), std::out_of_range);
+  const FrontierResult empty;
+  EXPECT_TRUE(choice_values(empty, {}, values.data(), values.size()).empty());
+}
+
+TEST(CheckDeadlockFree, RefusesAnOrderThatCannotFinish) {
+  EXPECT_NO_THROW(check_deadlock_free(Pipeline(ScheduleKind::OneFOneB, 4, 1, 8)));
+  // 4 GPUs x 3 chunks with 5 microbatches: the ragged last group deadlocks.
+  EXPECT_THROW(check_deadlock_free(Pipeline(ScheduleKind::Interleaved1F1B, 4, 3, 5)),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace perseus

@@ -1,0 +1,228 @@
+// The selection and local-search parts of cpp/refinement.hpp: frontier_of
+// (which plans a frontier keeps: ties, equal times, the blocking-power rule,
+// the resolution, against a pairwise-dominance oracle) and search_deadlines
+// (which deadlines it visits, its budget and shares, and that what it records
+// is never worse at a frontier plan's time than that plan). Public interface only.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "dag.hpp"
+#include "evaluate.hpp"
+#include "plan_improver.hpp"
+#include "plan_log.hpp"
+#include "refinement.hpp"
+#include "test_support.hpp"
+
+namespace perseus {
+namespace {
+
+using Indices = std::vector<std::size_t>;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TEST(FrontierOf, EmptyInputKeepsNothing) { EXPECT_TRUE(frontier_of({}, {}, 10.0, 0.0).empty()); }
+
+TEST(FrontierOf, KeepsFallingEnergyFastestFirstWhateverTheInputOrder) {
+  // Given slowest first; plan 1 (3 s, 9 J) is no cheaper than the faster plan 2.
+  const std::vector<double> time_s{4.0, 3.0, 2.0, 1.0};
+  const std::vector<double> energy_j{5.0, 9.0, 8.0, 10.0};
+  EXPECT_EQ(frontier_of(time_s, energy_j, 0.0, 0.0), (Indices{3, 2, 0}));
+}
+
+TEST(FrontierOf, EqualTimesKeepTheCheaperAndEqualPlansTheFirstListed) {
+  const std::vector<double> time_s{2.0, 1.0, 2.0, 1.0};
+  const std::vector<double> energy_j{6.0, 9.0, 5.0, 9.0};
+  // At 1 s two identical plans: the first listed (1). At 2 s the cheaper (2).
+  EXPECT_EQ(frontier_of(time_s, energy_j, 0.0, 0.0), (Indices{1, 2}));
+}
+
+TEST(FrontierOf, EqualEnergyAtALongerTimeIsDominated) {
+  // A slower plan must be strictly cheaper: equal energy takes longer for nothing.
+  EXPECT_EQ(frontier_of({1.0, 2.0}, {5.0, 5.0}, 0.0, 0.0), (Indices{0}));
+}
+
+TEST(FrontierOf, BlockingPowerDecidesWhatASlowerPlanSaves) {
+  // The slower plan uses 1 J more but 1 s longer. Without blocking power it
+  // is dominated. With 3 W of blocking power the faster plan idles 1 s at
+  // 3 W over the slower plan's length (effective 10 - 3 = 7 J against
+  // 11 - 6 = 5 J), so the slower one saves 2 J and is kept.
+  const std::vector<double> time_s{1.0, 2.0};
+  const std::vector<double> energy_j{10.0, 11.0};
+  EXPECT_EQ(frontier_of(time_s, energy_j, 0.0, 0.0), (Indices{0}));
+  EXPECT_EQ(frontier_of(time_s, energy_j, 3.0, 0.0), (Indices{0, 1}));
+  // At exactly 1 W the effective energies tie (9 J): dominated again.
+  EXPECT_EQ(frontier_of(time_s, energy_j, 1.0, 0.0), (Indices{0}));
+}
+
+TEST(FrontierOf, ResolutionDropsSavingsBelowIt) {
+  const std::vector<double> time_s{1.0, 2.0, 3.0};
+  const std::vector<double> energy_j{10.0, 9.5, 8.0};
+  EXPECT_EQ(frontier_of(time_s, energy_j, 0.0, 0.0), (Indices{0, 1, 2}));
+  // 0.5 J is not more than 0.5 J; the next plan is compared with the last kept.
+  EXPECT_EQ(frontier_of(time_s, energy_j, 0.0, 0.5), (Indices{0, 2}));
+  EXPECT_EQ(frontier_of(time_s, energy_j, 0.0, 2.0), (Indices{0}));
+}
+
+TEST(FrontierOf, NonFiniteRowsAreSkipped) {
+  const std::vector<double> time_s{kNaN, 1.0, 2.0, kInf, 3.0};
+  const std::vector<double> energy_j{1.0, 10.0, kNaN, 1.0, 8.0};
+  EXPECT_EQ(frontier_of(time_s, energy_j, 0.0, 0.0), (Indices{1, 4}));
+}
+
+TEST(FrontierOf, MatchesPairwiseDominanceOnRandomSets) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> time(1.0, 10.0), energy(100.0, 200.0);
+  for (int trial = 0; trial < 50; ++trial) {
+    const std::size_t count = 1 + rng() % 60;
+    const double blocking_w = trial % 2 == 0 ? 0.0 : 7.0;
+    std::vector<double> time_s(count), energy_j(count);
+    for (std::size_t k = 0; k < count; ++k) {
+      // Some repeated times, so that equal-time ties are exercised.
+      time_s[k] = rng() % 4 == 0 ? std::floor(time(rng)) : time(rng);
+      energy_j[k] = energy(rng);
+    }
+    // Kept exactly when no other plan is as fast and as cheap (effective),
+    // ties going to the one listed first.
+    Indices expected;
+    for (std::size_t k = 0; k < count; ++k) {
+      const double ek = energy_j[k] - blocking_w * time_s[k];
+      bool dominated = false;
+      for (std::size_t j = 0; j < count && !dominated; ++j) {
+        const double ej = energy_j[j] - blocking_w * time_s[j];
+        if (j == k) continue;
+        const bool no_worse = time_s[j] <= time_s[k] && ej <= ek;
+        const bool better = time_s[j] < time_s[k] || ej < ek || j < k;
+        dominated = no_worse && better;
+      }
+      if (!dominated) expected.push_back(k);
+    }
+    std::sort(expected.begin(), expected.end(),
+              [&](std::size_t a, std::size_t b) { return time_s[a] < time_s[b]; });
+    EXPECT_EQ(frontier_of(time_s, energy_j, blocking_w, 0.0), expected) << "trial " << trial;
+  }
+}
+
+// A small 1F1B problem and a frontier of three plans to search from.
+struct Search {
+  Pipeline pipeline{ScheduleKind::OneFOneB, 2, 1, 4};
+  Dag dag{pipeline};
+  OptionTable table;
+  Evaluator evaluator{pipeline, dag, table};
+  std::vector<OptionIndex> rows;  // plans, fastest first
+  std::vector<double> time_s, energy_j;
+
+  Search()
+      : table([&] {
+          std::mt19937 rng(3);
+          return test_support::table_from_raw(
+              pipeline.num_stages(), test_support::random_sweeps(pipeline.num_stages(), 6, rng), 60.0);
+        }()) {
+    const Index n = pipeline.size();
+    for (const int level : {0, 2, 5}) {  // fastest, middle and slowest options
+      for (Index i = 0; i < n; ++i)
+        rows.push_back(
+            static_cast<OptionIndex>(std::min(level, table.num_options(evaluator.group(i)) - 1)));
+      const Evaluation e = evaluator.evaluate(rows.data() + rows.size() - ix(n));
+      time_s.push_back(e.iteration_time_s);
+      energy_j.push_back(e.energy_j);
+    }
+  }
+
+  // Runs the search, returning its log and the (done, total) of every tick.
+  std::pair<PlanLog, std::vector<std::pair<std::int64_t, std::int64_t>>> run(std::size_t max_grid,
+                                                                             std::int64_t max_work,
+                                                                             Share share) {
+    PlanImprover improver(pipeline, dag, table);
+    PlanLog log(pipeline.size());
+    std::vector<std::pair<std::int64_t, std::int64_t>> ticks;
+    search_deadlines(rows, time_s, 1e-3, max_grid, max_work, share, improver, log,
+                     [&](std::int64_t done, std::int64_t total) { ticks.emplace_back(done, total); });
+    return {std::move(log), ticks};
+  }
+};
+
+TEST(SearchDeadlines, VisitsEveryPlansTimeAndTheGridBetween) {
+  Search s;
+  ASSERT_LT(s.time_s[0], s.time_s[1]);
+  ASSERT_LT(s.time_s[1], s.time_s[2]);
+  const std::int64_t ample = std::int64_t{1} << 40;
+  // No grid: the three plans' own times.
+  auto [plain_log, plain_ticks] = s.run(0, ample, Share{});
+  ASSERT_EQ(plain_ticks.size(), 3u);
+  for (std::size_t d = 0; d < plain_ticks.size(); ++d)
+    EXPECT_EQ(plain_ticks[d], std::make_pair(static_cast<std::int64_t>(d), std::int64_t{3}));
+  // A grid of 4 adds the 3 points strictly inside the range.
+  auto [grid_log, grid_ticks] = s.run(4, ample, Share{});
+  ASSERT_EQ(grid_ticks.size(), 6u);
+  EXPECT_EQ(grid_ticks.back(), std::make_pair(std::int64_t{5}, std::int64_t{6}));
+  EXPECT_GT(grid_log.size(), plain_log.size());
+}
+
+TEST(SearchDeadlines, RecordsNoWorsePlanAtEveryFrontierTime) {
+  Search s;
+  auto [log, ticks] = s.run(8, std::int64_t{1} << 40, Share{});
+  ASSERT_GT(log.size(), 0u);
+  const double blocking_w = s.evaluator.pipeline_blocking_w();
+  for (std::size_t k = 0; k < s.time_s.size(); ++k) {
+    const double deadline = s.time_s[k];
+    double best = kInf;
+    for (std::size_t r = 0; r < log.size(); ++r)
+      if (log.time_s(r) <= deadline * (1 + 1e-12))
+        best = std::min(best, log.energy_j(r) + blocking_w * (deadline - log.time_s(r)));
+    EXPECT_LE(best, s.energy_j[k] * (1 + 1e-12)) << "frontier plan " << k;
+  }
+  // What the log says of each plan is the plan's replay.
+  Indices all(log.size());
+  for (std::size_t r = 0; r < all.size(); ++r) all[r] = r;
+  log.rebuild(all, [&](std::size_t r, const OptionIndex* plan) {
+    const Evaluation e = s.evaluator.evaluate(plan);
+    // The improver keeps running sums: equal to a replay up to rounding.
+    EXPECT_NEAR(log.time_s(r), e.iteration_time_s, 1e-12 * e.iteration_time_s) << "record " << r;
+    EXPECT_NEAR(log.energy_j(r), e.energy_j, 1e-12 * e.energy_j) << "record " << r;
+  });
+}
+
+TEST(SearchDeadlines, SharesSplitTheDeadlinesAndTheResultIsRepeatable) {
+  Search s;
+  const std::int64_t ample = std::int64_t{1} << 40;
+  auto [whole, whole_ticks] = s.run(8, ample, Share{});
+  auto [even, even_ticks] = s.run(8, ample, Share{0, 2});
+  auto [odd, odd_ticks] = s.run(8, ample, Share{1, 2});
+  // 3 plan times and 7 grid points, no two equal: 10 deadlines, 5 per share.
+  ASSERT_EQ(whole_ticks.size(), 10u);
+  EXPECT_EQ(even_ticks.size(), 5u);
+  EXPECT_EQ(odd_ticks.size(), 5u);
+  EXPECT_EQ(even_ticks.back().second, 5);
+  auto [again, again_ticks] = s.run(8, ample, Share{});
+  ASSERT_EQ(again.size(), whole.size());
+  for (std::size_t r = 0; r < whole.size(); ++r) {
+    EXPECT_EQ(again.time_s(r), whole.time_s(r));
+    EXPECT_EQ(again.energy_j(r), whole.energy_j(r));
+  }
+}
+
+TEST(SearchDeadlines, StopsWhenTheBudgetIsSpentOrAbsent) {
+  Search s;
+  auto [none, none_ticks] = s.run(8, 0, Share{});
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_TRUE(none_ticks.empty());
+  // One work unit: the first deadline spends it, the second is never started.
+  auto [one, one_ticks] = s.run(8, 1, Share{});
+  EXPECT_EQ(one_ticks.size(), 1u);
+  EXPECT_GT(one.size(), 0u);
+  PlanImprover improver(s.pipeline, s.dag, s.table);
+  PlanLog empty_log(s.pipeline.size());
+  search_deadlines({}, {}, 1e-3, 8, 1000, Share{}, improver, empty_log,
+                   [](std::int64_t, std::int64_t) { ADD_FAILURE() << "no deadline to tick"; });
+  EXPECT_EQ(empty_log.size(), 0u);
+}
+
+}  // namespace
+}  // namespace perseus

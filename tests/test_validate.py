@@ -1,0 +1,79 @@
+"""The numeric-argument rule every module shares (python/perseus/_validate.py)."""
+
+from __future__ import annotations
+
+import fractions
+import math
+
+import numpy as np
+import pytest
+from perseus._validate import integer, is_integer, is_real, real
+from perseus.errors import ProfileError
+
+
+@pytest.mark.parametrize(
+    "value", [0, 1.5, -2, np.float32(0.25), np.int64(7), fractions.Fraction(1, 3)]
+)
+def test_real_numbers_are_accepted_as_floats(value):
+    assert is_real(value)
+    result = real(value, "x")
+    assert type(result) is float
+    assert result == float(value)
+
+
+@pytest.mark.parametrize("value", [True, False, np.bool_(True), "1.0", None, 1j, [1.0]])
+def test_bools_and_non_numbers_are_refused(value):
+    assert not is_real(value)
+    with pytest.raises(TypeError, match=r"^unit_time_s must be a number of seconds, got "):
+        real(value, "unit_time_s", what="a number of seconds", type_error=TypeError)
+    with pytest.raises(ValueError, match=r"^unit_time_s must be"):
+        real(value, "unit_time_s")  # without type_error: the one error class
+
+
+def test_nan_and_infinities():
+    with pytest.raises(ValueError, match=r"^x must be a number, got NaN$"):
+        real(math.nan, "x", finite=False)
+    with pytest.raises(ValueError, match=r"got inf$"):
+        real(math.inf, "x")
+    assert real(math.inf, "x", finite=False) == math.inf
+    # An integer beyond the float range counts as an infinity of its sign.
+    assert real(-(2**1100), "x", finite=False) == -math.inf
+    with pytest.raises(ValueError, match=r"^x must be a number in 0\.\.10, got 1"):
+        real(2**1100, "x", low=0, high=10)
+
+
+def test_ranges_are_inclusive_and_named():
+    assert real(0, "w", low=0, high=10.0) == 0.0
+    assert real(10, "w", low=0, high=10.0) == 10.0
+    with pytest.raises(
+        ProfileError, match=r"^blocking_power_w must be a number of watts in 0\.\.10000, got -1$"
+    ):
+        real(
+            -1,
+            "blocking_power_w",
+            what="a number of watts",
+            low=0,
+            high=10_000.0,
+            error=ProfileError,
+        )
+    with pytest.raises(ValueError, match=r"^w must be a number >= 0\.5, got 0\.25$"):
+        real(0.25, "w", low=0.5)
+    with pytest.raises(ValueError, match=r"^w must be a number <= 2, got 3$"):
+        real(3, "w", high=2)
+
+
+def test_integers():
+    assert integer(np.int32(3), "n", low=1) == 3
+    assert type(integer(np.int64(3), "n")) is int
+    assert is_integer(4)
+    assert not is_integer(True)
+    assert not is_integer(4.0)
+    with pytest.raises(ProfileError, match=r"^microbatches must be an integer >= 1, got 0$"):
+        integer(0, "microbatches", low=1, error=ProfileError)
+    for bad in (True, 3.0, "3", None):
+        with pytest.raises(ValueError, match=r"^n must be an integer, got "):
+            integer(bad, "n")
+    with pytest.raises(TypeError, match=r"^f must be whole MHz in 1\.\.100000, got 1410\.5$"):
+        integer(1410.5, "f", what="whole MHz", low=1, high=100_000, type_error=TypeError)
+    with pytest.raises(ValueError, match=r"in 1\.\.100000, got 100001$"):
+        integer(100_001, "f", what="whole MHz", low=1, high=100_000, type_error=TypeError)
