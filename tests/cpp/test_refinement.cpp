@@ -142,7 +142,7 @@ struct Search {
     PlanImprover improver(pipeline, dag, table);
     PlanLog log(pipeline.size());
     std::vector<std::pair<std::int64_t, std::int64_t>> ticks;
-    search_deadlines(rows, time_s, 1e-3, max_grid, max_work, share, improver, log,
+    search_deadlines(rows, time_s, max_grid, max_work, share, improver, log,
                      [&](std::int64_t done, std::int64_t total) { ticks.emplace_back(done, total); });
     return {std::move(log), ticks};
   }
@@ -219,7 +219,7 @@ TEST(SearchDeadlines, StopsWhenTheBudgetIsSpentOrAbsent) {
   EXPECT_GT(one.size(), 0u);
   PlanImprover improver(s.pipeline, s.dag, s.table);
   PlanLog empty_log(s.pipeline.size());
-  search_deadlines({}, {}, 1e-3, 8, 1000, Share{}, improver, empty_log,
+  search_deadlines({}, {}, 8, 1000, Share{}, improver, empty_log,
                    [](std::int64_t, std::int64_t) { ADD_FAILURE() << "no deadline to tick"; });
   EXPECT_EQ(empty_log.size(), 0u);
 }
