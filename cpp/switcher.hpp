@@ -249,7 +249,7 @@ class FrequencySwitcher {
   // Worker thread only, shared_->mutex not held.
   std::string verify();
   // Stores the error; returns the message to print. Mutex held.
-  std::string fail(nvml::Return code, const char* function, bool at_close);
+  std::string fail(nvml::Return code, const char* function, bool at_close, const std::string& why);
   void throw_if_failed_locked();  // mutex held
 
   std::unique_ptr<nvml::Session> session_;
