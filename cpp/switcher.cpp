@@ -678,4 +678,14 @@ void FrequencySwitcher::run_worker() {
   s.idle.notify_all();
 }
 
+std::shared_ptr<FrequencySwitcher> make_shared_switcher(const SwitcherOptions& options) {
+  return std::shared_ptr<FrequencySwitcher>(new FrequencySwitcher(options), [](FrequencySwitcher* s) {
+    try {
+      s->close();  // bounded; prints what went wrong
+    } catch (...) {
+    }
+    if (!s->hung()) delete s;
+  });
+}
+
 }  // namespace perseus

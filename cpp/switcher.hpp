@@ -288,4 +288,10 @@ class FrequencySwitcher {
   std::unique_ptr<std::thread> worker_;
 };
 
+// A switcher owned by a shared_ptr (what Python holds) whose deleter closes
+// it (bounded: close() gives up on a hung NVML call and prints why) and then
+// deletes it, except when close() gave up: the detached worker may still
+// return into it, so such a switcher is leaked on purpose.
+std::shared_ptr<FrequencySwitcher> make_shared_switcher(const SwitcherOptions& options);
+
 }  // namespace perseus
