@@ -1683,6 +1683,8 @@ def test_clockd_locks_for_a_client_and_resets_when_the_client_dies(fake_nvml, tm
         child.proc.kill()  # nothing runs in the client: the service must notice
         child.finish()
         wait_until(lambda: state(fake_nvml)[0] == "0 0 0 0 0", timeout=20)
+        # The fake rewrites its state file before it logs the call: wait for the line too.
+        wait_until(lambda: len(clock_calls_by_pid(fake_nvml)) == 4, timeout=20)
         assert clock_calls_by_pid(fake_nvml)[-1] == (
             service.pid,
             "nvmlDeviceResetGpuLockedClocks",
