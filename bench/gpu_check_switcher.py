@@ -14,6 +14,12 @@ Reports, for one GPU:
 4b. the switcher's read-back: whether a lock reads back as locked (any
    ``OVERRIDDEN`` / ``CLAMPED`` readings, and on which GPU state), and that
    a reset from outside is caught (``CHANGED``) and re-applied;
+4c. switch latency on the GPU's timeline: ``measure_switch_latency`` with
+   ``stream=`` (from the GPU reaching a ``set_on_stream`` change to NVML
+   reporting it), and how long until *kernels* queued after the change run
+   at the new clock: short fixed-cycle kernels follow the change on its
+   stream, each timed by CUDA events, so each one's cycles / duration is
+   the SM clock it ran at (torch or CuPy needed);
 5. that stream-ordered switching (``set_on_stream``) hands its target over
    between two kernels, in order: after kernel A ends and before kernel B
    ends, although the CPU queued it long before (torch CUDA streams, or CuPy).
@@ -43,7 +49,7 @@ from typing import Any
 
 import perseus
 from perseus import _core
-from perseus.switcher import FrequencySwitcher, NvmlDevice, NvmlError, SwitchSource
+from perseus.switcher import CudaError, FrequencySwitcher, NvmlDevice, NvmlError, SwitchSource
 
 report: dict[str, Any] = {}
 
@@ -74,8 +80,20 @@ class TorchBackend:
         return stream.cuda_stream
 
     def spin(self, stream: Any, seconds: float) -> None:
+        self.spin_cycles(stream, int(seconds * self.cycles_per_s))
+
+    def spin_cycles(self, stream: Any, cycles: int) -> None:
         with self.torch.cuda.stream(stream):
-            self.torch.cuda._sleep(int(seconds * self.cycles_per_s))
+            self.torch.cuda._sleep(cycles)
+
+    def timed_event(self, stream: Any) -> Any:
+        e = self.torch.cuda.Event(enable_timing=True)
+        e.record(stream)
+        return e
+
+    @staticmethod
+    def elapsed_s(start: Any, end: Any) -> float:
+        return float(start.elapsed_time(end)) * 1e-3
 
     def event(self, stream: Any) -> Any:
         e = self.torch.cuda.Event()
@@ -123,8 +141,19 @@ class CupyBackend:
         return stream.ptr
 
     def spin(self, stream: Any, seconds: float) -> None:
+        self.spin_cycles(stream, int(seconds * self.cycles_per_s))
+
+    def spin_cycles(self, stream: Any, cycles: int) -> None:
         with stream:
-            self.kernel((1,), (1,), (self.cp.int64(int(seconds * self.cycles_per_s)),))
+            self.kernel((1,), (1,), (self.cp.int64(cycles),))
+
+    def timed_event(self, stream: Any) -> Any:
+        e = self.cp.cuda.Event()  # CuPy's events time by default
+        e.record(stream)
+        return e
+
+    def elapsed_s(self, start: Any, end: Any) -> float:
+        return float(self.cp.cuda.get_elapsed_time(start, end)) * 1e-3
 
     def event(self, stream: Any) -> Any:
         e = self.cp.cuda.Event()
@@ -286,6 +315,113 @@ def check_measure_switch_latency(device: int, backend: Any, high: int, low: int)
         f"switch latency perseus.measure_switch_latency: median {m.median_s * 1e3:.3f} ms over "
         f"{len(m.visible_s)} changes, {m.timeouts} not seen{'' if busy else ' [GPU idle]'}"
     )
+
+
+def check_stream_switch_latency(device: int, backend: Any, high: int, low: int) -> None:
+    """measure_switch_latency on the GPU's timeline: changes queued on a stream."""
+    busy = backend is not None
+    if busy:
+        side = backend.stream()
+        backend.spin(side, 3.0)  # keeps an SM busy while we measure
+        stream = backend.handle(backend.stream())
+    else:
+        stream = 0  # the default stream: needs a current context (the fake CUDA has one)
+    try:
+        m = perseus.measure_switch_latency(
+            device, repeats=10, clocks_mhz=(high, low), stream=stream
+        )
+    except CudaError as error:
+        report["stream_switch_latency"] = {"skipped": f"no stream to queue on: {error}"}
+        say(f"stream latency SKIPPED: {error}")
+        return
+    finally:
+        if busy:
+            backend.synchronize()
+    report["stream_switch_latency"] = {
+        "gpu_busy": busy,
+        "clocks_mhz": list(m.clocks_mhz),
+        "median_s": m.median_s,
+        "visible_s": m.visible_s.tolist(),
+        "handover_s": m.handover_s.tolist(),
+        "call_s": m.call_s.tolist(),
+        "timeouts": m.timeouts,
+    }
+    handover = statistics.median(m.handover_s.tolist()) if len(m.handover_s) else float("nan")
+    say(
+        f"stream latency GPU reached the change -> NVML shows it: median {m.median_s * 1e3:.3f} ms "
+        f"over {len(m.visible_s)} changes, {m.timeouts} not seen (queue to GPU median "
+        f"{handover * 1e3:.3f} ms){'' if busy else ' [GPU idle]'}"
+    )
+
+
+PROBE_S = 0.0005  # one clock probe kernel lasts this long at the fast clock
+PROBES_BEFORE = 20  # probes at the old clock, before the change
+PROBES_AFTER = 600  # after it: covers about 300 ms at the fast clock, more at the slow one
+
+
+def first_probe_at(mhz: list[float], target: int, other: int, start: int) -> Any:
+    """Index of the first probe from ``start`` that, with the next, ran nearer ``target``."""
+    near = [abs(f - target) < abs(f - other) for f in mhz]
+    for k in range(start, len(near) - 1):
+        if near[k] and near[k + 1]:
+            return k
+    return None
+
+
+def check_kernel_clock_after_switch(device: int, backend: Any, high: int, low: int) -> None:
+    """How long after a set_on_stream change kernels on that stream run at the new clock."""
+    if backend is None:
+        report["kernel_clock_latency"] = {"skipped": "neither torch nor cupy usable"}
+        say("kernel clock   SKIPPED: neither torch nor CuPy could drive the GPU")
+        return
+    results = []
+    with FrequencySwitcher(device) as sw:
+        stream = backend.stream()
+        handle = backend.handle(stream)
+        for old, new in ((high, low), (low, high)):
+            sw.set(old)
+            sw.wait(timeout_s=10)
+            time.sleep(0.3)  # let the old clock settle
+            cycles = int(PROBE_S * high * 1e6)
+            events = [backend.timed_event(stream)]
+            for _ in range(PROBES_BEFORE):
+                backend.spin_cycles(stream, cycles)
+                events.append(backend.timed_event(stream))
+            sw.set_on_stream(handle, new)
+            for _ in range(PROBES_AFTER):
+                backend.spin_cycles(stream, cycles)
+                events.append(backend.timed_event(stream))
+            backend.synchronize()
+            durations = [backend.elapsed_s(a, b) for a, b in zip(events, events[1:])]
+            mhz = [cycles / d / 1e6 if d > 0 else float("inf") for d in durations]
+            k = first_probe_at(mhz, new, old, PROBES_BEFORE)
+            result: dict[str, Any] = {
+                "from_mhz": old,
+                "to_mhz": new,
+                "probe_cycles": cycles,
+                "mhz_before_median": statistics.median(mhz[:PROBES_BEFORE]),
+                "mhz_after_median_last_100": statistics.median(mhz[-100:]),
+                "probe_mhz": [round(f, 1) for f in mhz],
+            }
+            if k is None:
+                result["latency_s"] = None
+            else:
+                # From the change's place in the stream to the start of the
+                # first probe at the new clock, on the GPU's own timer.
+                result["latency_s"] = backend.elapsed_s(events[PROBES_BEFORE], events[k])
+            results.append(result)
+            shown = (
+                "never within the probes"
+                if result["latency_s"] is None
+                else f"{result['latency_s'] * 1e3:.3f} ms"
+            )
+            say(
+                f"kernel clock   {old} -> {new} MHz on the stream: kernels ran at the new clock "
+                f"{shown} after the change (probes before: median "
+                f"{result['mhz_before_median']:.0f} MHz, at the end "
+                f"{result['mhz_after_median_last_100']:.0f} MHz)"
+            )
+    report["kernel_clock_latency"] = {"backend": backend.name, "changes": results}
 
 
 def check_switcher_latency(device: int, high: int, low: int) -> None:
@@ -512,6 +648,8 @@ def main() -> int:
             check_set_latency(gpu, high, low)
             check_clock_visible(gpu, backend, high, low)
             check_measure_switch_latency(args.device, backend, high, low)
+            check_stream_switch_latency(args.device, backend, high, low)
+            check_kernel_clock_after_switch(args.device, backend, high, low)
             check_switcher_latency(args.device, high, low)
             check_read_back(args.device, gpu, backend, low)
         check_stream_order(args.device, backend, high, low, can_lock)

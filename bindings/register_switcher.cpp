@@ -177,9 +177,10 @@ int run_on_main_thread(void* callable) {
   return 0;
 }
 
-}  // namespace
+// ---- What Python sees, by concept ------------------------------------------
 
-void register_switcher(py::module_& m) {
+// NvmlError, CudaError, LibraryLoadError and the translator raising them.
+void register_errors(py::module_& m) {
   nvml_error_type.call_once_and_store_result([&]() {
     py::object t = py::exception<nvml::Error>(m, "NvmlError", PyExc_RuntimeError);
     t.attr("__doc__") =
@@ -213,7 +214,10 @@ void register_switcher(py::module_& m) {
       raise_with(library_error_type.get_stored(), e.what(), py::dict());
     }
   });
+}
 
+// NvmlReturn and SwitchSource.
+void register_enums(py::module_& m) {
   py::enum_<nvml::ReturnCode> nvml_return(m, "NvmlReturn", py::arithmetic(),
                                           "NVML return codes (nvmlReturn_t) that perseus names.");
   for (const auto& [code, name] : nvml::kReturnCodeNames) nvml_return.value(name, code);
@@ -221,9 +225,12 @@ void register_switcher(py::module_& m) {
   py::enum_<SwitchSource> source(m, "SwitchSource", py::arithmetic(),
                                  "Why the switcher made a clock change.");
   for (const auto& [value, name] : perseus::kSwitchSourceNames) source.value(name, value);
+}
 
-  // Held by a shared_ptr whose deleter leaks a switcher whose close() gave
-  // up on a hung NVML call: its detached worker may still return into it.
+// The native switcher behind perseus.FrequencySwitcher.
+void register_frequency_switcher(py::module_& m) {
+  // Held by perseus::make_shared_switcher's shared_ptr (it leaks a switcher
+  // whose close() gave up on a hung NVML call).
   py::class_<FrequencySwitcher, std::shared_ptr<FrequencySwitcher>>(
       m, "Switcher", "Native frequency switcher of one GPU (use perseus.FrequencySwitcher instead).")
       .def(py::init([](const py::object& device, const py::object& memory_mhz,
@@ -232,14 +239,7 @@ void register_switcher(py::module_& m) {
              const SwitcherOptions o = switcher_options(device, memory_mhz, record_capacity,
                                                         verify_delay_s, verify_interval_s);
              py::gil_scoped_release release;
-             return std::shared_ptr<FrequencySwitcher>(
-                 new FrequencySwitcher(o), [](FrequencySwitcher* s) {
-                   try {
-                     s->close();  // bounded; prints what went wrong
-                   } catch (...) {
-                   }
-                   if (!s->hung()) delete s;
-                 });
+             return perseus::make_shared_switcher(o);
            }),
            "device"_a = 0, "memory_mhz"_a = py::none(), "record_capacity"_a = 1 << 16,
            "verify_delay_s"_a = SwitcherOptions{}.verify_delay_s,
@@ -297,7 +297,10 @@ void register_switcher(py::module_& m) {
           "Read-backs of the SM clock that disagreed, by cause.")
       .def_property_readonly("pending_stream_callbacks", &FrequencySwitcher::pending_stream_callbacks)
       .def("records", &log_columns, "The applied-change log, as columns (numpy arrays).");
+}
 
+// Direct NVML access: NvmlDevice and the driver-wide queries.
+void register_nvml_device(py::module_& m) {
   py::class_<NvmlDevice>(m, "NvmlDevice",
                          "Direct NVML access to one GPU (CUDA numbering); calls run on the "
                          "caller's thread and bypass the switchers' lock counts.")
@@ -362,7 +365,10 @@ void register_switcher(py::module_& m) {
   m.def(
       "nvml_error_hint", [](int code) { return std::string(nvml::hint(code)); }, "code"_a,
       "What usually fixes an NVML error code ('' if nothing to add).");
+}
 
+// The process's clock locks: the watchdog's feed and the clock service's socket.
+void register_clock_locks(py::module_& m) {
   m.def(
       "set_clock_watchdog", [](int fd) { ClockLocks::instance().set_watchdog(fd); }, "fd"_a,
       "Hand the core the clock watchdog's socket (it owns the descriptor from now on) and send "
@@ -383,7 +389,10 @@ void register_switcher(py::module_& m) {
   m.def(
       "locked_clocks", [] { return ClockLocks::instance().state_line(); },
       "What the clock watchdog was last told: 'sm=<uuid> memory=<uuid> ...' ('' if nothing).");
+}
 
+// The CUDA driver pieces the profiler's blocking-power kernel needs.
+void register_cuda(py::module_& m) {
   py::class_<cuda::Module>(m, "CudaModule",
                            "A PTX module in the calling thread's current CUDA context.")
       .def(py::init([](const py::bytes& image) { return std::make_unique<cuda::Module>(image); }),
@@ -405,7 +414,10 @@ void register_switcher(py::module_& m) {
       .def_property_readonly("device_address", &cuda::MappedHostMemory::device_address)
       .def_property_readonly("size_bytes", &cuda::MappedHostMemory::size_bytes)
       .def("close", &cuda::MappedHostMemory::close, "Free the memory (idempotent).");
+}
 
+// Running a Python callable on the main thread (signal-safe hand-off).
+void register_main_thread(py::module_& m) {
   m.def(
       "call_on_main_thread",
       [](const py::function& fn) {
@@ -417,4 +429,16 @@ void register_switcher(py::module_& m) {
       "fn"_a,
       "Queue fn() to run on the main thread between two of its Python instructions; False if "
       "the queue is full. Exceptions in fn are reported as unraisable.");
+}
+
+}  // namespace
+
+void register_switcher(py::module_& m) {
+  register_errors(m);
+  register_enums(m);
+  register_frequency_switcher(m);
+  register_nvml_device(m);
+  register_clock_locks(m);
+  register_cuda(m);
+  register_main_thread(m);
 }

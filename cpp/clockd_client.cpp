@@ -12,6 +12,8 @@
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace perseus::clockd {
 
@@ -27,6 +29,19 @@ struct Route {
 
 Route* g_route = nullptr;  // never freed: workers may call it until exit
 std::mutex g_route_mutex;
+
+// Why this thread's last request failed, in the service's words (the text
+// after the code on its answer line) or ours; "" after a success. Read by
+// explain() when the caller turns the code into an nvml::Error, on the same
+// thread.
+thread_local std::string t_reason;
+thread_local nvml::Return t_code = nvml::kSuccess;  // the code t_reason explains
+
+nvml::Return answered(nvml::Return code, std::string reason) {
+  t_code = code;
+  t_reason = std::move(reason);
+  return code;
+}
 
 void before_fork() {
   if (g_route != nullptr) g_route->mutex.lock();
@@ -96,25 +111,39 @@ nvml::Return request(const char* op, nvml::Device device, const unsigned* range)
   line += "\n";
   const std::lock_guard<std::mutex> lock(r.mutex);
   if (r.fd < 0 && !connect_locked(r)) {
-    std::fprintf(stderr,
-                 "perseus: cannot reach the clock service at %s (%s): is `perseus clockd` running "
-                 "there? (PERSEUS_CLOCKD_SOCKET chooses the socket; \"none\" calls NVML directly)\n",
-                 r.path.c_str(), std::strerror(errno));
+    answered(nvml::kErrorNoPermission,
+             "cannot reach the clock service at " + r.path + " (" + std::strerror(errno) +
+                 "): is `perseus clockd` running there? (PERSEUS_CLOCKD_SOCKET chooses the "
+                 "socket; \"none\" calls NVML directly)");
+    std::fprintf(stderr, "perseus: %s\n", t_reason.c_str());
     std::fflush(stderr);
-    return nvml::kErrorNoPermission;
+    return t_code;
   }
   std::string answer;
   if (!send_all(r.fd, line) || !read_line(r.fd, &answer)) {
     close(r.fd);  // the service went away; the next call reconnects
     r.fd = -1;
-    std::fprintf(stderr, "perseus: the clock service at %s closed the connection\n", r.path.c_str());
+    answered(nvml::kErrorUnknown, "the clock service at " + r.path + " closed the connection");
+    std::fprintf(stderr, "perseus: %s\n", t_reason.c_str());
     std::fflush(stderr);
-    return nvml::kErrorUnknown;
+    return t_code;
   }
+  // "<code>" or "<code> <why>" (services before the reason was added send the code alone).
   char* end = nullptr;
   const long code = std::strtol(answer.c_str(), &end, 10);
-  if (end == answer.c_str()) return nvml::kErrorUnknown;
-  return static_cast<nvml::Return>(code);
+  if (end == answer.c_str())
+    return answered(nvml::kErrorUnknown,
+                    "the clock service at " + r.path + " gave an answer that is not a code: " + answer);
+  while (*end == ' ') ++end;
+  std::string reason = end;
+  if (reason.empty() && code == nvml::kErrorNoPermission)
+    reason = "the clock service at " + r.path +
+             " refused it: its --allow rules do not let this user or group lock this GPU";
+  return answered(static_cast<nvml::Return>(code), reason);
+}
+
+std::string explain(nvml::Return code) {
+  return code != nvml::kSuccess && code == t_code ? t_reason : std::string();
 }
 
 nvml::Return sm_lock(nvml::Device d, unsigned lo, unsigned hi) {
@@ -150,6 +179,7 @@ const nvml::Api& routed(const nvml::Api& direct, const std::string& path) {
     r->api.reset_gpu_locked_clocks = &sm_reset;
     r->api.set_memory_locked_clocks = &mem_lock;
     r->api.reset_memory_locked_clocks = &mem_reset;
+    r->api.explain = &explain;
     g_route = r;
     pthread_atfork(&before_fork, &after_fork_in_parent, &after_fork_in_child);
   } else if (g_route->path != path || g_route->direct != &direct) {

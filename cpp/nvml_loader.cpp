@@ -140,11 +140,14 @@ const char* hint(Return code) {
 }
 
 Error::Error(const Api& a, Return code, const std::string& function)
+    : Error(a, code, function, explanation(a, code)) {}
+
+Error::Error(const Api& a, Return code, const std::string& function, const std::string& why)
     : std::runtime_error([&] {
         std::string m =
             function + ": " + error_string(a, code) + " (NVML error " + std::to_string(code) + ")";
-        const char* h = hint(code);
-        if (*h != '\0') m += ". " + std::string(h);
+        const std::string h = why.empty() ? std::string(hint(code)) : why;
+        if (!h.empty()) m += ". " + h;
         return m;
       }()),
       code_(code),

@@ -105,7 +105,17 @@ struct Api {
   Return (*reset_memory_locked_clocks)(Device);                    // optional
   Return (*total_energy)(Device, unsigned long long*);             // optional, mJ
   Return (*driver_version)(char*, unsigned);                       // optional
+  // What the party that made this thread's last locked-clock call says about
+  // `code` ("" : nothing), used in Error's message instead of hint(code).
+  // Null for NVML itself; the clock service's route sets it
+  // (clockd_client.cpp), since a refusal there is its rules, not root.
+  std::string (*explain)(Return) = nullptr;
 };
+
+// api.explain(code), or "" where the Api has none.
+inline std::string explanation(const Api& api, Return code) {
+  return api.explain != nullptr ? api.explain(code) : std::string();
+}
 
 // ---- Errors. ----------------------------------------------------------------
 
@@ -117,6 +127,9 @@ using LibraryError = perseus::LibraryError;
 class Error : public std::runtime_error {
  public:
   Error(const Api& api, Return code, const std::string& function);
+  // With `why` (when not empty) in place of the advice: what the party that
+  // made the call said about it (Api::explain, read right after the call).
+  Error(const Api& api, Return code, const std::string& function, const std::string& why);
   Return code() const { return code_; }
   const std::string& function() const { return function_; }
 

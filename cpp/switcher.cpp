@@ -514,8 +514,8 @@ std::string FrequencySwitcher::verify() {
       changed_ns_ = t1;
       checked_ = held_ = false;
     } else {
-      message += gpu + "could not re-apply " + std::to_string(target) +
-                 " MHz: " + nvml::Error(api, again, function).what() + "\n";
+      message += gpu + "could not re-apply " + std::to_string(target) + " MHz: " +
+                 nvml::Error(api, again, function, nvml::explanation(*clock_api_, again)).what() + "\n";
     }
   }
   return message;
@@ -530,9 +530,10 @@ void FrequencySwitcher::record(const SwitchRecord& r) {
   else ++s.dropped;
 }
 
-std::string FrequencySwitcher::fail(nvml::Return code, const char* function, bool at_close) {
+std::string FrequencySwitcher::fail(nvml::Return code, const char* function, bool at_close,
+                                    const std::string& why) {
   Shared& s = *shared_;
-  const nvml::Error error(session_->api(), code, function);
+  const nvml::Error error(session_->api(), code, function, why);
   std::string message = "perseus: frequency switcher, GPU " + std::to_string(device_.cuda_index) +
                         " (NVML " + std::to_string(device_.nvml_index) + ", " + device_.name +
                         "): " + error.what() + "\nperseus: " +
@@ -631,12 +632,16 @@ void FrequencySwitcher::run_worker() {
 
     const char* function = "";
     const nvml::Return rc = timed(pending, [&] { return apply(target, &function); });
+    const std::string why = nvml::explanation(*clock_api_, rc);  // before another call
     nvml::Return reset_rc = nvml::kSuccess;
     const char* reset_function = "";
     const bool recover = rc != nvml::kSuccess && dirty_;
-    if (recover)  // never leave a stale clock behind
+    std::string reset_why;
+    if (recover) {  // never leave a stale clock behind
       reset_rc = timed(SwitchRecord{0, 0, 0, 0, 0, 0, SwitchSource::kRecovery},
                        [&] { return unlock_all(&reset_function); });
+      reset_why = nvml::explanation(*clock_api_, reset_rc);
+    }
 
     lock.lock();
     if (rc == nvml::kSuccess) {
@@ -644,9 +649,10 @@ void FrequencySwitcher::run_worker() {
       changed_ns_ = nvml::now_ns();  // read back verify_delay_ns_ from now
       checked_ = held_ = false;
     } else {
-      message = fail(rc, function, false);
+      message = fail(rc, function, false, why);
       if (recover && reset_rc == nvml::kSuccess) applied_.store(0, std::memory_order_release);
-      if (recover && reset_rc != nvml::kSuccess) message += fail(reset_rc, reset_function, true);
+      if (recover && reset_rc != nvml::kSuccess)
+        message += fail(reset_rc, reset_function, true, reset_why);
     }
     s.busy = false;
     s.done_seq = seq;
@@ -661,14 +667,25 @@ void FrequencySwitcher::run_worker() {
     const char* function = "";
     const nvml::Return rc = timed(SwitchRecord{0, 0, 0, 0, 0, 0, SwitchSource::kClose},
                                   [&] { return unlock_all(&function); });
+    const std::string why = nvml::explanation(*clock_api_, rc);
     lock.lock();
     if (rc == nvml::kSuccess) applied_.store(0, std::memory_order_release);
-    else message = fail(rc, function, true);
+    else message = fail(rc, function, true, why);
     s.busy = false;
   }
   print_unlocked(lock, message);
   s.exited = true;
   s.idle.notify_all();
+}
+
+std::shared_ptr<FrequencySwitcher> make_shared_switcher(const SwitcherOptions& options) {
+  return std::shared_ptr<FrequencySwitcher>(new FrequencySwitcher(options), [](FrequencySwitcher* s) {
+    try {
+      s->close();  // bounded; prints what went wrong
+    } catch (...) {
+    }
+    if (!s->hung()) delete s;
+  });
 }
 
 }  // namespace perseus

@@ -249,7 +249,7 @@ class FrequencySwitcher {
   // Worker thread only, shared_->mutex not held.
   std::string verify();
   // Stores the error; returns the message to print. Mutex held.
-  std::string fail(nvml::Return code, const char* function, bool at_close);
+  std::string fail(nvml::Return code, const char* function, bool at_close, const std::string& why);
   void throw_if_failed_locked();  // mutex held
 
   std::unique_ptr<nvml::Session> session_;
@@ -287,5 +287,11 @@ class FrequencySwitcher {
   long owner_pid_;  // the process that created the worker
   std::unique_ptr<std::thread> worker_;
 };
+
+// A switcher owned by a shared_ptr (what Python holds) whose deleter closes
+// it (bounded: close() gives up on a hung NVML call and prints why) and then
+// deletes it, except when close() gave up: the detached worker may still
+// return into it, so such a switcher is leaked on purpose.
+std::shared_ptr<FrequencySwitcher> make_shared_switcher(const SwitcherOptions& options);
 
 }  // namespace perseus

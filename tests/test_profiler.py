@@ -11,6 +11,7 @@ to stop on.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -459,6 +460,68 @@ def test_lock_failure_suggests_unlocked_profiling(nvml, fake_libraries, tmp_path
         profile_stages(stages(fake_libraries), tmp_path / "p.csv", **FAST)
     assert "Insufficient Permissions" in capfd.readouterr().err
     assert nvml.locked(0) == 0
+
+
+@pytest.mark.parametrize("code", [15, 999, 16])  # GPU_IS_LOST, UNKNOWN, RESET_REQUIRED
+def test_a_lost_gpu_gets_advice_for_a_lost_gpu(nvml, fake_libraries, tmp_path, code):
+    # The GPU fell off the bus after the blocking-power measurement locked it
+    # once: profiling without locking would not help; a reset and resume do.
+    nvml.configure(fail=f"nvmlDeviceSetGpuLockedClocks={code}@1")
+    with pytest.raises(ProfilerError) as info:
+        profile_stages(stages(fake_libraries), tmp_path / "p.csv", **FAST)
+    message = str(info.value)
+    assert message.startswith("could not lock GPU 0 at ")
+    assert "lock_clocks=False" not in message and ".." not in message
+    assert "nvidia-smi -r" in message and "resume" in message
+    assert "not a permission problem" in message
+    meta = json.loads((tmp_path / "p.json").read_text())
+    assert meta["status"] == "failed" and f"NVML error {code}" in meta["error"]
+    assert nvml.calls("nvmlDeviceResetGpuLockedClocks") >= 1  # clocks given back (tried)
+
+
+def test_a_refused_lock_keeps_its_own_advice(nvml, fake_libraries, tmp_path):
+    nvml.configure(fail="nvmlDeviceSetGpuLockedClocks=4")
+    with pytest.raises(ProfilerError) as info:
+        profile_stages(stages(fake_libraries), tmp_path / "p.csv", **FAST)
+    message = str(info.value)
+    assert "CAP_SYS_ADMIN" in message and message.endswith(
+        "Pass lock_clocks=False to profile at the default clock only"
+    )
+    assert ".." not in message and "nvidia-smi -r" not in message
+
+
+def test_a_full_disk_during_the_sweep_leaves_the_sidecar_failed_not_running(
+    nvml, fake_libraries, tmp_path, monkeypatch
+):
+    # The disk fills after a few saves: every later atomic write (a new
+    # temporary file) fails with ENOSPC, as on a full disk. The sidecar that
+    # is left must not say "running" (a monitor would wait for ever); it says
+    # what failed, and still holds what was measured.
+    from perseus.profiler import _store
+
+    real_write = _store.write_text_atomically
+    writes = {"n": 0}
+
+    def write(path, text):
+        writes["n"] += 1
+        if writes["n"] > 6:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path) + ".tmp")
+        return real_write(path, text)
+
+    monkeypatch.setattr(_store, "write_text_atomically", write)
+    out = tmp_path / "p.csv"
+    with pytest.raises(OSError, match="No space left on device"):
+        profile_stages(stages(fake_libraries, 2), out, patience=None, **FAST)
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["status"] == "failed"
+    assert "No space left on device" in meta["error"]
+    assert len(meta["measurements"]) >= 1  # what the last good save held
+    assert nvml.locked(0) == 0
+    # Resuming once there is room again continues from there.
+    monkeypatch.setattr(_store, "write_text_atomically", real_write)
+    result = profile_stages(stages(fake_libraries, 2), out, patience=None, **FAST)
+    assert json.loads(out.with_suffix(".json").read_text())["status"] == "complete"
+    assert len(result.measurements) == 2 * 2 * 11
 
 
 @pytest.mark.parametrize(

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import random
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -1720,6 +1723,8 @@ def test_clockd_locks_for_a_client_and_resets_when_the_client_dies(fake_nvml, tm
         child.proc.kill()  # nothing runs in the client: the service must notice
         child.finish()
         wait_until(lambda: state(fake_nvml)[0] == "0 0 0 0 0", timeout=20)
+        # The fake rewrites its state file before it logs the call: wait for the line too.
+        wait_until(lambda: len(clock_calls_by_pid(fake_nvml)) == 4, timeout=20)
         assert clock_calls_by_pid(fake_nvml)[-1] == (
             service.pid,
             "nvmlDeviceResetGpuLockedClocks",
@@ -1752,6 +1757,224 @@ def test_clockd_unreachable_is_a_clear_error(tmp_path):
     assert "raised 4" in out
     assert f"cannot reach the clock service at {tmp_path / 'nobody-here.sock'}" in err
     assert "is `perseus clockd` running" in err
+
+
+# A client that drops to another uid/gid once perseus is imported (the
+# interpreter may live where other users cannot read, e.g. under /root), then
+# locks GPU 0 and 1 through the service and says what happened to each.
+UNPRIVILEGED_CLIENT = """
+import json, os, sys
+import perseus, perseus.switcher
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([])
+os.setgid(gid)
+os.setuid(uid)
+results = {"euid": os.geteuid(), "egid": os.getegid(), "service": perseus._core.clockd_socket()}
+switchers = []
+for g in (0, 1):
+    sw = perseus.FrequencySwitcher(g, verify_delay_s=0, verify_interval_s=0)
+    switchers.append(sw)
+    try:
+        sw.set(1500 if g == 0 else 1200)
+        sw.wait(timeout_s=20)
+        results[g] = "locked"
+    except perseus.switcher.NvmlError as error:
+        results[g] = f"{error.code}: {error}"
+print(json.dumps(results), flush=True)
+print("ready", flush=True)
+sys.stdin.read()  # until the test kills it
+"""
+
+
+@contextlib.contextmanager
+def shared_directory():
+    """A directory every uid may enter, with the fake NVML copied in (tmp_path is root's only)."""
+    directory = Path(tempfile.mkdtemp(prefix="perseus-clockd-"))
+    try:
+        directory.chmod(0o755)
+        library = directory / "libnvidia-ml.so.1"
+        shutil.copy(os.environ["PERSEUS_NVML_LIBRARY"], library)
+        library.chmod(0o755)
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def shared_env(shared: Path) -> dict:
+    """The fake NVML in ``shared``, its state and call log there, writable by every uid."""
+    for name in ("nvml.state", "nvml.log"):
+        (shared / name).write_text("")
+        (shared / name).chmod(0o666)
+    return dict(
+        os.environ,
+        PERSEUS_NVML_LIBRARY=str(shared / "libnvidia-ml.so.1"),
+        FAKE_NVML_STATE=str(shared / "nvml.state"),
+        FAKE_NVML_LOG=str(shared / "nvml.log"),
+    )
+
+
+def start_service(sock: Path, env: dict, *allow: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "perseus", "clockd", "--socket", str(sock)]
+    for rule in allow:
+        argv += ["--allow", rule]
+    service = subprocess.Popen(
+        argv, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
+    wait_until(lambda: sock.exists() or service.poll() is not None, timeout=30)
+    assert service.poll() is None, service.communicate()[1]
+    return service
+
+
+def run_as(uid: int, gid: int, env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", UNPRIVILEGED_CLIENT, str(uid), str(gid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def read_results(client: subprocess.Popen) -> dict:
+    line = client.stdout.readline()
+    assert line, client.communicate(timeout=20)[1]
+    assert client.stdout.readline() == "ready\n"
+    return json.loads(line)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="needs root: the test starts clients that switch to other uids and gids "
+    "(os.setuid), and only root may (CI runs as root)",
+)
+def test_clockd_rules_hold_for_real_clients_of_other_uids(fake_nvml):
+    # End to end: a real `perseus clockd` (root), real client processes that
+    # dropped to uid 54321 (no passwd entry) and to nobody in gid 54322 (no
+    # group entry); the kernel says who they are (SO_PEERCRED), the rules
+    # decide, the GPUs' state (the fake's state file, shared with the
+    # service) shows what was locked, and a refused client's error names the
+    # GPU, itself and the rules, not root or CAP_SYS_ADMIN.
+    nobody = 65534
+    with shared_directory() as shared:
+        env = shared_env(shared)
+        state_file, log = shared / "nvml.state", shared / "nvml.log"
+        sock = shared / "clockd.sock"
+        service = start_service(sock, env, "0:uid:54321", "1:gid:54322")
+        clients = []
+        try:
+            client_env = dict(env, PERSEUS_CLOCKD_SOCKET=str(sock))
+            alone = run_as(54321, 54321, client_env)
+            clients.append(alone)
+            first = read_results(alone)
+            assert (first["euid"], first["egid"]) == (54321, 54321)
+            assert first["service"] == str(sock)
+            assert first["0"] == "locked"
+            refusal = first["1"]
+            assert refusal.startswith("4: nvmlDeviceSetGpuLockedClocks: Insufficient Permissions")
+            for part in (
+                f"perseus clockd at {sock} refused sm_lock on GPU GPU-fa4e0001",
+                "(NVML 1)",
+                "uid 54321 (no passwd entry), gids 54321",
+                "its rules: 0:uid:54321, 1:gid:54322",
+                "--allow 1:uid:54321",
+            ):
+                assert part in refusal
+            assert "CAP_SYS_ADMIN" not in refusal and "root" not in refusal
+            assert state_file.read_text().splitlines()[:2] == ["0 1500 1500 0 0", "1 0 0 0 0"]
+
+            grouped = run_as(nobody, 54322, client_env)
+            clients.append(grouped)
+            second = read_results(grouped)
+            assert (second["euid"], second["egid"]) == (nobody, 54322)
+            assert second["1"] == "locked"
+            assert second["0"].startswith("4: ") and "on GPU GPU-fa4e0000" in second["0"]
+            assert f"uid {nobody}" in second["0"] and "gids 54322" in second["0"]
+            assert state_file.read_text().splitlines()[:2] == ["0 1500 1500 0 0", "1 1200 1200 0 0"]
+
+            # Each client's GPU is reset when it dies, the other's kept.
+            alone.kill()
+            alone.wait(timeout=20)
+            wait_until(lambda: state_file.read_text().startswith("0 0 0 0 0"), timeout=20)
+            assert state_file.read_text().splitlines()[1] == "1 1200 1200 0 0"
+            grouped.kill()
+            grouped.wait(timeout=20)
+            wait_until(lambda: state_file.read_text().splitlines()[1] == "1 0 0 0 0", timeout=20)
+        finally:
+            for client in clients:
+                if client.poll() is None:
+                    client.kill()
+                client.communicate(timeout=20)
+            if service.poll() is None:
+                service.send_signal(signal.SIGTERM)
+            err = service.communicate(timeout=20)[1]
+        assert service.returncode == 0, err
+        assert "denied sm_lock on GPU GPU-fa4e0001-0000-0000-0000-000000000001 (NVML 1)" in err
+        assert "(uid 54321)" in err and f"(uid {nobody})" in err
+        calls = [line.split() for line in log.read_text().splitlines()]
+        # The clients used NVML, but every clock change was the service's.
+        assert {int(c[1]) for c in calls} >= {c.pid for c in clients}
+        assert {int(c[1]) for c in calls if "LockedClocks" in c[2]} == {service.pid}
+
+
+DEFAULT_SOCKET = Path("/run/perseus/clockd.sock")
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="needs root: the service must listen at /run/perseus (root's) and the client "
+    "must switch to another uid (CI runs as root)",
+)
+def test_a_client_that_is_not_root_finds_the_service_at_the_default_path(fake_nvml):
+    # PERSEUS_CLOCKD_SOCKET unset: a process that is not root uses the
+    # node's service at /run/perseus/clockd.sock when it is there, and root
+    # calls NVML itself.
+    if DEFAULT_SOCKET.exists():
+        pytest.skip(f"{DEFAULT_SOCKET} exists: a real clock service may be running on this node")
+    made_dir = not DEFAULT_SOCKET.parent.exists()
+    with shared_directory() as shared:
+        env = shared_env(shared)
+        env.pop("PERSEUS_CLOCKD_SOCKET", None)
+        service = start_service(DEFAULT_SOCKET, env, "all:uid:54321")
+        client = None
+        try:
+            client = run_as(54321, 54321, env)
+            results = read_results(client)
+            assert results["service"] == str(DEFAULT_SOCKET)
+            assert results["0"] == "locked" and results["1"] == "locked"
+            lines = (shared / "nvml.state").read_text().splitlines()
+            assert lines[:2] == ["0 1500 1500 0 0", "1 1200 1200 0 0"]
+            client.kill()
+            client.wait(timeout=20)
+            wait_until(
+                lambda: (
+                    (shared / "nvml.state").read_text().splitlines()[:2]
+                    == ["0 0 0 0 0", "1 0 0 0 0"]
+                ),
+                timeout=20,
+            )
+            root = subprocess.run(
+                [sys.executable, "-c", "import perseus; print(perseus._core.clockd_socket())"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert root.stdout == "\n", root.stderr  # root: no service, NVML directly
+        finally:
+            if client is not None and client.poll() is None:
+                client.kill()
+            if client is not None:
+                client.communicate(timeout=20)
+            service.send_signal(signal.SIGTERM)
+            err = service.communicate(timeout=20)[1]
+            if made_dir:
+                shutil.rmtree(DEFAULT_SOCKET.parent, ignore_errors=True)
+        assert service.returncode == 0, err
+        assert not DEFAULT_SOCKET.exists()
+        calls = [line.split() for line in (shared / "nvml.log").read_text().splitlines()]
+        assert {int(c[1]) for c in calls if "LockedClocks" in c[2]} == {service.pid}
 
 
 def test_clockd_rules_decide_who_may_lock_which_gpu(fake_nvml, tmp_path):

@@ -14,7 +14,8 @@ client still held: the watchdog's job, for that client.
 Protocol: one request per line, ``sm_lock <uuid> <min> <max>``,
 ``sm_reset <uuid>``, ``mem_lock <uuid> <min> <max>``, ``mem_reset <uuid>``;
 one answer per line, an NVML return code (0: done; 4, NO_PERMISSION: the
-rules deny it; 2: a malformed request).
+rules deny it; 2: a malformed request), a refusal followed by a space and
+why (the GPU, the client, the rules), which the client puts in its error.
 
 Several clients on one GPU: the GPU runs at the clock the latest asked for,
 and is reset only when the last of them lets go.
@@ -52,6 +53,7 @@ class Rule:
     gpus: Optional[frozenset[str]]
     kind: str  #: "user", "group" or "any"
     ident: int  #: uid or gid (unused for "any")
+    text: str = ""  #: as given to --allow (named in refusals)
 
     def allows(self, uuid: str, nvml_index: int, uid: int, gids: set[int]) -> bool:
         if self.gpus is not None and uuid not in self.gpus and str(nvml_index) not in self.gpus:
@@ -71,15 +73,15 @@ def parse_rule(text: str) -> Rule:
         )
     gpus = None if gpus_text == "all" else frozenset(g for g in gpus_text.split(",") if g)
     if who == "*":
-        return Rule(gpus, "any", -1)
+        return Rule(gpus, "any", -1, text)
     kind, sep, name = who.partition(":")
     try:
         if kind in ("uid", "gid") and sep:
-            return Rule(gpus, "user" if kind == "uid" else "group", int(name))
+            return Rule(gpus, "user" if kind == "uid" else "group", int(name), text)
         if kind == "user" and sep:
-            return Rule(gpus, "user", pwd.getpwnam(name).pw_uid)
+            return Rule(gpus, "user", pwd.getpwnam(name).pw_uid, text)
         if kind == "group" and sep:
-            return Rule(gpus, "group", grp.getgrnam(name).gr_gid)
+            return Rule(gpus, "group", grp.getgrnam(name).gr_gid, text)
     except KeyError:
         raise ValueError(f"--allow {text!r}: no {kind} named {name!r} on this node") from None
     except ValueError:
@@ -105,9 +107,18 @@ class _Client:
         except KeyError:  # a uid without a passwd entry: its primary group only
             pass
         self.held: set[tuple[str, str]] = set()  # (uuid, "sm" | "mem")
+        self.refusal = ""  # why the last request was refused, for its answer
 
     def __str__(self) -> str:
         return f"pid {self.pid} (uid {self.uid})"
+
+    def who(self) -> str:
+        try:
+            name = f" ({pwd.getpwuid(self.uid).pw_name})"
+        except KeyError:
+            name = " (no passwd entry)"
+        groups = ",".join(str(g) for g in sorted(self.gids))
+        return f"uid {self.uid}{name}, gids {groups}"
 
 
 class ClockService:
@@ -134,6 +145,16 @@ class ClockService:
         if client.uid == 0:
             return True
         return any(r.allows(uuid, nvml_index, client.uid, client.gids) for r in self.rules)
+
+    def _refusal(self, client: _Client, request: str, uuid: str, nvml_index: int) -> str:
+        """One line for the refused client: the GPU, who asked, the rules, the fix."""
+        rules = ", ".join(r.text or "?" for r in self.rules) or "none: only root may"
+        return (
+            f"perseus clockd at {self.socket_path} refused {request} on GPU {uuid} "
+            f"(NVML {nvml_index}) to {client.who()}: no --allow rule covers this GPU for them "
+            f"(its rules: {rules}); the node's administrator can add one, "
+            f"e.g. --allow {nvml_index}:uid:{client.uid}"
+        )
 
     @staticmethod
     def _code(call: Any, *args: int) -> int:
@@ -172,6 +193,7 @@ class ClockService:
                 return _INVALID_ARGUMENT
             if not self._allowed(client, uuid, gpu.nvml_index):
                 _say(f"denied {parts[0]} on GPU {uuid} (NVML {gpu.nvml_index}) to {client}")
+                client.refusal = self._refusal(client, parts[0], uuid, gpu.nvml_index)
                 return _NO_PERMISSION
             key = (uuid, domain)
             if action == "reset":
@@ -206,8 +228,10 @@ class ClockService:
         try:
             with conn, conn.makefile("rwb", buffering=0) as stream:
                 for raw in stream:
+                    client.refusal = ""
                     code = self.handle(client, raw.decode("ascii", "replace"))
-                    stream.write(f"{code}\n".encode())
+                    why = f" {client.refusal}" if client.refusal else ""
+                    stream.write(f"{code}{why}\n".encode("ascii", "replace"))
         except OSError:
             pass
         finally:

@@ -363,11 +363,7 @@ def evaluate(
         mhz = _frequencies_from_mapping(frequencies, spec)
     problem, _, _ = _setup(profile, spec)
     time_s, energy_j = measured_rows(profile, spec, mhz[np.newaxis, :])
-    # At a latency of exactly 0 the model is the plain replay: the core's, so
-    # that the two agree to the last bit (the model sums in another order).
-    if switch_latency_s is not None and (
-        isinstance(switch_latency_s, bool) or switch_latency_s != 0
-    ):
+    if switch_latency_s is not None:
         from .switch_latency import replay_with_switch_latency
 
         late = replay_with_switch_latency(profile, spec, mhz, switch_latency_s)

@@ -29,8 +29,9 @@ The model (``switch_latency_s = L``):
 - Energy counts blocking power while a GPU waits, as the ordinary replay:
   ``E = sum e + P_block * (G * T - sum t)``.
 
-With ``L = 0`` this is the ordinary replay (the tests check it against the
-core's). The worker's own queueing (a change requested while the previous
+With ``L = 0`` this is the ordinary replay, to the last bit: each
+computation runs whole at its own clock and the sums are taken in the core's
+order (the tests check it against the core's). The worker's own queueing (a change requested while the previous
 one is still being made waits for it) is not modelled: each change takes
 exactly ``L``.
 
@@ -152,7 +153,12 @@ def _replay(
     preds = _predecessors(spec)
     orders = [list(map(int, pipeline.order(g))) for g in range(spec.num_gpus)]
     finish = np.full(len(pipeline), np.nan)
-    busy_s = energy_j = late_s = 0.0
+    # Per computation: how long it ran and what it spent, summed at the end
+    # in the core's order (computation id), so that at L = 0 this gives the
+    # core's replay to the last bit.
+    ran_s = [0.0] * len(pipeline)
+    spent_j = [0.0] * len(pipeline)
+    late_s = 0.0
     switches = 0
     # Per GPU: effect times and clocks, in order (effect times never decrease).
     events: list[list[tuple[float, int]]] = []
@@ -177,7 +183,7 @@ def _replay(
                     switches += 1
                     events[g].append((previous_end + latency_s, target))
                 start = max([previous_end] + [float(finish[p]) for p in preds[i]])
-                t, work, spent = start, 1.0, 0.0
+                t, work, spent, ran = start, 1.0, 0.0, 0.0
                 s, k = int(stage[i]), int(instruction[i])
                 timeline = events[g]
                 e = 0
@@ -188,28 +194,37 @@ def _replay(
                     full_s, full_j = rows.at(s, k, clock)
                     next_change = timeline[e + 1][0] if e + 1 < len(timeline) else math.inf
                     if t + work * full_s <= next_change:
+                        # The rest of the work at this clock. With no change
+                        # during it (always at L = 0): work = 1, ran = the
+                        # measured time, finish = start + it, as in the core.
                         spent += work * full_j
+                        ran += work * full_s
                         if clock != target:
                             late_s += work * full_s
                         t += work * full_s
                         break
                     share = (next_change - t) / full_s
                     spent += share * full_j
+                    ran += next_change - t
                     if clock != target:
                         late_s += next_change - t
                     work -= share
                     t = next_change
                     e += 1
                 finish[i] = t
-                busy_s += t - start
-                energy_j += spent
+                ran_s[i] = ran
+                spent_j[i] = spent
                 position[g] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:  # pragma: no cover - the schedules the core builds never deadlock
             raise ProfileError("the schedule deadlocks")
     iteration_s = float(np.max(finish)) if len(finish) else 0.0
-    total_j = energy_j + blocking_w * (spec.num_gpus * iteration_s - busy_s)
+    busy_s = energy_j = 0.0
+    for i in range(len(pipeline)):  # one by one in id order, as the core (not np.sum's pairs)
+        busy_s += ran_s[i]
+        energy_j += spent_j[i]
+    total_j = energy_j + blocking_w * (float(spec.num_gpus) * iteration_s - busy_s)
     return LatencyReplay(
         iteration_time_s=iteration_s,
         energy_j=float(total_j),

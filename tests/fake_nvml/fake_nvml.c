@@ -21,6 +21,10 @@
  *   FAKE_NVML_STATE       a file holding the locked clocks, read at init and
  *                         rewritten on every change, so that locks outlive
  *                         a process as they do on a real GPU
+ *   FAKE_NVML_SETTLE_MS   a change of the locked SM clock takes effect this
+ *                         long after the call (a real GPU's switch latency):
+ *                         until then the GPU runs, reports and draws power
+ *                         at the clock it ran before
  *   FAKE_NVML_CLAMP_MHZ   the GPU silently runs no faster than this, whatever
  *                         it is locked at (nvmlDeviceGetClockInfo tells)
  *   FAKE_NVML_POWER       "idle_w,max_w" (default "100,700"): the energy
@@ -71,6 +75,8 @@ struct nvmlDevice_st {
   unsigned gpu_min, gpu_max; /* locked SM clocks, 0 = unlocked */
   unsigned mem_min, mem_max; /* locked memory clocks, 0 = unlocked */
   unsigned override_mhz;     /* the clock it really runs at, 0 = as locked */
+  unsigned before_mhz;       /* the clock it runs until settle_at_ns (FAKE_NVML_SETTLE_MS) */
+  long long settle_at_ns;
   double energy_mj;
   long long energy_at_ns;
 };
@@ -99,6 +105,7 @@ static int g_fail_count;
 static struct counter g_counters[MAX_COUNTED];
 static int g_counter_count;
 static double g_sleep_ms;
+static double g_settle_ms;
 static unsigned g_clamp_mhz; /* 0: no clamp */
 static char g_log[1024];
 static char g_state[1024];
@@ -187,6 +194,8 @@ static void configure(void) {
   g_clamp_mhz = v ? (unsigned)atoi(v) : 0;
   v = getenv("FAKE_NVML_SLEEP_MS");
   g_sleep_ms = v ? atof(v) : 0.0;
+  v = getenv("FAKE_NVML_SETTLE_MS");
+  g_settle_ms = v ? atof(v) : 0.0;
   copy_env(g_log, sizeof g_log, "FAKE_NVML_LOG");
   copy_env(g_state, sizeof g_state, "FAKE_NVML_STATE");
   v = getenv("FAKE_NVML_POWER");
@@ -272,19 +281,42 @@ static void save_state(void) {
 
 static unsigned current_clock(const struct nvmlDevice_st* d) {
   if (d->override_mhz != 0) return d->override_mhz;
+  if (d->settle_at_ns != 0 && now_ns() < d->settle_at_ns) return d->before_mhz;
   unsigned top = g_clock_count ? g_clocks[0] : 1980;
   unsigned mhz = d->gpu_max != 0 ? d->gpu_max : top;
   return g_clamp_mhz != 0 && mhz > g_clamp_mhz ? g_clamp_mhz : mhz;
 }
 
-/* Brings the energy counter up to now at the current clock. Lock held. */
+static double power_w(unsigned mhz) {
+  double fmax = g_clock_count ? (double)g_clocks[0] : 1980.0;
+  double x = (double)mhz / fmax;
+  return g_idle_w + (g_max_w - g_idle_w) * x * x * x;
+}
+
+/* Brings the energy counter up to now at the clocks run since the last
+ * update (the one before a settling change, then the current one). Lock
+ * held. */
 static void advance_energy(struct nvmlDevice_st* d) {
   long long t = now_ns();
-  double fmax = g_clock_count ? (double)g_clocks[0] : 1980.0;
-  double x = (double)current_clock(d) / fmax;
-  double watts = g_idle_w + (g_max_w - g_idle_w) * x * x * x;
-  d->energy_mj += watts * (double)(t - d->energy_at_ns) * 1e-6; /* W * ns * 1e-6 = mJ */
+  if (d->override_mhz == 0 && d->settle_at_ns > d->energy_at_ns) {
+    long long until = d->settle_at_ns < t ? d->settle_at_ns : t;
+    d->energy_mj += power_w(d->before_mhz) * (double)(until - d->energy_at_ns) * 1e-6;
+    d->energy_at_ns = until;
+  }
+  /* W * ns * 1e-6 = mJ */
+  d->energy_mj += power_w(current_clock(d)) * (double)(t - d->energy_at_ns) * 1e-6;
   d->energy_at_ns = t;
+}
+
+/* Before a change of the locked SM clock: the GPU keeps the clock it runs
+ * now for FAKE_NVML_SETTLE_MS more. Lock held. */
+static void begin_settling(struct nvmlDevice_st* d) {
+  if (g_settle_ms <= 0) {
+    d->settle_at_ns = 0;
+    return;
+  }
+  d->before_mhz = current_clock(d);
+  d->settle_at_ns = now_ns() + (long long)(g_settle_ms * 1e6);
 }
 
 static void sleep_ms(double ms) {
@@ -483,9 +515,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned* milliwatts) {
   ENTER("nvmlDeviceGetPowerUsage", valid_device(device) && milliwatts != NULL);
   if (rc == OK) {
-    double fmax = g_clock_count ? (double)g_clocks[0] : 1980.0;
-    double x = (double)current_clock(device) / fmax;
-    *milliwatts = (unsigned)(1000.0 * (g_idle_w + (g_max_w - g_idle_w) * x * x * x));
+    *milliwatts = (unsigned)(1000.0 * power_w(current_clock(device)));
   }
   write_log("nvmlDeviceGetPowerUsage", rc, "%u", valid_device(device) ? device->index : 999u);
   pthread_mutex_unlock(&g_lock);
@@ -516,6 +546,7 @@ EXPORT nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned m
   sleep_unlocked(rc);
   if (rc == OK) {
     advance_energy(device);
+    begin_settling(device);
     device->gpu_min = min_mhz;
     device->gpu_max = max_mhz;
     save_state();
@@ -531,6 +562,7 @@ EXPORT nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device) {
   sleep_unlocked(rc);
   if (rc == OK) {
     advance_energy(device);
+    begin_settling(device);
     device->gpu_min = device->gpu_max = 0;
     save_state();
   }
@@ -583,6 +615,7 @@ EXPORT void fake_nvml_reset(void) {
     g_devices[i].gpu_min = g_devices[i].gpu_max = 0;
     g_devices[i].mem_min = g_devices[i].mem_max = 0;
     g_devices[i].override_mhz = 0;
+    g_devices[i].settle_at_ns = 0;
     g_devices[i].energy_mj = 0.0;
     g_devices[i].energy_at_ns = now_ns();
   }

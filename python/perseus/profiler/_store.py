@@ -114,6 +114,31 @@ class Store:
         write_text_atomically(self.json_path, json.dumps(data, indent=1) + "\n")
         write_text_atomically(self.csv_path, zeus_csv(measurements))
 
+    def record_status(self, status: str, error: str) -> None:
+        """Set the sidecar's status and error in place, needing no new disk space.
+
+        For when `save` cannot write (a full disk: its temporary file gets
+        ENOSPC): the sidecar on disk is rewritten over its own bytes, compact
+        and padded with spaces to its old length, so it stays valid JSON and
+        takes no new block. Not atomic, unlike `save`: only for this last
+        resort. Raises OSError if the file cannot be read or written, or if
+        even the compact form would not fit.
+        """
+        with open(self.json_path, "r+b") as file:
+            old = file.read()
+            data = json.loads(old)
+            data["status"] = status
+            data["error"] = error
+            new = json.dumps(data, separators=(",", ":")).encode()
+            if len(new) + 1 > len(old):
+                raise OSError(
+                    errno.ENOSPC, "the status does not fit in the old sidecar", str(self.json_path)
+                )
+            file.seek(0)
+            file.write(new + b" " * (len(old) - len(new) - 1) + b"\n")
+            file.flush()
+            os.fsync(file.fileno())
+
     def _holds_lock_path(self) -> bool:
         try:
             on_disk = os.stat(self._lock_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import numbers
@@ -19,7 +20,7 @@ from .. import _core
 from .._sidecar import BLOCKING_POWER_KEY
 from ..errors import ProfileError
 from ..profile import INSTRUCTIONS, Profile
-from ..switcher import FrequencySwitcher, NvmlError
+from ..switcher import FrequencySwitcher, NvmlError, NvmlReturn
 from ._backend import MODES, Backend, open_backend
 from ._blocking import _measure as _measure_blocking
 from ._records import ComputationError, Measurement, ProfilerError, ProfilerResult
@@ -576,8 +577,8 @@ class _Sweep:
             self.switcher.wait()
         except NvmlError as error:
             raise ProfilerError(
-                f"could not lock GPU {self.device} at {mhz} MHz: {error}. Pass lock_clocks=False to "
-                "profile at the default clock only"
+                f"could not lock GPU {self.device} at {mhz} MHz: {str(error).rstrip('.')}. "
+                + _lock_advice(int(error.code))
             ) from error
 
     def _start(self) -> None:
@@ -751,7 +752,10 @@ class _Sweep:
         try:
             self._save()
         except Exception:  # noqa: BLE001 - keep the original error
-            pass
+            # A full disk: a new file cannot be written, but the sidecar must
+            # not keep saying "running" (a monitor would wait for ever).
+            with contextlib.suppress(Exception):
+                self.store.record_status(self.metadata["status"], self.metadata["error"])
 
     def _close(self, failure: Optional[BaseException]) -> None:
         """Clocks back to the driver, then the device and the store, whatever happened."""
@@ -766,6 +770,24 @@ class _Sweep:
                 self.backend.close()
             if self.store is not None:
                 self.store.close()
+
+
+# NVML codes that say the GPU itself failed, not that locking is not allowed.
+_GPU_FAILED = frozenset(
+    {NvmlReturn.ERROR_GPU_IS_LOST, NvmlReturn.ERROR_RESET_REQUIRED, NvmlReturn.ERROR_UNKNOWN}
+)
+
+
+def _lock_advice(code: int) -> str:
+    """What to do when a lock failed: by cause, since unlocked profiling only helps some."""
+    if code in _GPU_FAILED:
+        return (
+            "The GPU itself failed (not a permission problem): profiling without locking would "
+            "fail too, and what it measured now could not be trusted. Reset the GPU "
+            "(nvidia-smi -r) or reboot, then make the same call again: it resumes from the "
+            "measurements kept in the sidecar"
+        )
+    return "Pass lock_clocks=False to profile at the default clock only"
 
 
 def _to_profile(measurements: list[Measurement], blocking_power_w: float) -> Optional[Profile]:

@@ -1,0 +1,104 @@
+"""The CLI under a real address-space limit (``ulimit -v``: RLIMIT_AS set in the child).
+
+Issue 26: under ``ulimit -v`` the CLI printed raw tracebacks, and a solve
+that finished could be lost when its save ran out of memory. These run
+``perseus optimize`` in a child process whose limit is set before the
+interpreter starts (``preexec_fn``), as the shell's ``ulimit -v`` does, or,
+for the save, at the moment the solve has finished.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import textwrap
+
+import perseus
+
+CASE = ["--example", "gpt3-a100-8stage"]
+
+
+def import_floor_bytes() -> int:
+    """The address space a child needs to import the CLI (VmPeak after the import)."""
+    probe = textwrap.dedent(
+        """
+        import perseus.cli, perseus.cli._commands
+        for line in open("/proc/self/status"):
+            if line.startswith("VmPeak"):
+                print(int(line.split()[1]) * 1024)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def test_a_solve_that_needs_more_than_the_limit_is_one_clear_line(tmp_path):
+    # Room to start and read the profile (the import's peak + 40 MB), not to
+    # solve 8 stages x 64 microbatches (its threads and plans need well over
+    # 100 MB more; about 300 MB of address space in all here).
+    limit = import_floor_bytes() + 40 * 2**20
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "perseus", "optimize", *CASE, "-m", "64", "-o", str(out), "-q"],
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    line = lines[0]
+    assert "Traceback" not in done.stderr and "bad_alloc" not in line
+    assert line.startswith("perseus optimize: error: ")
+    # What ran out, and what to try.
+    assert ("out of memory" in line and "try a larger limit" in line) or (
+        "cannot start a thread" in line and "try a larger limit" in line
+    )
+    assert not (out / "frontier.json").exists()  # nothing half-written
+    assert not out.exists() or not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_finished_solve_is_saved_with_no_room_left_to_grow(tmp_path):
+    # The issue saw solves finish at 300-600 MB and their save fail in
+    # tolist(). Here the limit is lowered, the moment the solve has finished,
+    # to the address space then in use: the save must not need more (the
+    # frontier file is written as it is encoded, from the plans in memory).
+    # Measured: even 100 MB below what is in use, the save succeeds.
+    child = textwrap.dedent(
+        """
+        import resource, sys
+        from perseus.cli import main
+        from perseus.frontier import Frontier
+        real_save = Frontier.save
+        def save(self, *args, **kwargs):
+            for line in open("/proc/self/status"):
+                if line.startswith("VmSize"):
+                    in_use = int(line.split()[1]) * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (in_use, resource.RLIM_INFINITY))
+            print("limit set", in_use, file=sys.stderr, flush=True)
+            return real_save(self, *args, **kwargs)
+        Frontier.save = save
+        sys.exit(main(sys.argv[1:]))
+        """
+    )
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-c", child, "optimize", *CASE, "-m", "32", "-o", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.count("limit set") == 1
+    assert "Traceback" not in done.stderr
+    frontier = perseus.Frontier.load(out / "frontier.json")  # whole, and checked on load
+    assert len(frontier) > 100
+    assert json.loads((out / "frontier.json").read_text())["plans"]
+    assert sorted(p.name for p in out.iterdir()) == ["frontier.json"]
