@@ -471,11 +471,14 @@ def test_a_lost_gpu_gets_advice_for_a_lost_gpu(nvml, fake_libraries, tmp_path, c
         profile_stages(stages(fake_libraries), tmp_path / "p.csv", **FAST)
     message = str(info.value)
     assert message.startswith("could not lock GPU 0 at ")
-    assert "lock_clocks=False" not in message and ".." not in message
-    assert "nvidia-smi -r" in message and "resume" in message
+    assert "lock_clocks=False" not in message
+    assert ".." not in message
+    assert "nvidia-smi -r" in message
+    assert "resume" in message
     assert "not a permission problem" in message
     meta = json.loads((tmp_path / "p.json").read_text())
-    assert meta["status"] == "failed" and f"NVML error {code}" in meta["error"]
+    assert meta["status"] == "failed"
+    assert f"NVML error {code}" in meta["error"]
     assert nvml.calls("nvmlDeviceResetGpuLockedClocks") >= 1  # clocks given back (tried)
 
 
@@ -484,10 +487,10 @@ def test_a_refused_lock_keeps_its_own_advice(nvml, fake_libraries, tmp_path):
     with pytest.raises(ProfilerError) as info:
         profile_stages(stages(fake_libraries), tmp_path / "p.csv", **FAST)
     message = str(info.value)
-    assert "CAP_SYS_ADMIN" in message and message.endswith(
-        "Pass lock_clocks=False to profile at the default clock only"
-    )
-    assert ".." not in message and "nvidia-smi -r" not in message
+    assert "CAP_SYS_ADMIN" in message
+    assert message.endswith("Pass lock_clocks=False to profile at the default clock only")
+    assert ".." not in message
+    assert "nvidia-smi -r" not in message
 
 
 def test_a_full_disk_during_the_sweep_leaves_the_sidecar_failed_not_running(

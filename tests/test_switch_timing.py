@@ -37,7 +37,9 @@ def test_a_delayed_clock_change_is_timed_to_when_it_shows(fake_nvml):
     # (FAKE_NVML_SETTLE_MS): the latency is the call plus that, not the call.
     fake_nvml.configure(sleep_ms=5, settle_ms=40)
     m = perseus.measure_switch_latency(0, repeats=4)
-    assert m.timeouts == 0 and len(m.visible_s) == 4 and m.stream is None
+    assert m.timeouts == 0
+    assert len(m.visible_s) == 4
+    assert m.stream is None
     assert min(m.visible_s) >= 0.045
     assert max(m.call_s) < min(m.visible_s)  # the call alone is shorter than what shows
     assert len(m.handover_s) == 0
@@ -50,11 +52,14 @@ def test_on_a_stream_the_change_is_timed_from_when_the_gpu_reaches_it(fake_nvml)
     # the 30 ms backlog is reported apart, not counted in it.
     fake_nvml.configure(sleep_ms=5, settle_ms=40, fake_cuda_delay_us=30_000)
     m = perseus.measure_switch_latency(0, repeats=4, stream=7)
-    assert m.stream == 7 and m.timeouts == 0
-    assert len(m.visible_s) == 4 and len(m.handover_s) == 4
+    assert m.stream == 7
+    assert m.timeouts == 0
+    assert len(m.visible_s) == 4
+    assert len(m.handover_s) == 4
     assert min(m.handover_s) >= 0.030
     assert min(m.visible_s) >= 0.045
-    assert len(m.call_s) == 4 and min(m.call_s) >= 0.005
+    assert len(m.call_s) == 4
+    assert min(m.call_s) >= 0.005
     # The clock was changed by the stream's host function, in stream order.
     cuda_events = [event for _, event, _ in fake_nvml.cuda_log()]
     assert cuda_events.count("host_start") == 4
@@ -156,15 +161,20 @@ def test_gpu_check_script_measures_both_timelines_against_the_fakes(fake_nvml, t
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
-    assert report["can_lock"] is True and "error" not in report
+    assert report["can_lock"] is True
+    assert "error" not in report
     cpu = report["measure_switch_latency"]
-    assert cpu["timeouts"] == 0 and cpu["median_s"] >= 0.022  # the call, then the settling
+    assert cpu["timeouts"] == 0
+    assert cpu["median_s"] >= 0.022
     on_stream = report["stream_switch_latency"]
-    assert on_stream["timeouts"] == 0 and len(on_stream["visible_s"]) == 10
-    assert on_stream["median_s"] >= 0.020 and len(on_stream["handover_s"]) == 10
+    assert on_stream["timeouts"] == 0
+    assert len(on_stream["visible_s"]) == 10
+    assert on_stream["median_s"] >= 0.020
+    assert len(on_stream["handover_s"]) == 10
     assert "stream latency GPU reached the change -> NVML shows it" in done.stdout
     assert "skipped" in report["kernel_clock_latency"]
-    assert report["reset_at_end"] == "ok" and fake_nvml.locked(0) == 0
+    assert report["reset_at_end"] == "ok"
+    assert fake_nvml.locked(0) == 0
 
 
 def test_gpu_check_finds_the_first_kernel_at_the_new_clock():

@@ -1849,7 +1849,8 @@ def read_results(client: subprocess.Popen) -> dict:
     reason="needs root: the test starts clients that switch to other uids and gids "
     "(os.setuid), and only root may (CI runs as root)",
 )
-def test_clockd_rules_hold_for_real_clients_of_other_uids(fake_nvml):
+@pytest.mark.usefixtures("fake_nvml")
+def test_clockd_rules_hold_for_real_clients_of_other_uids():
     # End to end: a real `perseus clockd` (root), real client processes that
     # dropped to uid 54321 (no passwd entry) and to nobody in gid 54322 (no
     # group entry); the kernel says who they are (SO_PEERCRED), the rules
@@ -1881,7 +1882,8 @@ def test_clockd_rules_hold_for_real_clients_of_other_uids(fake_nvml):
                 "--allow 1:uid:54321",
             ):
                 assert part in refusal
-            assert "CAP_SYS_ADMIN" not in refusal and "root" not in refusal
+            assert "CAP_SYS_ADMIN" not in refusal
+            assert "root" not in refusal
             assert state_file.read_text().splitlines()[:2] == ["0 1500 1500 0 0", "1 0 0 0 0"]
 
             grouped = run_as(nobody, 54322, client_env)
@@ -1889,8 +1891,10 @@ def test_clockd_rules_hold_for_real_clients_of_other_uids(fake_nvml):
             second = read_results(grouped)
             assert (second["euid"], second["egid"]) == (nobody, 54322)
             assert second["1"] == "locked"
-            assert second["0"].startswith("4: ") and "on GPU GPU-fa4e0000" in second["0"]
-            assert f"uid {nobody}" in second["0"] and "gids 54322" in second["0"]
+            assert second["0"].startswith("4: ")
+            assert "on GPU GPU-fa4e0000" in second["0"]
+            assert f"uid {nobody}" in second["0"]
+            assert "gids 54322" in second["0"]
             assert state_file.read_text().splitlines()[:2] == ["0 1500 1500 0 0", "1 1200 1200 0 0"]
 
             # Each client's GPU is reset when it dies, the other's kept.
@@ -1911,7 +1915,8 @@ def test_clockd_rules_hold_for_real_clients_of_other_uids(fake_nvml):
             err = service.communicate(timeout=20)[1]
         assert service.returncode == 0, err
         assert "denied sm_lock on GPU GPU-fa4e0001-0000-0000-0000-000000000001 (NVML 1)" in err
-        assert "(uid 54321)" in err and f"(uid {nobody})" in err
+        assert "(uid 54321)" in err
+        assert f"(uid {nobody})" in err
         calls = [line.split() for line in log.read_text().splitlines()]
         # The clients used NVML, but every clock change was the service's.
         assert {int(c[1]) for c in calls} >= {c.pid for c in clients}
@@ -1926,7 +1931,8 @@ DEFAULT_SOCKET = Path("/run/perseus/clockd.sock")
     reason="needs root: the service must listen at /run/perseus (root's) and the client "
     "must switch to another uid (CI runs as root)",
 )
-def test_a_client_that_is_not_root_finds_the_service_at_the_default_path(fake_nvml):
+@pytest.mark.usefixtures("fake_nvml")
+def test_a_client_that_is_not_root_finds_the_service_at_the_default_path():
     # PERSEUS_CLOCKD_SOCKET unset: a process that is not root uses the
     # node's service at /run/perseus/clockd.sock when it is there, and root
     # calls NVML itself.
@@ -1942,7 +1948,8 @@ def test_a_client_that_is_not_root_finds_the_service_at_the_default_path(fake_nv
             client = run_as(54321, 54321, env)
             results = read_results(client)
             assert results["service"] == str(DEFAULT_SOCKET)
-            assert results["0"] == "locked" and results["1"] == "locked"
+            assert results["0"] == "locked"
+            assert results["1"] == "locked"
             lines = (shared / "nvml.state").read_text().splitlines()
             assert lines[:2] == ["0 1500 1500 0 0", "1 1200 1200 0 0"]
             client.kill()
