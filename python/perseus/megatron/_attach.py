@@ -21,7 +21,8 @@ import math
 import warnings
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Optional, Union
 
 from .._optional import optional_module
@@ -29,7 +30,7 @@ from ..frontier import Frontier
 from ..plan import Plan
 from ..profile import Profile
 from ..switcher import FrequencySwitcher
-from . import _metrics
+from . import _metrics, _resume
 from ._between import Between, calibration_phase
 from ._clocks import ClockDriver
 from ._compat import (
@@ -39,6 +40,7 @@ from ._compat import (
     unsupported_schedule,
 )
 from ._device import resolve_device
+from ._drift import DriftWatch, StalePlan
 from ._errors import (
     MegatronIntegrationError,
     ProfilingFinished,
@@ -158,6 +160,12 @@ class Attachment:
         self._passthrough = 0
         self._following = True
         self._fingerprinted: set[WorkloadKey] = set()
+        self._timing_computations = False  # the stale-plan check is on (set at the first iteration)
+        self._pending_state: Optional[tuple[dict[str, Any], str]] = None  # applied at the start
+        self._save: Optional[tuple[Path, int]] = None  # Megatron-LM's --save, --save-interval
+        self._saved_step: Optional[int] = None
+        self._save_warned = False
+        self.final_report: Optional[_metrics.FinalReport] = None
         self.mode = "run"
         self.frontiers: dict[WorkloadKey, Frontier] = {}
         if settings is not None:
@@ -184,6 +192,11 @@ class Attachment:
     def frontier(self) -> Optional[Frontier]:
         frontiers = getattr(self, "frontiers", {})
         return next(iter(frontiers.values())) if len(frontiers) == 1 else None
+
+    @property
+    def stale_plans(self) -> list[StalePlan]:
+        """This rank's stale-plan findings (see ``MetricsOptions.stale_plan_tolerance``)."""
+        return list(self.metrics.stale_plans)
 
     @property
     def base_plan(self) -> Optional[Plan]:
@@ -299,6 +312,7 @@ class Attachment:
         prev, self._previous = self._previous, None
         if prev is not None and self._between is not None:
             self._between.close_locally(prev)
+            self._finish_run()
         self._between = None
         self._started = self._off = False  # attached again, it starts afresh
         driver, self._driver = self._driver, None
@@ -395,7 +409,15 @@ class Attachment:
             if settings.metrics.enabled
             else _metrics.EnergyMeter.disabled()
         )
-        self._recorder = _metrics.Recorder(meter, self.metrics)
+        switcher = self._switcher
+        self._recorder = _metrics.Recorder(
+            meter, self.metrics, mismatches=lambda: switcher.clock_mismatches
+        )
+        drift = None
+        options = settings.metrics
+        if options.enabled and options.stale_plan_tolerance is not None:
+            drift = DriftWatch(options.stale_plan_tolerance, options.stale_plan_window, layout.rank)
+            self._timing_computations = True
         self._between = Between(
             book=self._book,
             stragglers=settings.stragglers,
@@ -407,10 +429,186 @@ class Attachment:
             switches=self.switches,
             decisions=self.decisions,
             iteration_times_s=self.iteration_times_s,
+            drift=drift,
+            # One rank per stage of the job warns; the energy report carries every rank's.
+            warns_for_stage=layout.tensor_rank == 0
+            and (groups.data_parallel_rank if groups else 0) == 0,
         )
         # Scalars at Megatron-LM's own step: read once, at the first iteration (after a resume,
         # Megatron's counter starts from the checkpoint's, perseus's from 0).
-        self._between.step_offset = _metrics.megatron_step_offset(_megatron_lm_args())
+        args = _megatron_lm_args()
+        self._between.step_offset = _metrics.megatron_step_offset(args)
+        self._save = _resume.save_plan(args)
+        self._resume(args, layout)
+
+    # -- state across a resume (see _resume) ------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Run mode's state, as plain JSON data, for :meth:`load_state_dict` in a resumed run.
+
+        perseus saves it by itself beside Megatron-LM's checkpoints (see
+        :mod:`perseus.megatron._resume`); this is for training loops of
+        their own: save it with the checkpoint, per rank.
+        """
+        book, layout = self._book, self._layout
+        between = self._between
+        policies = book.policies if book is not None else {}
+        return {
+            "format": _resume.FORMAT,
+            "version": _resume.VERSION,
+            "iterations": self.iterations,
+            "layout": None
+            if layout is None
+            else {
+                "world_size": layout.world_size,
+                "pipeline_size": layout.pipeline_size,
+                "data_parallel_size": layout.data_parallel_size,
+            },
+            "stragglers": [
+                [_encode_key(key), policy.state()]
+                for key, policy in sorted(policies.items(), key=lambda kv: str(kv[0]))
+            ],
+            "stale_plan": between.drift.state()
+            if between is not None and between.drift is not None
+            else None,
+            "calibration": None
+            if self.metrics.calibration is None
+            else asdict(self.metrics.calibration),
+            "switches": len(self.switches),
+            # the workload last run: a resumed run that goes on with it keeps its policy
+            "workload": _encode_key(book.last_key if book is not None else None),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from :meth:`state_dict` of a run that stopped (applied at the first iteration).
+
+        Raises
+        ------
+        ValueError
+            Not a run-mode state of this perseus version.
+        MegatronIntegrationError
+            The attachment has run already.
+        """
+        _resume.check_state(state, "load_state_dict")
+        if self._started:
+            raise MegatronIntegrationError(
+                "load_state_dict must come before the first iteration (the state sets perseus's "
+                "iteration count, its straggler policies and its calibration)"
+            )
+        self._pending_state = (state, "load_state_dict")
+
+    def _resume(self, args: Any, layout: Layout) -> None:
+        """Apply a state given by hand, or the sidecar of the checkpoint Megatron-LM resumed."""
+        pending, self._pending_state = self._pending_state, None
+        if pending is None:
+            resumed = _resume.resume_step(args)
+            if resumed is None:
+                return
+            path = _resume.sidecar_path(resumed[0], resumed[1], layout.rank)
+            if not path.exists():
+                warn_for_job(
+                    f"perseus: resumed at Megatron step {resumed[1]} without perseus's state "
+                    f"({path} is missing): straggler, stale-plan and calibration state start "
+                    "afresh",
+                    RuntimeWarning,
+                )
+                return
+            try:
+                pending = (_resume.read_state(path), str(path))
+            except ValueError as error:
+                warn_for_job(f"perseus: {error}; its state starts afresh", RuntimeWarning)
+                return
+        state, where = pending
+        self._apply_state(state, where, layout)
+
+    def _apply_state(self, state: dict[str, Any], where: str, layout: Layout) -> None:
+        between, book = self._between, self._book
+        assert between is not None and book is not None
+        saved = state.get("layout")
+        here = {
+            "world_size": layout.world_size,
+            "pipeline_size": layout.pipeline_size,
+            "data_parallel_size": layout.data_parallel_size,
+        }
+        if saved is not None and saved != here:
+            warn_for_job(
+                f"perseus: {where} was saved with layout {saved}, this job has {here}: its "
+                "state is not used (straggler, stale-plan and calibration state start afresh)",
+                RuntimeWarning,
+            )
+            return
+        try:
+            iterations = int(state["iterations"])
+            workload = _decode_key(state["workload"])
+            policies = []
+            for raw, policy_state in state["stragglers"]:
+                key = _decode_key(raw)
+                policy = book.policy(key) if key in book.frontiers else None
+                if policy is not None:
+                    policies.append((policy, policy_state))
+            calibration = state["calibration"]
+            result = None if calibration is None else _metrics.CalibrationResult(**calibration)
+            for policy, policy_state in policies:
+                policy.restore(policy_state)
+            if between.drift is not None and state["stale_plan"] is not None:
+                between.drift.restore(state["stale_plan"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"{where}: the perseus state is malformed ({error})") from None
+        self.iterations = iterations
+        if workload in book.known:
+            book.last_key = workload
+        between.first_iteration = iterations
+        if between.step_offset > 0:  # Megatron's step of this process's first iteration
+            between.step_offset -= iterations
+        self.metrics.calibration = result
+        logger.debug("perseus: resumed from %s at iteration %d", where, iterations)
+
+    def _save_state(self, step: int) -> None:
+        """This rank's state beside Megatron-LM's checkpoint of `step`."""
+        if self._save is None or self._layout is None or step == self._saved_step:
+            return
+        path = _resume.sidecar_path(self._save[0], step, self._layout.rank)
+        try:
+            _resume.write_state(path, self.state_dict())
+            self._saved_step = step
+        except (OSError, ValueError) as error:
+            # this rank's own trouble (its disk, its permissions): said here, once per attachment
+            if not self._save_warned:
+                self._save_warned = True
+                message = (
+                    f"perseus: could not save its state to {path} ({error}); a resume from this "
+                    "checkpoint starts perseus's straggler and calibration state afresh"
+                )
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+                logger.warning(message)
+
+    def _finish_run(self) -> None:
+        """At detach: the last state beside Megatron's final checkpoint, and the final report."""
+        between = self._between
+        assert between is not None and self._layout is not None
+        if self.iterations > between.first_iteration:
+            self._save_state(self.iterations - 1 + between.step_offset)
+        switcher = self._switcher
+        mismatches: dict[str, int] = {}
+        if switcher is not None:
+            try:
+                mismatches = dict(switcher.clock_mismatches)
+            except Exception:  # noqa: BLE001 - a switcher closed already: nothing to count
+                mismatches = {}
+        self.metrics.clock_mismatches = dict(mismatches)
+        report = _metrics.final_report(
+            self.metrics,
+            rank=self._layout.rank,
+            first_iteration=between.first_iteration,
+            iterations=self.iterations - between.first_iteration,
+            switches=len(self.switches),
+            clock_mismatches=mismatches,
+        )
+        self.final_report = report
+        if self._layout.rank == 0:
+            logger.info("perseus: at detach: %s", report)
+        else:
+            logger.debug("perseus: at detach: %s", report)
 
     # -- hooks the wrappers call -----------------------------------------------------------
 
@@ -580,6 +778,10 @@ class Attachment:
         self.iterations += 1
         self._previous = it
         self._last_plan = it.plan
+        if self._save is not None and self._between is not None:
+            step = it.number + self._between.step_offset  # Megatron-LM's, once this one is done
+            if step % self._save[1] == 0:
+                self._save_state(step)
         session = self._session
         if session is not None and it.number == session.options.iteration and not session.done:
             assert self.device is not None and self._patch is not None
@@ -708,15 +910,23 @@ class Attachment:
             mhz = it.frequencies[index]
             if self._driver is not None:
                 self._driver.request(mhz)
+            if self._timing_computations:
+                assert self._stopwatch is not None
+                it.span_start = self._stopwatch.mark()
         if self._settings is not None and self._settings.record:
             self.trace.append(Computation(it.number, key[0], key[1], key[2], mhz))
 
     def _after(self, it: Iteration) -> None:
+        assert self._stopwatch is not None
+        end = None
         if it.index == it.total:
-            assert self._stopwatch is not None
-            it.end = self._stopwatch.mark()
+            end = it.end = self._stopwatch.mark()
             if self._driver is not None and self._following:
                 self._driver.idle()
+        if it.span_start is not None:
+            end = self._stopwatch.mark() if end is None else end
+            it.spans.append((it.index - 1, it.span_start, end))
+            it.span_start = None
 
     def _mismatch(self, it: Iteration, message: str) -> None:
         assert self._settings is not None
@@ -736,6 +946,20 @@ class Attachment:
         self._following = False
         if self._driver is not None:
             self._driver.let_go()
+
+
+def _encode_key(key: Optional[WorkloadKey]) -> Any:
+    """A workload key as JSON: a count, or [count, length]."""
+    return key if key is None or isinstance(key, int) else list(key)
+
+
+def _decode_key(raw: Any) -> Optional[WorkloadKey]:
+    if raw is None:
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    count, length = raw
+    return (int(count), int(length))
 
 
 def attach(

@@ -3,10 +3,12 @@
 - Nothing needs torch.distributed before the first schedule call, so
   ``attach`` may be entered before Megatron initialises (its own
   ``init_process_group``, device binding, timeouts). At the first call,
-  every rank joins in making a gloo group with a long timeout (a sweep takes
-  minutes to hours) and, with tensor parallelism, one gloo group per
-  tensor-parallel group; what profile mode cannot do is refused then,
-  before anything is captured.
+  every rank joins in making gloo copies of the data-parallel and
+  model-parallel groups with a long timeout (a sweep takes minutes to
+  hours; :class:`~._timing.CpuGroups`, as run mode: no world-sized gloo
+  group, which at 1,000 ranks is a full mesh of TCP connections) and, with
+  tensor parallelism, one gloo group per tensor-parallel group; what
+  profile mode cannot do is refused then, before anything is captured.
 - In the capture iteration every rank keeps microbatch 0 of each of its
   chunks (see :mod:`._profile`). Data-parallel replica 0 then sweeps: each
   pipeline rank its own chunks on its own GPU, all pipeline ranks at once.
@@ -18,7 +20,9 @@
   measurement is the first rank's GPU (each GPU of a tensor-parallel stage
   runs the same clock and work); the sidecar records how many GPUs a stage
   has, which the run-mode metrics multiply by.
-- Every rank then joins one gather; rank 0 writes the merged profile.
+- Every rank then joins one gather along those groups (the pipeline's ranks,
+  then the replicas); rank 0 writes the merged profile, and a barrier along
+  the same two groups holds every rank until it is written.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ..profile import INSTRUCTIONS, Profile
 from . import _profile
 from ._errors import MegatronIntegrationError, ProfilingFinished
 from ._options import ProfileOptions
+from ._timing import CpuGroups
 
 __all__ = ["Layout", "ProfileSession"]
 
@@ -120,7 +125,7 @@ class ProfileSession:
         self.captures: dict[int, _profile.ChunkCapture] = {}
         self.done = False
         self.profile: Optional[Profile] = None
-        self._world: Any = None
+        self._groups: Optional[CpuGroups] = None
         self._lockstep: Any = None
         self._lockstep_ranks: list[int] = []
         self.layout: Optional[Layout] = None
@@ -134,11 +139,16 @@ class ProfileSession:
         dist = torch.distributed
         timeout = timedelta(seconds=float(self.options.timeout_s))
         self.layout = layout
-        self._world = dist.new_group(backend="gloo", timeout=timeout)
+        self._groups = CpuGroups(
+            torch,
+            ps.get_data_parallel_group(),
+            ps.get_model_parallel_group(),
+            timeout_s=float(self.options.timeout_s),
+        )
         if layout.tensor_size > 1:
             mine = sorted(dist.get_process_group_ranks(ps.get_tensor_model_parallel_group()))
             everyone: list[Any] = [None] * layout.world_size
-            dist.all_gather_object(everyone, mine, group=self._world)
+            dist.all_gather_object(everyone, mine)  # once, on the default group
             lists = sorted({tuple(x) for x in everyone})
             self._lockstep, _ = dist.new_subgroups_by_enumeration(
                 [list(x) for x in lists], timeout=timeout, backend="gloo"
@@ -150,13 +160,15 @@ class ProfileSession:
         dist = torch.distributed
         if not dist.is_initialized():
             return
-        for group in (self._world, self._lockstep):
-            if group is not None and group is not dist.GroupMember.NON_GROUP_MEMBER:
-                try:
-                    dist.destroy_process_group(group)
-                except Exception:  # noqa: BLE001 - already gone with the default group
-                    pass
-        self._world = self._lockstep = None
+        if self._groups is not None:
+            self._groups.close()
+        group = self._lockstep
+        if group is not None and group is not dist.GroupMember.NON_GROUP_MEMBER:
+            try:
+                dist.destroy_process_group(group)
+            except Exception:  # noqa: BLE001 - already gone with the default group
+                pass
+        self._groups = self._lockstep = None
 
     def capturing(self, iteration: int, microbatch: int) -> bool:
         return not self.done and iteration == self.options.iteration and microbatch == 0
@@ -207,8 +219,8 @@ class ProfileSession:
     ) -> Profile:
         """Sweep, gather, write; raises ProfilingFinished with ``after="stop"``."""
         layout = self.layout
-        assert layout is not None and self._world is not None
-        dist = torch.distributed
+        groups = self._groups
+        assert layout is not None and groups is not None
         payload: dict[str, Any] = {
             "pp_rank": layout.pipeline_rank,
             "tp_rank": layout.tensor_rank,
@@ -228,8 +240,7 @@ class ProfileSession:
                 payload.update(self._sweep(torch, layout, originals, deallocate, device))
             except Exception as error:  # noqa: BLE001 - reported on every rank below
                 payload["error"] = f"{type(error).__name__}: {error}"
-        payloads: list[Any] = [None] * layout.world_size
-        dist.all_gather_object(payloads, payload, group=self._world)
+        payloads = groups.gather(payload)
         self.captures.clear()
         errors = [
             f"pipeline rank {p['pp_rank']}, tensor rank {p['tp_rank']}: {p['error']}"
@@ -271,7 +282,7 @@ class ProfileSession:
                     "energy": "one GPU per stage (the first tensor-parallel rank's)",
                 },
             )
-        dist.barrier(group=self._world)
+        groups.barrier()  # nobody goes on before rank 0 has written the profile
         self.done = True
         if layout.rank == 0:
             logger.info(
