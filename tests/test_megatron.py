@@ -294,7 +294,7 @@ def test_attach_takes_exactly_the_settings_keywords():
     # settings_of(), which checks them; the two must not drift apart.
     import inspect
 
-    from perseus.megatron._settings import settings_of
+    from perseus.megatron._arguments import settings_of
 
     settings = inspect.signature(settings_of).parameters
     attach_params = inspect.signature(perseus.megatron.attach).parameters
@@ -2120,3 +2120,31 @@ def test_policy_min_gain_keeps_the_base_plan_when_following_saves_too_little():
         _policies(frontier, 2, min_gain=1.5)
     with pytest.raises(ValueError, match="min_duration"):
         _policies(frontier, 2, min_duration=0)
+
+
+def test_the_attachment_lifecycle_allows_only_its_transitions():
+    from perseus.megatron._lifecycle import Lifecycle, State
+
+    life = Lifecycle()
+    assert life.state is State.DETACHED
+    assert not life.attached and not life.started and life.following and not life.off
+    with pytest.raises(MegatronIntegrationError, match="is detached; it cannot start run"):
+        life.fire("start_run")
+    assert life.fire("attach") is State.ATTACHED and life.attached and not life.started
+    with pytest.raises(MegatronIntegrationError, match="is attached; it cannot attach"):
+        life.fire("attach")
+    assert life.fire("start_run") is State.RUNNING and life.started and life.following
+    assert life.fire("let_go") is State.LET_GO and not life.following
+    assert life.fire("let_go") is State.LET_GO  # letting go again changes nothing
+    with pytest.raises(MegatronIntegrationError, match="is let go; it cannot turn off"):
+        life.fire("turn_off")
+    assert life.fire("detach") is State.DETACHED and life.following  # attached again: afresh
+    life.fire("attach")
+    assert life.fire("turn_off") is State.OFF and life.off and life.started
+    with pytest.raises(MegatronIntegrationError, match="is off; it cannot let go"):
+        life.fire("let_go")
+    life.fire("detach")
+    life.fire("attach")
+    assert life.fire("start_profile") is State.PROFILING and life.following
+    with pytest.raises(MegatronIntegrationError, match="no lifecycle event 'explode'"):
+        life.fire("explode")

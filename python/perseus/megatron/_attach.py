@@ -9,8 +9,9 @@ the wrapping in :mod:`._patching`, the plan an iteration runs in
 :mod:`._following`, clock requests in :mod:`._clocks`, what runs between
 iterations (times, stragglers, energy reports) in :mod:`._between` with
 :mod:`._timing`, :mod:`._stragglers` and :mod:`._metrics`, the arguments
-in :mod:`._settings`, and profile mode in :mod:`._profiling` and
-:mod:`._profile`.
+in :mod:`._arguments`, and profile mode in :mod:`._profile_mode` and
+:mod:`._replay`; the attachment's states and transitions are in
+:mod:`._lifecycle`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..plan import Plan
 from ..profile import Profile
 from ..switcher import FrequencySwitcher
 from . import _metrics, _resume
+from ._arguments import FrontierArgument, Settings, from_old_keywords, settings_of
 from ._between import Between, calibration_phase
 from ._clocks import ClockDriver
 from ._compat import (
@@ -49,12 +51,12 @@ from ._errors import (
 )
 from ._fingerprint import differences, fingerprint_of, gpu_model
 from ._following import PLAN_SCHEDULE, Iteration, PlanBook, PlanWarning, WorkloadKey
+from ._lifecycle import Lifecycle
 from ._once import warn_for_job
 from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
 from ._patching import SchedulePatch
 from ._preflight import check_frontiers, fingerprint_reaction, run_mode_parallelism_problem
-from ._profiling import Layout, ProfileSession, unsupported_for_profiling
-from ._settings import FrontierArgument, Settings, from_old_keywords, settings_of
+from ._profile_mode import Layout, ProfileSession, unsupported_for_profiling
 from ._stragglers import PlanSwitch, StragglerDecision
 from ._timing import CpuGroups, Stopwatch
 
@@ -140,10 +142,8 @@ class Attachment:
         self._torch: Any = None
         self._schedules: Any = None
         self._patch: Optional[SchedulePatch] = None
-        self._attached = False
-        self._in_with = False
-        self._off = False
-        self._started = False
+        self._life = Lifecycle()  # detached, attached, running/profiling/off, let go
+        self._inside_with = False  # entered by ``with`` (not by Megatron-LM's patch)
         self._book: Optional[PlanBook] = None
         self._session: Optional[ProfileSession] = None
         self._switcher: Optional[FrequencySwitcher] = None
@@ -158,7 +158,6 @@ class Attachment:
         self._previous: Optional[Iteration] = None
         self._last_plan: Optional[Plan] = None
         self._passthrough = 0
-        self._following = True
         self._fingerprinted: set[WorkloadKey] = set()
         self._timing_computations = False  # the stale-plan check is on (set at the first iteration)
         self._pending_state: Optional[tuple[dict[str, Any], str]] = None  # applied at the start
@@ -221,11 +220,11 @@ class Attachment:
 
     def __enter__(self) -> Attachment:
         self.attach()
-        self._in_with = True
+        self._inside_with = True
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        self._in_with = False
+        self._inside_with = False
         finished = exc_type is not None and issubclass(exc_type, ProfilingFinished)
         try:
             self.detach()
@@ -241,7 +240,7 @@ class Attachment:
         Touches neither CUDA nor torch.distributed: those are read at the
         first forward-backward call. Detached at interpreter exit at the latest.
         """
-        if self._attached:
+        if self._life.attached:
             raise MegatronIntegrationError("this perseus attachment is already attached")
         torch = optional_module("torch", "megatron")
         schedules = optional_module("megatron.core.pipeline_parallel.schedules", "megatron")
@@ -266,7 +265,7 @@ class Attachment:
         self.megatron_version = version
         patch.install()
         self._patch = patch
-        self._attached = True
+        self._life.fire("attach")
         atexit.register(self.detach)
         logger.debug("perseus attached to megatron-core %s", version)
 
@@ -302,9 +301,8 @@ class Attachment:
 
     def detach(self) -> None:
         """Restore megatron's functions and give back the clocks perseus set. Idempotent."""
-        if not self._attached:
+        if not self._life.attached:
             return
-        self._attached = False
         atexit.unregister(self.detach)
         if self._patch is not None:
             self._patch.uninstall()
@@ -314,7 +312,7 @@ class Attachment:
             self._between.close_locally(prev)
             self._finish_run()
         self._between = None
-        self._started = self._off = False  # attached again, it starts afresh
+        self._life.fire("detach")  # attached again, it starts afresh
         driver, self._driver = self._driver, None
         switcher, self._switcher = self._switcher, None
         if self._recorder is not None:
@@ -338,11 +336,10 @@ class Attachment:
 
     def _start(self, config: Any) -> None:
         """Resolve the GPU, read Megatron's layout, make perseus's groups (every rank at once)."""
-        self._started = True
         if self._settings is None and self._configure is not None:
             settings = self._configure(_megatron_lm_args())
             if settings is None:  # perseus is off for this job
-                self._off = True
+                self._life.fire("turn_off")
                 if self._patch is not None:
                     self._patch.uninstall()
                 return
@@ -350,6 +347,7 @@ class Attachment:
             self._refuse_from_args(_megatron_lm_args())  # Megatron-LM <= 0.17: parsed by now
         settings = self._settings
         assert settings is not None
+        self._life.fire("start_profile" if self.mode == "profile" else "start_run")
         if full_iteration_graphs(config):
             setting = f"cuda_graph_impl={getattr(config, 'cuda_graph_impl', None)!r}"
             raise UnsupportedScheduleError(FULL_GRAPH_MESSAGE.format(setting=setting))
@@ -490,7 +488,7 @@ class Attachment:
             The attachment has run already.
         """
         _resume.check_state(state, "load_state_dict")
-        if self._started:
+        if self._life.started:
             raise MegatronIntegrationError(
                 "load_state_dict must come before the first iteration (the state sets perseus's "
                 "iteration count, its straggler policies and its calibration)"
@@ -615,14 +613,14 @@ class Attachment:
     def on_schedule(
         self, original: Callable[..., Any], kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if self._off:
+        if self._life.off:
             return original(*args, **kwargs)
         if kwargs.get("forward_only", False) or self._current is not None:
             return self._evaluation(original, args, kwargs)
         try:
             return self._iteration(original, kind, args, kwargs)
         except ProfilingFinished:
-            if self._exit_when_profiled and not self._in_with:
+            if self._exit_when_profiled and not self._inside_with:
                 logger.info(
                     "perseus: profile written; training stops (--perseus-profile-after stop)"
                 )
@@ -635,7 +633,7 @@ class Attachment:
         it = self._current
         if it is None:
             return self._outside(original, "forward_step", args, kwargs)
-        if not it.following or self._off:
+        if not it.following or self._life.off:
             return original(*args, **kwargs)
         assert self._patch is not None
         read = self._patch.forward_args
@@ -661,7 +659,7 @@ class Attachment:
         it = self._current
         if it is None:
             return self._outside(original, "backward_step", args, kwargs)
-        if not it.following or self._off:
+        if not it.following or self._life.off:
             return original(*args, **kwargs)
         assert self._patch is not None
         read = self._patch.backward_args
@@ -679,7 +677,7 @@ class Attachment:
         return result
 
     def _outside(self, original: Callable[..., Any], name: str, args: Any, kwargs: Any) -> Any:
-        if self._passthrough or self._off:
+        if self._passthrough or self._life.off:
             return original(*args, **kwargs)
         raise MegatronIntegrationError(
             f"megatron called {name} outside a forward-backward function perseus wrapped: the "
@@ -695,7 +693,7 @@ class Attachment:
     ) -> Any:
         """Evaluation (or a nested call): no plan, not an iteration; the evaluation clock."""
         nested = self._current is not None
-        driver = self._driver if not nested and self._following else None
+        driver = self._driver if not nested and self._life.following else None
         recorder = self._recorder if not nested else None
         if recorder is not None:
             recorder.exclude_begin()
@@ -721,9 +719,9 @@ class Attachment:
         model = kwargs.get("model")
         chunks = len(model) if isinstance(model, list) else 1
         config = get_model_config(model[0] if isinstance(model, list) else model)
-        if not self._started:
+        if not self._life.started:
             self._start(config)
-            if self._off:
+            if self._life.off:
                 return original(*args, **kwargs)
         settings = self._settings
         assert settings is not None and self._stopwatch is not None
@@ -757,7 +755,7 @@ class Attachment:
                 plan_energy_j=it.plan_energy_j if plan is not None else math.nan,
                 phase=it.phase,
             )
-        if self._driver is not None and it.frequencies is None and self._following:
+        if self._driver is not None and it.frequencies is None and self._life.following:
             self._driver.request(None)  # no plan this iteration: unlocked
         it.start = self._stopwatch.mark()
         self._current = it
@@ -773,7 +771,7 @@ class Attachment:
             )
         if it.end is None:  # let go mid-iteration, or no computation: time the whole call
             it.end = self._stopwatch.mark()
-            if self._driver is not None and self._following:
+            if self._driver is not None and self._life.following:
                 self._driver.idle()
         self.iterations += 1
         self._previous = it
@@ -879,7 +877,7 @@ class Attachment:
         if it.key is None:
             return  # no frontier for this workload: unlocked for this iteration
         book.switch_to(it.key)
-        if not self._following:
+        if not self._life.following:
             it.following = False
             return
         phase = calibration_phase(self._settings.metrics, it.number)
@@ -921,7 +919,7 @@ class Attachment:
         end = None
         if it.index == it.total:
             end = it.end = self._stopwatch.mark()
-            if self._driver is not None and self._following:
+            if self._driver is not None and self._life.following:
                 self._driver.idle()
         if it.span_start is not None:
             end = self._stopwatch.mark() if end is None else end
@@ -940,10 +938,10 @@ class Attachment:
         it.phase = "unlocked"
 
     def _let_go(self, message: str) -> None:
-        if self._following:
+        if self._life.following:
             warnings.warn(message, PlanWarning, stacklevel=4)
             logger.warning(message)
-        self._following = False
+            self._life.fire("let_go")
         if self._driver is not None:
             self._driver.let_go()
 

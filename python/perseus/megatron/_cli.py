@@ -19,12 +19,12 @@ import argparse
 from typing import Any, Optional
 
 from ..frontier import Frontier
+from ._arguments import UNKNOWN_WORKLOAD, Settings, settings_of
 from ._attach import Attachment
 from ._compat import full_iteration_graphs
 from ._errors import MegatronIntegrationError, UnsupportedScheduleError
 from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
 from ._preflight import check_frontiers, fingerprint_reaction
-from ._settings import UNKNOWN_WORKLOAD, Settings, settings_of
 
 __all__ = ["add_arguments", "attach_from_args", "settings_from_args"]
 

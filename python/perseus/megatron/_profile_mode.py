@@ -10,7 +10,7 @@
   tensor parallelism, one gloo group per tensor-parallel group; what
   profile mode cannot do is refused then, before anything is captured.
 - In the capture iteration every rank keeps microbatch 0 of each of its
-  chunks (see :mod:`._profile`). Data-parallel replica 0 then sweeps: each
+  chunks (see :mod:`._replay`). Data-parallel replica 0 then sweeps: each
   pipeline rank its own chunks on its own GPU, all pipeline ranks at once.
 - With tensor parallelism the ranks of a stage run its computations
   together (their collectives must match): the group's first rank runs
@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 
 from .._sidecar import BLOCKING_POWER_KEY
 from ..profile import INSTRUCTIONS, Profile
-from . import _profile
+from . import _replay
 from ._errors import MegatronIntegrationError, ProfilingFinished
 from ._options import ProfileOptions
 from ._timing import CpuGroups
@@ -122,7 +122,7 @@ class ProfileSession:
     def __init__(self, options: ProfileOptions) -> None:
         self.options = options
         self.path = Path(options.path)
-        self.captures: dict[int, _profile.ChunkCapture] = {}
+        self.captures: dict[int, _replay.ChunkCapture] = {}
         self.done = False
         self.profile: Optional[Profile] = None
         self._groups: Optional[CpuGroups] = None
@@ -178,14 +178,14 @@ class ProfileSession:
     def capture_forward(self, torch: Any, chunk: int, arguments: dict[str, Any]) -> dict[str, Any]:
         """Keep this forward's arguments; returns them with the data iterator recorded."""
         iterator = arguments.get("data_iterator")
-        recorder = _profile.RecordingIterator(iterator) if iterator is not None else None
+        recorder = _replay.RecordingIterator(iterator) if iterator is not None else None
         if recorder is not None:
             arguments["data_iterator"] = recorder
-        self.captures[chunk] = _profile.ChunkCapture(
+        self.captures[chunk] = _replay.ChunkCapture(
             chunk=chunk,
             arguments=arguments,
             recorder=recorder,
-            input_tensor=_profile._detached_copy(torch, arguments.get("input_tensor")),
+            input_tensor=_replay._detached_copy(torch, arguments.get("input_tensor")),
         )
         return arguments
 
@@ -193,7 +193,7 @@ class ProfileSession:
         capture = self.captures.get(chunk)
         if capture is None:
             return
-        capture.output_grad = _profile._detached_copy(torch, arguments.get("output_tensor_grad"))
+        capture.output_grad = _replay._detached_copy(torch, arguments.get("output_tensor_grad"))
         capture.backward_arguments = {
             k: v
             for k, v in arguments.items()
@@ -250,10 +250,10 @@ class ProfileSession:
         if errors:
             raise MegatronIntegrationError("profile mode failed: " + "; ".join(errors))
         leaders = [p for p in payloads if p and p["measurements"]]
-        rows, blocking_w = _profile.merged_profile(leaders)
-        self.profile = _profile.profile_from_rows(rows, blocking_w)
+        rows, blocking_w = _replay.merged_profile(leaders)
+        self.profile = _replay.profile_from_rows(rows, blocking_w)
         if layout.rank == 0:
-            _profile.write_merged(
+            _replay.write_merged(
                 self.path,
                 rows,
                 {
@@ -276,7 +276,7 @@ class ProfileSession:
                         str(p["pp_rank"]): p["blocking_power_w"] for p in leaders
                     },
                     "per_rank_sweeps": [
-                        _profile.rank_path(self.path, p["pp_rank"]).name for p in leaders
+                        _replay.rank_path(self.path, p["pp_rank"]).name for p in leaders
                     ],
                     "stage": "chunk * pipeline_size + pipeline_rank",
                     "energy": "one GPU per stage (the first tensor-parallel rank's)",
@@ -303,8 +303,8 @@ class ProfileSession:
         from ..profiler import profile_stages
 
         computations = {
-            _profile.stage_of(chunk, layout.pipeline_rank, layout.pipeline_size): (
-                _profile.make_computations(
+            _replay.stage_of(chunk, layout.pipeline_rank, layout.pipeline_size): (
+                _replay.make_computations(
                     torch,
                     originals["forward_step"],
                     originals["backward_step"],
@@ -319,9 +319,9 @@ class ProfileSession:
         options.setdefault("progress", False)
         lock_clocks = bool(options.get("lock_clocks", True))
         leader = layout.tensor_size == 1 or layout.tensor_rank == 0
-        state = _profile.rng_state(torch)
+        state = _replay.rng_state(torch)
         try:
-            with _profile.GradientGuard(torch, chunks):
+            with _replay.GradientGuard(torch, chunks):
                 if not leader:
                     self._follow(torch, computations, device, lock_clocks)
                     return {}
@@ -330,7 +330,7 @@ class ProfileSession:
                 try:
                     result = profile_stages(
                         computations,
-                        _profile.rank_path(self.path, layout.pipeline_rank),
+                        _replay.rank_path(self.path, layout.pipeline_rank),
                         mode=self.options.profiler_mode,
                         device=device,
                         **options,
@@ -339,9 +339,9 @@ class ProfileSession:
                     if layout.tensor_size > 1:
                         self._command(torch, _STOP, 0, 0)
         finally:
-            _profile.restore_rng_state(torch, state)
+            _replay.restore_rng_state(torch, state)
         return {
-            "measurements": _profile.backward_rows([m.to_json() for m in result.measurements]),
+            "measurements": _replay.backward_rows([m.to_json() for m in result.measurements]),
             "blocking_power_w": float(result.blocking_power_w),
         }
 
