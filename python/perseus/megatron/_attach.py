@@ -22,8 +22,7 @@ import math
 import warnings
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from .._optional import optional_module
@@ -160,10 +159,7 @@ class Attachment:
         self._passthrough = 0
         self._fingerprinted: set[WorkloadKey] = set()
         self._timing_computations = False  # the stale-plan check is on (set at the first iteration)
-        self._pending_state: Optional[tuple[dict[str, Any], str]] = None  # applied at the start
-        self._save: Optional[tuple[Path, int]] = None  # Megatron-LM's --save, --save-interval
-        self._saved_step: Optional[int] = None
-        self._save_warned = False
+        self._checkpoints = _resume.Checkpoints()  # state beside Megatron-LM's checkpoints
         self.final_report: Optional[_metrics.FinalReport] = None
         self.mode = "run"
         self.frontiers: dict[WorkloadKey, Frontier] = {}
@@ -436,7 +432,6 @@ class Attachment:
         # Megatron's counter starts from the checkpoint's, perseus's from 0).
         args = _megatron_lm_args()
         self._between.step_offset = _metrics.megatron_step_offset(args)
-        self._save = _resume.save_plan(args)
         self._resume(args, layout)
 
     # -- state across a resume (see _resume) ------------------------------------------------
@@ -448,34 +443,14 @@ class Attachment:
         :mod:`perseus.megatron._resume`); this is for training loops of
         their own: save it with the checkpoint, per rank.
         """
-        book, layout = self._book, self._layout
-        between = self._between
-        policies = book.policies if book is not None else {}
-        return {
-            "format": _resume.FORMAT,
-            "version": _resume.VERSION,
-            "iterations": self.iterations,
-            "layout": None
-            if layout is None
-            else {
-                "world_size": layout.world_size,
-                "pipeline_size": layout.pipeline_size,
-                "data_parallel_size": layout.data_parallel_size,
-            },
-            "stragglers": [
-                [_encode_key(key), policy.state()]
-                for key, policy in sorted(policies.items(), key=lambda kv: str(kv[0]))
-            ],
-            "stale_plan": between.drift.state()
-            if between is not None and between.drift is not None
-            else None,
-            "calibration": None
-            if self.metrics.calibration is None
-            else asdict(self.metrics.calibration),
-            "switches": len(self.switches),
-            # the workload last run: a resumed run that goes on with it keeps its policy
-            "workload": _encode_key(book.last_key if book is not None else None),
-        }
+        return _resume.capture(
+            iterations=self.iterations,
+            layout=self._layout,
+            book=self._book,
+            between=self._between,
+            calibration=self.metrics.calibration,
+            switches=len(self.switches),
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Go on from :meth:`state_dict` of a run that stopped (applied at the first iteration).
@@ -487,98 +462,27 @@ class Attachment:
         MegatronIntegrationError
             The attachment has run already.
         """
-        _resume.check_state(state, "load_state_dict")
         if self._life.started:
             raise MegatronIntegrationError(
                 "load_state_dict must come before the first iteration (the state sets perseus's "
                 "iteration count, its straggler policies and its calibration)"
             )
-        self._pending_state = (state, "load_state_dict")
+        self._checkpoints.give(state)
 
     def _resume(self, args: Any, layout: Layout) -> None:
         """Apply a state given by hand, or the sidecar of the checkpoint Megatron-LM resumed."""
-        pending, self._pending_state = self._pending_state, None
-        if pending is None:
-            resumed = _resume.resume_step(args)
-            if resumed is None:
-                return
-            path = _resume.sidecar_path(resumed[0], resumed[1], layout.rank)
-            if not path.exists():
-                warn_for_job(
-                    f"perseus: resumed at Megatron step {resumed[1]} without perseus's state "
-                    f"({path} is missing): straggler, stale-plan and calibration state start "
-                    "afresh",
-                    RuntimeWarning,
-                )
-                return
-            try:
-                pending = (_resume.read_state(path), str(path))
-            except ValueError as error:
-                warn_for_job(f"perseus: {error}; its state starts afresh", RuntimeWarning)
-                return
-        state, where = pending
-        self._apply_state(state, where, layout)
-
-    def _apply_state(self, state: dict[str, Any], where: str, layout: Layout) -> None:
-        between, book = self._between, self._book
-        assert between is not None and book is not None
-        saved = state.get("layout")
-        here = {
-            "world_size": layout.world_size,
-            "pipeline_size": layout.pipeline_size,
-            "data_parallel_size": layout.data_parallel_size,
-        }
-        if saved is not None and saved != here:
-            warn_for_job(
-                f"perseus: {where} was saved with layout {saved}, this job has {here}: its "
-                "state is not used (straggler, stale-plan and calibration state start afresh)",
-                RuntimeWarning,
-            )
+        found = self._checkpoints.start(args, layout.rank)
+        if found is None:
             return
-        try:
-            iterations = int(state["iterations"])
-            workload = _decode_key(state["workload"])
-            policies = []
-            for raw, policy_state in state["stragglers"]:
-                key = _decode_key(raw)
-                policy = book.policy(key) if key in book.frontiers else None
-                if policy is not None:
-                    policies.append((policy, policy_state))
-            calibration = state["calibration"]
-            result = None if calibration is None else _metrics.CalibrationResult(**calibration)
-            for policy, policy_state in policies:
-                policy.restore(policy_state)
-            if between.drift is not None and state["stale_plan"] is not None:
-                between.drift.restore(state["stale_plan"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"{where}: the perseus state is malformed ({error})") from None
-        self.iterations = iterations
-        if workload in book.known:
-            book.last_key = workload
-        between.first_iteration = iterations
-        if between.step_offset > 0:  # Megatron's step of this process's first iteration
-            between.step_offset -= iterations
-        self.metrics.calibration = result
-        logger.debug("perseus: resumed from %s at iteration %d", where, iterations)
+        assert self._book is not None and self._between is not None
+        restored = _resume.restore(*found, layout=layout, book=self._book, between=self._between)
+        if restored is not None:
+            self.iterations, self.metrics.calibration = restored
 
     def _save_state(self, step: int) -> None:
         """This rank's state beside Megatron-LM's checkpoint of `step`."""
-        if self._save is None or self._layout is None or step == self._saved_step:
-            return
-        path = _resume.sidecar_path(self._save[0], step, self._layout.rank)
-        try:
-            _resume.write_state(path, self.state_dict())
-            self._saved_step = step
-        except (OSError, ValueError) as error:
-            # this rank's own trouble (its disk, its permissions): said here, once per attachment
-            if not self._save_warned:
-                self._save_warned = True
-                message = (
-                    f"perseus: could not save its state to {path} ({error}); a resume from this "
-                    "checkpoint starts perseus's straggler and calibration state afresh"
-                )
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
-                logger.warning(message)
+        if self._layout is not None:
+            self._checkpoints.save(step, self._layout.rank, self.state_dict)
 
     def _finish_run(self) -> None:
         """At detach: the last state beside Megatron's final checkpoint, and the final report."""
@@ -776,9 +680,9 @@ class Attachment:
         self.iterations += 1
         self._previous = it
         self._last_plan = it.plan
-        if self._save is not None and self._between is not None:
+        if self._between is not None:
             step = it.number + self._between.step_offset  # Megatron-LM's, once this one is done
-            if step % self._save[1] == 0:
+            if self._checkpoints.due(step):
                 self._save_state(step)
         session = self._session
         if session is not None and it.number == session.options.iteration and not session.done:
@@ -944,20 +848,6 @@ class Attachment:
             self._life.fire("let_go")
         if self._driver is not None:
             self._driver.let_go()
-
-
-def _encode_key(key: Optional[WorkloadKey]) -> Any:
-    """A workload key as JSON: a count, or [count, length]."""
-    return key if key is None or isinstance(key, int) else list(key)
-
-
-def _decode_key(raw: Any) -> Optional[WorkloadKey]:
-    if raw is None:
-        return None
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return raw
-    count, length = raw
-    return (int(count), int(length))
 
 
 def attach(

@@ -21,16 +21,31 @@ to a temporary name and renamed, so a crash never leaves half a file.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+from ._metrics import CalibrationResult
+from ._once import warn_for_job
+
+if TYPE_CHECKING:
+    from ._between import Between
+    from ._following import PlanBook, WorkloadKey
+    from ._profile_mode import Layout
 
 __all__ = [
     "FORMAT",
     "VERSION",
+    "Checkpoints",
+    "capture",
     "check_state",
     "read_state",
+    "restore",
     "resume_step",
     "save_plan",
     "sidecar_path",
@@ -40,6 +55,8 @@ __all__ = [
 FORMAT = "perseus-megatron-state"
 VERSION = 1
 _MAX_BYTES = 64 * 1024 * 1024  # a state file is kilobytes; refuse anything absurd
+
+logger = logging.getLogger("perseus.megatron")
 
 
 def sidecar_path(directory: Any, step: int, rank: int) -> Path:
@@ -108,3 +125,162 @@ def write_state(path: Path, state: dict[str, Any]) -> None:
         except OSError:
             pass
         raise
+
+
+# -- what the state holds ------------------------------------------------------------------
+
+
+def _encode_key(key: Optional[WorkloadKey]) -> Any:
+    """A workload key as JSON: a count, or [count, length]."""
+    return key if key is None or isinstance(key, int) else list(key)
+
+
+def _decode_key(raw: Any) -> Optional[WorkloadKey]:
+    if raw is None:
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    count, length = raw
+    return (int(count), int(length))
+
+
+def _layout_of(layout: Layout) -> dict[str, int]:
+    return {
+        "world_size": layout.world_size,
+        "pipeline_size": layout.pipeline_size,
+        "data_parallel_size": layout.data_parallel_size,
+    }
+
+
+def capture(
+    *,
+    iterations: int,
+    layout: Optional[Layout],
+    book: Optional[PlanBook],
+    between: Optional[Between],
+    calibration: Optional[CalibrationResult],
+    switches: int,
+) -> dict[str, Any]:
+    """One rank's run-mode state as plain JSON data (see the module docs)."""
+    policies = book.policies if book is not None else {}
+    drift = between.drift if between is not None else None
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "iterations": iterations,
+        "layout": None if layout is None else _layout_of(layout),
+        "stragglers": [
+            [_encode_key(key), policy.state()]
+            for key, policy in sorted(policies.items(), key=lambda kv: str(kv[0]))
+        ],
+        "stale_plan": drift.state() if drift is not None else None,
+        "calibration": None if calibration is None else asdict(calibration),
+        "switches": switches,
+        # the workload last run: a resumed run that goes on with it keeps its policy
+        "workload": _encode_key(book.last_key if book is not None else None),
+    }
+
+
+def restore(
+    state: dict[str, Any], where: str, *, layout: Layout, book: PlanBook, between: Between
+) -> Optional[tuple[int, Optional[CalibrationResult]]]:
+    """Put `state` back into `book`'s policies and `between`'s check; returns perseus's
+    iteration count and the calibration, or None (said once) when the layout differs.
+
+    Raises ValueError naming `where` for a malformed state, having changed nothing.
+    """
+    saved, here = state.get("layout"), _layout_of(layout)
+    if saved is not None and saved != here:
+        warn_for_job(
+            f"perseus: {where} was saved with layout {saved}, this job has {here}: its state is "
+            "not used (straggler, stale-plan and calibration state start afresh)",
+            RuntimeWarning,
+        )
+        return None
+    try:
+        iterations = int(state["iterations"])
+        workload = _decode_key(state["workload"])
+        policies = []
+        for raw, policy_state in state["stragglers"]:
+            key = _decode_key(raw)
+            policy = book.policy(key) if key is not None and key in book.frontiers else None
+            if policy is not None:
+                policies.append((policy, policy_state))
+        calibration = state["calibration"]
+        result = None if calibration is None else CalibrationResult(**calibration)
+        for policy, policy_state in policies:
+            policy.restore(policy_state)
+        if between.drift is not None and state["stale_plan"] is not None:
+            between.drift.restore(state["stale_plan"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{where}: the perseus state is malformed ({error})") from None
+    if workload in book.known:
+        book.last_key = workload
+    between.first_iteration = iterations
+    if between.step_offset > 0:  # Megatron's step of this process's first iteration
+        between.step_offset -= iterations
+    logger.debug("perseus: resumed from %s at iteration %d", where, iterations)
+    return iterations, result
+
+
+# -- when it is saved and read ---------------------------------------------------------------
+
+
+class Checkpoints:
+    """One attachment's saves beside Megatron-LM's checkpoints, and the state it resumes from."""
+
+    def __init__(self) -> None:
+        self._pending: Optional[tuple[dict[str, Any], str]] = None  # given by hand
+        self._save: Optional[tuple[Path, int]] = None  # --save, --save-interval
+        self._saved_step: Optional[int] = None
+        self._warned = False
+
+    def give(self, state: dict[str, Any]) -> None:
+        """A state given by hand (``load_state_dict``), checked now, applied at the start."""
+        self._pending = (check_state(state, "load_state_dict"), "load_state_dict")
+
+    def start(self, args: Any, rank: int) -> Optional[tuple[dict[str, Any], str]]:
+        """At the first iteration: where to save, and the state to resume from (and whence)."""
+        self._save = save_plan(args)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            return pending
+        resumed = resume_step(args)
+        if resumed is None:
+            return None
+        path = sidecar_path(resumed[0], resumed[1], rank)
+        if not path.exists():
+            warn_for_job(
+                f"perseus: resumed at Megatron step {resumed[1]} without perseus's state ({path} "
+                "is missing): straggler, stale-plan and calibration state start afresh",
+                RuntimeWarning,
+            )
+            return None
+        try:
+            return read_state(path), str(path)
+        except ValueError as error:
+            warn_for_job(f"perseus: {error}; its state starts afresh", RuntimeWarning)
+            return None
+
+    def due(self, step: int) -> bool:
+        """Whether Megatron-LM saves a checkpoint at `step` (so perseus saves beside it)."""
+        return self._save is not None and step % self._save[1] == 0
+
+    def save(self, step: int, rank: int, state: Callable[[], dict[str, Any]]) -> None:
+        """Rank `rank`'s state beside the checkpoint of `step` (once per step)."""
+        if self._save is None or step == self._saved_step:
+            return
+        path = sidecar_path(self._save[0], step, rank)
+        try:
+            write_state(path, state())
+            self._saved_step = step
+        except (OSError, ValueError) as error:
+            # this rank's own trouble (its disk, its permissions): said here, once
+            if not self._warned:
+                self._warned = True
+                message = (
+                    f"perseus: could not save its state to {path} ({error}); a resume from this "
+                    "checkpoint starts perseus's straggler and calibration state afresh"
+                )
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
+                logger.warning(message)
