@@ -2148,3 +2148,24 @@ def test_the_attachment_lifecycle_allows_only_its_transitions():
     assert life.fire("start_profile") is State.PROFILING and life.following
     with pytest.raises(MegatronIntegrationError, match="no lifecycle event 'explode'"):
         life.fire("explode")
+
+
+def test_stale_plan_flags_set_the_check(tmp_path):
+    frontier = _frontier()
+    path = tmp_path / "frontier.json"
+    frontier.save(path)
+    parser = perseus.megatron.add_arguments(argparse.ArgumentParser())
+    base = ["--perseus-mode", "run", "--perseus-frontier", str(path)]
+    settings = settings_from_args(parser.parse_args(base))
+    assert settings.metrics.stale_plan_tolerance == 0.10
+    assert settings.metrics.stale_plan_window == 20
+    settings = settings_from_args(
+        parser.parse_args(
+            [*base, "--perseus-stale-plan-tolerance", "0.2", "--perseus-stale-plan-window", "8"]
+        )
+    )
+    assert settings.metrics.stale_plan_tolerance == 0.2 and settings.metrics.stale_plan_window == 8
+    off = settings_from_args(parser.parse_args([*base, "--perseus-stale-plan-tolerance", "0"]))
+    assert off.metrics.stale_plan_tolerance is None
+    with pytest.raises(ValueError, match="stale_plan_window"):
+        settings_from_args(parser.parse_args([*base, "--perseus-stale-plan-window", "2"]))
