@@ -294,7 +294,7 @@ def test_attach_takes_exactly_the_settings_keywords():
     # settings_of(), which checks them; the two must not drift apart.
     import inspect
 
-    from perseus.megatron._settings import settings_of
+    from perseus.megatron._arguments import settings_of
 
     settings = inspect.signature(settings_of).parameters
     attach_params = inspect.signature(perseus.megatron.attach).parameters
@@ -501,10 +501,387 @@ def test_writers_get_per_iteration_scalars(job):
             "perseus/predicted_time_s",
             "perseus/power_w",
             "perseus/plan_switches",
+            "perseus/clock_mismatches",
+            "perseus/stale_plan_findings",
         }
+        # counted per report: at each report's last step only
+        assert sorted(s for t, _, s in metrics["writer"] if t == "perseus/clock_mismatches") == [
+            63,
+            65,
+            66,
+        ]
         # at Megatron-LM's step: resumed at its iteration 60, the first one is logged as 61
         assert sorted({s for _, _, s in metrics["writer"]}) == [61, 62, 63, 64, 65, 66]
         assert bool(metrics["megatron_writer"]) == (index == 3)
+
+
+def test_a_stage_that_slows_down_is_reported_as_a_stale_plan(job):
+    """Every computation sleeps what the plan predicts; pipeline stage 1 (ranks 2, 3) runs 1.6x
+    slower from iteration 6 on. Those ranks find it once per cause, with the numbers, in the
+    window that first holds enough slow iterations; stage 0 finds nothing; one rank per stage
+    warns; the energy report carries it, grouped."""
+    for rank in job:
+        stale = rank["stale"]
+        findings = stale["findings"]
+        if stale["pp_rank"] == 0:
+            assert findings == []
+            assert stale["warnings"] == []
+            continue
+        assert sorted(f["instruction"] for f in findings) == ["backward", "forward"]
+        for f in findings:
+            assert f["stage"] == 1
+            assert f["rank"] == stale["rank"]
+            # 1.6x by the sleeps, plus the toy model's own compute on the CPU
+            assert 1.5 < f["ratio"] < 2.2
+            assert f["ratio"] > f["quartile_ratio"] > 1.25
+            assert f["predicted_s"] == pytest.approx(0.1 if f["instruction"] == "forward" else 0.2)
+            assert f["measured_s"] == pytest.approx(f["ratio"] * f["predicted_s"], rel=0.2)
+            # slow from 6, a window of 6, three quarters beyond: found by iteration 11
+            assert stale["slow_from"] + 3 <= f["iteration"] <= stale["slow_from"] + 5
+            assert f"stage 1 {f['instruction']} on rank {stale['rank']} runs" in f["text"]
+            assert "slower than the plan predicts" in f["text"]
+            assert "re-optimize" in f["text"]
+        # one warning per cause, on the first replica only (one rank per stage of the job)
+        assert len(stale["warnings"]) == (2 if stale["dp_rank"] == 0 else 0)
+    reports = job.ranks[0]["stale"]["reports"]
+    assert all(r["stale"] == [] for r in reports if r["last"] < 6)
+    found = [text for r in reports for text in r["stale"]]
+    assert len(found) == 4  # two causes on each of ranks 2 and 3, once each
+    later = next(r for r in reports if r["stale"])
+    assert "STALE PLAN" in later["text"]
+    assert "stage 1 forward" in later["text"]
+    assert "on 2 GPU(s) (ranks 2, 3)" in later["text"]
+    assert all(rank["stale"]["reports"] == reports for rank in job)
+
+
+def test_clock_mismatches_are_counted_in_the_energy_report(job):
+    """Rank 1's GPU runs slower than locked from iteration 3 (the fake NVML's override): its
+    switcher's read-backs count clamps, and the job's report sums every GPU's counts."""
+    own = [rank["stale"]["own_clock_mismatches"] for rank in job]
+    assert own[1]["clamped"] >= 1
+    assert all(sum(counts.values()) == 0 for r, counts in enumerate(own) if r != 1)
+    reports = job.ranks[0]["stale"]["reports"]
+    last = reports[-1]
+    # the report's are the job's sums when it was made; the ranks' own counts are at detach,
+    # some iterations later
+    assert set(last["clock_mismatches"]) == set(own[1])
+    assert 1 <= last["clock_mismatches"]["clamped"] <= own[1]["clamped"]
+    assert last["clock_mismatches"]["overridden"] == last["clock_mismatches"]["changed"] == 0
+    assert "clock mismatch(es) so far" in last["text"]
+    assert "clamped" in last["text"]
+    scalars = [v for t, v, _ in job.ranks[0]["stale"]["writer"] if t == "perseus/clock_mismatches"]
+    assert scalars[-1] == sum(last["clock_mismatches"].values())
+
+
+def test_a_resumed_run_goes_on_from_the_saved_state(job):
+    """Run 1 (14 iterations) saves beside Megatron-LM's checkpoints (--save-interval 4: steps
+    4, 8, 12, and 14 at detach); run 2 resumes at step 12: perseus's count goes on at 12, the
+    calibration (iterations 1-4) is not run again and its result is kept, the straggler
+    policies and the stale-plan check start from the step-12 files, and the scalars go on at
+    step 13."""
+    for rank in job:
+        out = rank["resume"]
+        number = out["first"]["rank"]
+        ckpt = Path(out["dir"])
+        saved = sorted(p.name for p in (ckpt / "perseus").iterdir())
+        # run 2 (steps 13-17) saves at 16 and at detach (17)
+        assert saved == [f"iter_{step:07d}" for step in (4, 8, 12, 14, 16, 17)]
+        file = ckpt / "perseus" / "iter_0000012" / f"rank{number:05d}.json"
+        state = json.loads(file.read_text())
+        assert state["format"] == "perseus-megatron-state"
+        assert state["version"] == 1
+        assert state["iterations"] == 12
+        first, second = out["first"], out["second"]
+        assert first["phases"][1:5] == ["fastest", "fastest", "plan", "plan"]
+        assert state["calibration"] == first["calibration"]
+        # the straggler policy has samples by then: two replicas, iterations 5-8 (after the
+        # calibration; a decision on n is taken when n + 3 starts)
+        [(key, policy)] = state["stragglers"]
+        assert key == 1
+        assert policy["replicas"] == 2
+        assert len(policy["history"]) >= 3
+        assert state["stale_plan"]["samples"]  # the check's windows were filling
+        # run 2: from the state of step 12, untouched by its first iteration
+        at_start = second["state_at_start"]
+        assert at_start["stragglers"] == state["stragglers"]
+        assert at_start["stale_plan"] == state["stale_plan"]
+        assert at_start["calibration"] == state["calibration"]
+        assert at_start["iterations"] == 13
+        assert second["numbers"] == [12, 13, 14, 15, 16]
+        assert second["iterations"] == 17
+        assert "fastest" not in second["phases"]
+        assert second["calibration"] == first["calibration"]
+        assert first["steps"] == list(range(1, 13))
+        assert second["steps"] == [13, 14, 15, 16]
+        # the final report at detach: what this process ran
+        final = second["final"]
+        assert final["first_iteration"] == 12
+        assert final["iterations"] == 5
+        assert sum(final["phases"].values()) == 5
+        assert final["stale_plans"] == 0
+        assert "ran iterations 12-16 (5:" in final["text"]
+        assert "clock mismatch(es)" in final["text"]
+        assert first["final"]["iterations"] == 14
+        assert first["final"]["first_iteration"] == 0
+        phases = first["final"]["phases"]
+        assert phases["fastest"] == 2
+        assert sum(phases.values()) == 14
+        assert first["final"]["plan_times_s"]
+        assert first["final"]["energy_j"] > 0
+        # no perseus state for the step resumed from: said once for the job, started afresh
+        missing = out["missing"]
+        assert missing["iterations"] == 1
+        assert len(missing["warnings"]) == (1 if number == 0 else 0)
+        if missing["warnings"]:
+            assert "iter_0000006" in missing["warnings"][0]
+            assert "afresh" in missing["warnings"][0]
+
+
+def test_straggler_policy_state_round_trips_and_refuses_nonsense():
+    frontier = _frontier()
+    policy = StragglerPolicy(frontier, frontier.fastest, replica=0, window=5, min_duration=3)
+    rng = random.Random(3)
+    for n in range(40):
+        policy.observe(n, [1.0 + rng.uniform(0, 0.02), 1.5 + rng.uniform(0, 0.02)])
+    assert policy.following
+    copy = StragglerPolicy(frontier, frontier.fastest, replica=0, window=5, min_duration=3)
+    copy.restore(json.loads(json.dumps(policy.state())))
+    assert copy.state() == policy.state()
+    assert copy.plan.iteration_time_s == policy.plan.iteration_time_s
+    for n in range(40, 60):
+        times = [1.0 + rng.uniform(0, 0.02), 1.0 + rng.uniform(0, 0.02)]
+        assert (policy.observe(n, times) is None) == (copy.observe(n, times) is None)
+    assert copy.state() == policy.state()
+    assert not copy.following
+    with pytest.raises(ValueError, match="straggler state is malformed"):
+        copy.restore({"replicas": 2})
+    with pytest.raises(ValueError, match="inconsistent"):
+        copy.restore({**policy.state(), "straggler": 5, "deadline_s": 1.0})
+
+
+def test_state_files_are_checked_and_written_whole(tmp_path):
+    from perseus.megatron import _resume
+
+    path = _resume.sidecar_path(tmp_path, 60, 3)
+    assert path == tmp_path / "perseus" / "iter_0000060" / "rank00003.json"
+    _resume.write_state(path, {"format": _resume.FORMAT, "version": 1, "iterations": 5})
+    assert _resume.read_state(path)["iterations"] == 5
+    assert [p.name for p in path.parent.iterdir()] == ["rank00003.json"]  # no temporary left
+    with pytest.raises(ValueError, match="JSON"):  # NaN is not JSON: nothing half-written replaces the file
+        _resume.write_state(path, {"format": _resume.FORMAT, "version": 1, "x": math.nan})
+    assert _resume.read_state(path)["iterations"] == 5
+    assert [p.name for p in path.parent.iterdir()] == ["rank00003.json"]
+    for text, words in (
+        ("{", "unreadable"),
+        ("[]", "not a perseus run-mode state"),
+        ('{"format": "other", "version": 1}', "format is 'other'"),
+        ('{"format": "perseus-megatron-state", "version": 9}', "state version 9"),
+    ):
+        path.write_text(text)
+        with pytest.raises(ValueError, match=words) as error:
+            _resume.read_state(path)
+        assert str(path) in str(error.value)
+    assert _resume.save_plan(types.SimpleNamespace(save="/x", save_interval=100)) == (
+        Path("/x"),
+        100,
+    )
+    assert _resume.save_plan(types.SimpleNamespace(save=None, save_interval=100)) is None
+    assert _resume.resume_step(types.SimpleNamespace(load="/x", curr_iteration=0)) is None
+    assert _resume.resume_step(types.SimpleNamespace(load="/x", curr_iteration=60)) == (
+        Path("/x"),
+        60,
+    )
+
+
+def test_load_state_dict_checks_the_state_before_the_first_iteration():
+    attachment = attach(_frontier(), stragglers=False)
+    with pytest.raises(ValueError, match="load_state_dict: format is None"):
+        attachment.load_state_dict({"iterations": 3})
+    attachment.load_state_dict({"format": "perseus-megatron-state", "version": 1})
+
+
+def _drift_series(watch, iterations, ratio_of, *, stages=2):
+    """Feed `watch` per-stage ratios (measured / predicted); returns its findings."""
+    found = []
+    for n in range(iterations):
+        sums = []
+        for stage in range(stages):
+            for instruction, predicted in (("forward", 0.05), ("backward", 0.1)):
+                sums.append((stage, instruction, predicted * ratio_of(n, stage), predicted))
+        found += watch.observe(n, sums)
+    return found
+
+
+@pytest.mark.parametrize("noise", [0.05, 0.08, 0.10])
+def test_stale_plan_check_ignores_5_to_10_percent_noise(noise):
+    from perseus.megatron._drift import DriftWatch
+
+    rng = random.Random(7)
+    watch = DriftWatch(0.10, 20, rank=0)
+    found = _drift_series(watch, 2000, lambda _n, _s: 1 + rng.uniform(-noise, noise))
+    assert found == []
+
+
+@pytest.mark.parametrize(("every", "factor"), [(2, 3.0), (3, 3.0), (5, 2.0), (10, 5.0)])
+def test_stale_plan_check_ignores_periodic_hiccups(every, factor):
+    from perseus.megatron._drift import DriftWatch
+
+    rng = random.Random(every)
+    watch = DriftWatch(0.10, 20, rank=0)
+    found = _drift_series(
+        watch,
+        1000,
+        lambda n, _s: (factor if n % every == 0 else 1.0) * (1 + rng.uniform(-0.05, 0.05)),
+    )
+    assert found == []
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.05, 0.10])
+def test_stale_plan_check_reports_a_sustained_20_percent_slowdown_once(noise):
+    from perseus.megatron._drift import DriftWatch
+
+    rng = random.Random(11)
+    watch = DriftWatch(0.10, 20, rank=3)
+    found = _drift_series(
+        watch,
+        400,
+        lambda n, s: (1.2 if s == 1 and n >= 100 else 1.0) * (1 + rng.uniform(-noise, noise)),
+    )
+    # stage 1 forward and backward, once each although the slowdown lasts 300 iterations
+    assert sorted((f.stage, f.instruction) for f in found) == [(1, "backward"), (1, "forward")]
+    for f in found:
+        assert f.slower
+        assert f.rank == 3
+        assert f.window == 20
+        assert f.tolerance == 0.10
+        # found once three quarters of the window are slow: 15 iterations in, at most 20
+        assert 114 <= f.iteration <= 119
+        # the window's median: most of it slow, its first few iterations not yet
+        assert 1.1 < f.ratio < 1.3
+        assert f.quartile_ratio > 1.1
+        predicted = 0.05 if f.instruction == "forward" else 0.1
+        assert f.predicted_s == pytest.approx(predicted)
+        assert f.measured_s == pytest.approx(f.ratio * predicted)
+        # the numbers of the window that crossed (a few of its iterations were before the drift)
+        assert f"runs {(f.ratio - 1) * 100:.1f} % slower" in str(f)
+        assert f"{f.measured_s * 1e3:.4g} ms measured vs {predicted * 1e3:.4g} ms" in str(f)
+
+
+def test_stale_plan_check_reports_faster_than_planned_too():
+    """A profile from a slower GPU: the plan's times are too long (its deadline is not what
+    runs); reported as its own cause."""
+    from perseus.megatron._drift import DriftWatch
+
+    watch = DriftWatch(0.10, 8, rank=0)
+    found = _drift_series(watch, 50, lambda _n, _s: 0.7, stages=1)
+    assert [(f.instruction, f.slower) for f in found] == [("forward", False), ("backward", False)]
+    assert all(f.iteration == 7 for f in found)
+    assert "30.0 % faster than the plan predicts" in str(found[0])
+
+
+def test_stale_plan_check_resumes_where_it_stopped():
+    """State taken mid-run (through JSON, as in a checkpoint's sidecar) and restored into a new
+    watch: the same findings at the same iterations as a run that never stopped."""
+    from perseus.megatron._drift import DriftWatch
+
+    def ratio(n, s):
+        return 1.3 if s == 0 and n >= 30 else 1.0 + 0.03 * math.sin(n)
+
+    whole = _drift_series(DriftWatch(0.10, 12, rank=1), 80, ratio)
+    first = DriftWatch(0.10, 12, rank=1)
+    found = []
+    for n in range(80):
+        if n == 36:  # mid-window: some slow samples already kept
+            state = json.loads(json.dumps(first.state()))
+            first = DriftWatch(0.10, 12, rank=1)
+            first.restore(state)
+        sums = [
+            (s, i, p * ratio(n, s), p)
+            for s in range(2)
+            for i, p in (("forward", 0.05), ("backward", 0.1))
+        ]
+        found += first.observe(n, sums)
+    assert found == whole
+    assert len(whole) == 2
+    with pytest.raises(ValueError, match="stale-plan state is malformed"):
+        DriftWatch(0.1, 12, rank=1).restore({"samples": [[0, "forward", [["x", 1]]]]})
+
+
+def test_stale_plan_predictions_come_from_the_profile_at_the_requested_clock():
+    from perseus.megatron._drift import DriftWatch
+
+    profile = perseus.Profile.from_records(
+        [
+            (0, "forward", 1980, 0.010, 5.0),
+            (0, "forward", 1200, 0.016, 4.0),
+            (0, "backward", 1980, 0.020, 10.0),
+            (0, "backward", 1200, 0.033, 8.0),
+        ],
+        blocking_power_w=50.0,
+    )
+    watch = DriftWatch(0.1, 10, rank=0)
+    assert watch.predicted_s(profile, 0, "forward", 1200) == 0.016
+    assert watch.predicted_s(profile, 0, "backward", 1980) == 0.020
+    assert math.isnan(watch.predicted_s(profile, 0, "forward", 1500))  # not measured: no claim
+    assert math.isnan(watch.predicted_s(profile, 5, "forward", 1980))
+
+
+def test_stale_plan_options_are_checked():
+    assert MetricsOptions().stale_plan_tolerance == 0.10
+    assert MetricsOptions(stale_plan_tolerance=None).stale_plan_tolerance is None
+    for bad in (0, -0.1, 1.0, math.nan, True, "0.1"):
+        with pytest.raises(ValueError, match="stale_plan_tolerance"):
+            MetricsOptions(stale_plan_tolerance=bad)
+    with pytest.raises(ValueError, match="stale_plan_window"):
+        MetricsOptions(stale_plan_window=3)
+
+
+def test_energy_report_counts_clock_mismatches_and_groups_stale_plans():
+    from perseus.megatron import IterationMetrics, StalePlan
+    from perseus.megatron._metrics import report_of, write
+
+    def payload(rank, mismatches, stale):
+        return {
+            "rank": rank,
+            "data_parallel_rank": rank // 2,
+            "model_parallel_rank": rank % 2,
+            "gpus_per_stage": 1,
+            "records": [IterationMetrics(4, 30.0, 1.5, 0.5, 0.4, 10.0, "plan", 0)],
+            "clock_mismatches": mismatches,
+            "stale_plans": stale,
+        }
+
+    def finding(rank, ratio):
+        return StalePlan(9, rank, 1, "forward", 0.05 * ratio, 0.05, ratio, ratio - 0.02, 20, 0.1)
+
+    payloads = [
+        payload(0, {"overridden": 2, "clamped": 0, "changed": 1}, []),
+        payload(1, {"overridden": 0, "clamped": 3, "changed": 0}, [finding(1, 1.21)]),
+        payload(2, {}, []),
+        payload(3, {"overridden": 1, "clamped": 0, "changed": 0}, [finding(3, 1.25)]),
+    ]
+    report = report_of(job_rows(payloads), gpus=4, replicas=2, payloads=payloads)
+    assert report.clock_mismatches == {"overridden": 3, "clamped": 3, "changed": 1}
+    assert report.clock_mismatch_count == 7
+    text = str(report)
+    assert "7 clock mismatch(es) so far (1 changed, 3 clamped, 3 overridden)" in text
+    assert "stage 1 forward 1.21-1.25x the plan's time on 2 GPU(s) (ranks 1, 3)" in text
+    quiet = report_of(job_rows(payloads[:1]), gpus=1, replicas=1)
+    assert quiet.clock_mismatch_count == 0
+    assert "0 clock mismatches" in str(quiet)
+    assert "STALE" not in str(quiet)
+
+    class Board:
+        def __init__(self):
+            self.scalars = {}
+
+        def add_scalar(self, tag, value, step):
+            self.scalars[(tag, step)] = value
+
+    board = Board()
+    write([board], report, 100)
+    assert board.scalars[("perseus/clock_mismatches", 104)] == 7.0
+    assert board.scalars[("perseus/stale_plan_findings", 104)] == 2.0
 
 
 # ---- mismatches and unsupported code paths -----------------------------------------
@@ -671,6 +1048,18 @@ def test_profile_mode_with_recomputation_writes_every_stage_and_leaves_training_
         for f in (1980, 1500, 1050)
     )
     assert {p.name for p in path.parent.glob("gpt.pp*.csv")} == {"gpt.pp0.csv", "gpt.pp1.csv"}
+
+
+def test_profile_mode_makes_no_world_sized_gloo_group(job):
+    """Profile mode's groups mirror megatron's data-parallel and model-parallel groups (as run
+    mode's): with two replicas no group of perseus spans all 4 ranks (before, a world gloo
+    group: at 1,000 ranks a full mesh of TCP connections). With one replica the model-parallel
+    group is the world, and so is its copy: one group more, no other."""
+    for rank in job:
+        counts = rank["profile"]["dp2-selective"]["world_sized_groups"]
+        assert counts["running"] == [counts["after"]], counts
+        counts = rank["profile"]["tp2-full"]["world_sized_groups"]
+        assert counts["running"] == [counts["after"] + 1], counts
 
 
 # ---- the example, and a release below the range ------------------------------------------
@@ -1804,3 +2193,65 @@ def test_policy_min_gain_keeps_the_base_plan_when_following_saves_too_little():
         _policies(frontier, 2, min_gain=1.5)
     with pytest.raises(ValueError, match="min_duration"):
         _policies(frontier, 2, min_duration=0)
+
+
+def test_the_attachment_lifecycle_allows_only_its_transitions():
+    from perseus.megatron._lifecycle import Lifecycle, State
+
+    life = Lifecycle()
+    assert life.state is State.DETACHED
+    assert not life.attached
+    assert not life.started
+    assert life.following
+    assert not life.off
+    with pytest.raises(MegatronIntegrationError, match="is detached; it cannot start run"):
+        life.fire("start_run")
+    assert life.fire("attach") is State.ATTACHED
+    assert life.attached
+    assert not life.started
+    with pytest.raises(MegatronIntegrationError, match="is attached; it cannot attach"):
+        life.fire("attach")
+    assert life.fire("start_run") is State.RUNNING
+    assert life.started
+    assert life.following
+    assert life.fire("let_go") is State.LET_GO
+    assert not life.following
+    assert life.fire("let_go") is State.LET_GO  # letting go again changes nothing
+    with pytest.raises(MegatronIntegrationError, match="is let go; it cannot turn off"):
+        life.fire("turn_off")
+    assert life.fire("detach") is State.DETACHED
+    assert life.following
+    life.fire("attach")
+    assert life.fire("turn_off") is State.OFF
+    assert life.off
+    assert life.started
+    with pytest.raises(MegatronIntegrationError, match="is off; it cannot let go"):
+        life.fire("let_go")
+    life.fire("detach")
+    life.fire("attach")
+    assert life.fire("start_profile") is State.PROFILING
+    assert life.following
+    with pytest.raises(MegatronIntegrationError, match="no lifecycle event 'explode'"):
+        life.fire("explode")
+
+
+def test_stale_plan_flags_set_the_check(tmp_path):
+    frontier = _frontier()
+    path = tmp_path / "frontier.json"
+    frontier.save(path)
+    parser = perseus.megatron.add_arguments(argparse.ArgumentParser())
+    base = ["--perseus-mode", "run", "--perseus-frontier", str(path)]
+    settings = settings_from_args(parser.parse_args(base))
+    assert settings.metrics.stale_plan_tolerance == 0.10
+    assert settings.metrics.stale_plan_window == 20
+    settings = settings_from_args(
+        parser.parse_args(
+            [*base, "--perseus-stale-plan-tolerance", "0.2", "--perseus-stale-plan-window", "8"]
+        )
+    )
+    assert settings.metrics.stale_plan_tolerance == 0.2
+    assert settings.metrics.stale_plan_window == 8
+    off = settings_from_args(parser.parse_args([*base, "--perseus-stale-plan-tolerance", "0"]))
+    assert off.metrics.stale_plan_tolerance is None
+    with pytest.raises(ValueError, match="stale_plan_window"):
+        settings_from_args(parser.parse_args([*base, "--perseus-stale-plan-window", "2"]))

@@ -309,6 +309,18 @@ def scenario_devices(results: dict[str, Any]) -> None:
     }
 
 
+def world_sized() -> int:
+    """Process groups other than the default one that span every rank."""
+    from torch.distributed import distributed_c10d as c10d
+
+    default = c10d._get_default_group()
+    return sum(
+        1
+        for g in c10d._world.pg_map
+        if g is not default and dist.get_world_size(g) == dist.get_world_size()
+    )
+
+
 def scenario_straggler(results: dict[str, Any]) -> None:
     """Two replicas, default settings; replica 1 is 2.4 s slower in iterations 8-15."""
     iterations, slow = 26, range(8, 16)  # the decision on 22 is taken at 25
@@ -329,15 +341,6 @@ def scenario_straggler(results: dict[str, Any]) -> None:
         if ps.get_pipeline_model_parallel_rank() != 0:
             return 0.0
         return 1.2 + (2.4 if ps.get_data_parallel_rank() == 1 and iteration in slow else 0.0)
-
-    from torch.distributed import distributed_c10d as c10d
-
-    def world_sized() -> int:
-        # process groups other than the default one that span every rank
-        default = c10d._get_default_group()
-        return sum(
-            1 for g in c10d._world.pg_map if g is not default and dist.get_world_size(g) == 4
-        )
 
     running: list[int] = []
 
@@ -771,15 +774,187 @@ def scenario_profile(results: dict[str, Any]) -> None:
                 profiler_options=PROFILER_OPTIONS,
             )
         )
-        run = train(args, iterations, attachment, before_init=True)
+        # perseus's groups exist from the first iteration to detach; megatron's own groups are
+        # counted before (made by then) and after, so the difference is perseus's
+        running: list[int] = []
+
+        def count(_trainer: Any, i: int, running: list[int] = running) -> None:
+            if i == 0:
+                running.append(world_sized())
+
+        run = train(args, iterations, attachment, before_init=True, between=count)
         profile = attachment.profile
         out[name] = {
             **run,
+            "world_sized_groups": {"running": running, "after": world_sized()},
             "plain": plain,
             "path": str(path),
             "stages": profile.num_stages if profile is not None else None,
         }
     results["profile"] = out
+
+
+def constant_profile(stages: int, forward_s: float, backward_s: float) -> perseus.Profile:
+    """Every clock takes nearly the same time (at most 1.6 % more than at the top clock), so
+    the plan's time is known whatever clocks it picks."""
+    records = []
+    for stage in range(stages):
+        for instruction, base_s in (("forward", forward_s), ("backward", backward_s)):
+            for f in FREQUENCIES_MHZ:
+                time_s = base_s * (1980 / f) ** 0.02
+                power_w = 90 + 610 * (f / 1980) ** 3
+                records.append((stage, instruction, f, time_s, power_w * time_s))
+    return perseus.Profile.from_records(records, blocking_power_w=80.0)
+
+
+def scenario_stale(results: dict[str, Any]) -> None:
+    """Each computation sleeps what the plan predicts (CPU compute on top); pipeline stage 1
+    becomes 1.6x slower from iteration 6 on: stage 1 reports a stale plan, stage 0 does not.
+    Rank 1's GPU runs slower than locked from iteration 3 (a clamp the driver hides)."""
+    forward_s, backward_s, slow_from, factor, iterations = 0.1, 0.2, 6, 1.6, 18
+    profile = constant_profile(2, forward_s, backward_s)
+    frontier = perseus.optimize(profile, microbatches=1, schedule="1f1b", progress=False)
+    args = arguments(2, 1, 1, iterations)
+    from megatron.core import parallel_state as ps
+
+    initialize(args)
+    stage = ps.get_pipeline_model_parallel_rank()
+
+    def scale(iteration: int) -> float:
+        return factor if stage == 1 and iteration >= slow_from else 1.0
+
+    trainer = example.Trainer(args)
+    original = trainer.forward_step
+
+    def forward_step(data_iterator: Any, model: Any) -> Any:
+        slow = scale(trainer.iteration)
+        time.sleep(forward_s * slow)
+        output, loss_func = original(data_iterator, model)
+        if output.requires_grad:  # the backward of this microbatch sleeps too
+            output.register_hook(lambda grad: (time.sleep(backward_s * slow), grad)[1])
+        return output, loss_func
+
+    trainer.forward_step = forward_step
+    writer = RecordingWriter()
+    attachment = perseus.megatron.attach(
+        frontier,
+        stragglers=False,
+        metrics=MetricsOptions(
+            report_every=6,
+            warmup_iterations=1,
+            stale_plan_tolerance=0.25,
+            stale_plan_window=6,
+            writers=[writer],
+        ),
+    )
+    import ctypes
+
+    nvml = ctypes.CDLL(os.environ["PERSEUS_NVML_LIBRARY"])
+    losses = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with attachment:
+            for i in range(iterations):
+                if i == 3 and dist.get_rank() == 1:
+                    nvml.fake_nvml_override(LOCAL_RANK, 1260)
+                losses.append(trainer.step())
+    nvml.fake_nvml_override(LOCAL_RANK, 0)
+    metrics = attachment.metrics
+    results["stale"] = {
+        **layout(),
+        "losses": losses,
+        "findings": [{**f.__dict__, "text": str(f)} for f in attachment.stale_plans],
+        "warnings": [
+            str(w.message)
+            for w in caught
+            if issubclass(w.category, perseus.megatron.StalePlanWarning)
+        ],
+        "reports": [
+            {
+                "first": r.first_iteration,
+                "last": r.last_iteration,
+                "stale": [str(f) for f in r.stale_plans],
+                "clock_mismatches": dict(r.clock_mismatches),
+                "text": str(r),
+            }
+            for r in metrics.reports
+        ],
+        "own_clock_mismatches": dict(metrics.clock_mismatches),
+        "writer": writer.scalars,
+        "slow_from": slow_from,
+        "factor": factor,
+    }
+
+
+def scenario_resume(results: dict[str, Any]) -> None:
+    """A run saving at Megatron-LM's --save-interval 4, then one resumed from its step-12
+    checkpoint (a stand-in for megatron.training's parsed arguments)."""
+    frontier = frontier_for("1f1b", 2, 1, 1)
+    ckpt = Path(os.environ["WORKER_OUT"]) / "resume" / "ckpt"
+    stand_in = types.ModuleType("megatron.training.global_vars")
+    sys.modules["megatron.training.global_vars"] = stand_in
+    out: dict[str, Any] = {"dir": str(ckpt)}
+
+    def attachment(writer: Any) -> Any:
+        return perseus.megatron.attach(
+            frontier,
+            metrics=MetricsOptions(
+                report_every=4, calibrate=2, warmup_iterations=1, writers=[writer]
+            ),
+        )
+
+    try:
+        stand_in._GLOBAL_ARGS = argparse.Namespace(
+            curr_iteration=0, iteration=0, save=str(ckpt), save_interval=4, load=None
+        )
+        writer = RecordingWriter()
+        first = attachment(writer)
+        run = train(arguments(2, 1, 1, 14), 14, first)
+        out["first"] = {
+            **run,
+            "iterations": first.iterations,
+            "phases": [m.phase for m in first.metrics.iterations],
+            "calibration": first.metrics.calibration.__dict__,
+            "final": {**first.final_report.__dict__, "text": str(first.final_report)},
+            "steps": sorted({s for _, _, s in writer.scalars}),
+        }
+        stand_in._GLOBAL_ARGS = argparse.Namespace(
+            curr_iteration=12, iteration=12, save=str(ckpt), save_interval=4, load=str(ckpt)
+        )
+        writer = RecordingWriter()
+        second = attachment(writer)
+        at_start: list[Any] = []
+
+        def state(_trainer: Any, i: int) -> None:
+            if i == 0:  # nothing of this run has reached the policies or the check yet
+                at_start.append(json.loads(json.dumps(second.state_dict())))
+
+        run = train(arguments(2, 1, 1, 5), 5, second, between=state)
+        out["second"] = {
+            **run,
+            "iterations": second.iterations,
+            "phases": [m.phase for m in second.metrics.iterations],
+            "numbers": [m.iteration for m in second.metrics.iterations],
+            "calibration": second.metrics.calibration.__dict__,
+            "final": {**second.final_report.__dict__, "text": str(second.final_report)},
+            "state_at_start": at_start[0],
+            "steps": sorted({s for _, _, s in writer.scalars}),
+        }
+        # a resume from a step with no perseus state: said, and started afresh
+        stand_in._GLOBAL_ARGS = argparse.Namespace(
+            curr_iteration=6, iteration=6, save=None, save_interval=None, load=str(ckpt)
+        )
+        third = attachment(RecordingWriter())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            train(arguments(2, 1, 1, 1), 1, third)
+        out["missing"] = {
+            "iterations": third.iterations,
+            "warnings": [str(w.message) for w in caught if "perseus's state" in str(w.message)],
+        }
+    finally:
+        del sys.modules["megatron.training.global_vars"]
+    results["resume"] = out
 
 
 SCENARIOS = {
@@ -792,6 +967,8 @@ SCENARIOS = {
     "errors": scenario_errors,
     "cli": scenario_cli,
     "profile": scenario_profile,
+    "stale": scenario_stale,
+    "resume": scenario_resume,
 }
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 from ._attach import Attachment, Computation, attach
 from ._cli import add_arguments, attach_from_args
 from ._compat import SUPPORTED_VERSIONS, check_megatron
+from ._drift import StalePlan, StalePlanWarning
 from ._errors import (
     MegatronIntegrationError,
     MegatronVersionError,
@@ -70,6 +71,8 @@ __all__ = [
     "ProfileOptions",
     "ProfilingFinished",
     "ScheduleMismatchError",
+    "StalePlan",
+    "StalePlanWarning",
     "StragglerDecision",
     "StragglerOptions",
     "StragglerPolicy",

@@ -9,8 +9,9 @@ the wrapping in :mod:`._patching`, the plan an iteration runs in
 :mod:`._following`, clock requests in :mod:`._clocks`, what runs between
 iterations (times, stragglers, energy reports) in :mod:`._between` with
 :mod:`._timing`, :mod:`._stragglers` and :mod:`._metrics`, the arguments
-in :mod:`._settings`, and profile mode in :mod:`._profiling` and
-:mod:`._profile`.
+in :mod:`._arguments`, and profile mode in :mod:`._profile_mode` and
+:mod:`._replay`; the attachment's states and transitions are in
+:mod:`._lifecycle`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from ..frontier import Frontier
 from ..plan import Plan
 from ..profile import Profile
 from ..switcher import FrequencySwitcher
-from . import _metrics
+from . import _metrics, _resume
+from ._arguments import FrontierArgument, Settings, from_old_keywords, settings_of
 from ._between import Between, calibration_phase
 from ._clocks import ClockDriver
 from ._compat import (
@@ -39,6 +41,7 @@ from ._compat import (
     unsupported_schedule,
 )
 from ._device import resolve_device
+from ._drift import DriftWatch, StalePlan
 from ._errors import (
     MegatronIntegrationError,
     ProfilingFinished,
@@ -47,12 +50,12 @@ from ._errors import (
 )
 from ._fingerprint import differences, fingerprint_of, gpu_model
 from ._following import PLAN_SCHEDULE, Iteration, PlanBook, PlanWarning, WorkloadKey
+from ._lifecycle import Lifecycle
 from ._once import warn_for_job
 from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
 from ._patching import SchedulePatch
 from ._preflight import check_frontiers, fingerprint_reaction, run_mode_parallelism_problem
-from ._profiling import Layout, ProfileSession, unsupported_for_profiling
-from ._settings import FrontierArgument, Settings, from_old_keywords, settings_of
+from ._profile_mode import Layout, ProfileSession, unsupported_for_profiling
 from ._stragglers import PlanSwitch, StragglerDecision
 from ._timing import CpuGroups, Stopwatch
 
@@ -138,10 +141,8 @@ class Attachment:
         self._torch: Any = None
         self._schedules: Any = None
         self._patch: Optional[SchedulePatch] = None
-        self._attached = False
-        self._in_with = False
-        self._off = False
-        self._started = False
+        self._life = Lifecycle()  # detached, attached, running/profiling/off, let go
+        self._inside_with = False  # entered by ``with`` (not by Megatron-LM's patch)
         self._book: Optional[PlanBook] = None
         self._session: Optional[ProfileSession] = None
         self._switcher: Optional[FrequencySwitcher] = None
@@ -156,8 +157,10 @@ class Attachment:
         self._previous: Optional[Iteration] = None
         self._last_plan: Optional[Plan] = None
         self._passthrough = 0
-        self._following = True
         self._fingerprinted: set[WorkloadKey] = set()
+        self._timing_computations = False  # the stale-plan check is on (set at the first iteration)
+        self._checkpoints = _resume.Checkpoints()  # state beside Megatron-LM's checkpoints
+        self.final_report: Optional[_metrics.FinalReport] = None
         self.mode = "run"
         self.frontiers: dict[WorkloadKey, Frontier] = {}
         if settings is not None:
@@ -186,6 +189,11 @@ class Attachment:
         return next(iter(frontiers.values())) if len(frontiers) == 1 else None
 
     @property
+    def stale_plans(self) -> list[StalePlan]:
+        """This rank's stale-plan findings (see ``MetricsOptions.stale_plan_tolerance``)."""
+        return list(self.metrics.stale_plans)
+
+    @property
     def base_plan(self) -> Optional[Plan]:
         """The plan run while no replica straggles (for the workload of the last iteration)."""
         book = self._book
@@ -208,11 +216,11 @@ class Attachment:
 
     def __enter__(self) -> Attachment:
         self.attach()
-        self._in_with = True
+        self._inside_with = True
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        self._in_with = False
+        self._inside_with = False
         finished = exc_type is not None and issubclass(exc_type, ProfilingFinished)
         try:
             self.detach()
@@ -228,7 +236,7 @@ class Attachment:
         Touches neither CUDA nor torch.distributed: those are read at the
         first forward-backward call. Detached at interpreter exit at the latest.
         """
-        if self._attached:
+        if self._life.attached:
             raise MegatronIntegrationError("this perseus attachment is already attached")
         torch = optional_module("torch", "megatron")
         schedules = optional_module("megatron.core.pipeline_parallel.schedules", "megatron")
@@ -253,7 +261,7 @@ class Attachment:
         self.megatron_version = version
         patch.install()
         self._patch = patch
-        self._attached = True
+        self._life.fire("attach")
         atexit.register(self.detach)
         logger.debug("perseus attached to megatron-core %s", version)
 
@@ -289,9 +297,8 @@ class Attachment:
 
     def detach(self) -> None:
         """Restore megatron's functions and give back the clocks perseus set. Idempotent."""
-        if not self._attached:
+        if not self._life.attached:
             return
-        self._attached = False
         atexit.unregister(self.detach)
         if self._patch is not None:
             self._patch.uninstall()
@@ -299,8 +306,9 @@ class Attachment:
         prev, self._previous = self._previous, None
         if prev is not None and self._between is not None:
             self._between.close_locally(prev)
+            self._finish_run()
         self._between = None
-        self._started = self._off = False  # attached again, it starts afresh
+        self._life.fire("detach")  # attached again, it starts afresh
         driver, self._driver = self._driver, None
         switcher, self._switcher = self._switcher, None
         if self._recorder is not None:
@@ -324,11 +332,10 @@ class Attachment:
 
     def _start(self, config: Any) -> None:
         """Resolve the GPU, read Megatron's layout, make perseus's groups (every rank at once)."""
-        self._started = True
         if self._settings is None and self._configure is not None:
             settings = self._configure(_megatron_lm_args())
             if settings is None:  # perseus is off for this job
-                self._off = True
+                self._life.fire("turn_off")
                 if self._patch is not None:
                     self._patch.uninstall()
                 return
@@ -336,6 +343,7 @@ class Attachment:
             self._refuse_from_args(_megatron_lm_args())  # Megatron-LM <= 0.17: parsed by now
         settings = self._settings
         assert settings is not None
+        self._life.fire("start_profile" if self.mode == "profile" else "start_run")
         if full_iteration_graphs(config):
             setting = f"cuda_graph_impl={getattr(config, 'cuda_graph_impl', None)!r}"
             raise UnsupportedScheduleError(FULL_GRAPH_MESSAGE.format(setting=setting))
@@ -396,7 +404,15 @@ class Attachment:
             if settings.metrics.enabled
             else _metrics.EnergyMeter.disabled()
         )
-        self._recorder = _metrics.Recorder(meter, self.metrics)
+        switcher = self._switcher
+        self._recorder = _metrics.Recorder(
+            meter, self.metrics, mismatches=lambda: switcher.clock_mismatches
+        )
+        drift = None
+        options = settings.metrics
+        if options.enabled and options.stale_plan_tolerance is not None:
+            drift = DriftWatch(options.stale_plan_tolerance, options.stale_plan_window, layout.rank)
+            self._timing_computations = True
         self._between = Between(
             book=self._book,
             stragglers=settings.stragglers,
@@ -408,24 +424,110 @@ class Attachment:
             switches=self.switches,
             decisions=self.decisions,
             iteration_times_s=self.iteration_times_s,
+            drift=drift,
+            # One rank per stage of the job warns; the energy report carries every rank's.
+            warns_for_stage=layout.tensor_rank == 0
+            and (groups.data_parallel_rank if groups else 0) == 0,
         )
         # Scalars at Megatron-LM's own step: read once, at the first iteration (after a resume,
         # Megatron's counter starts from the checkpoint's, perseus's from 0).
-        self._between.step_offset = _metrics.megatron_step_offset(_megatron_lm_args())
+        args = _megatron_lm_args()
+        self._between.step_offset = _metrics.megatron_step_offset(args)
+        self._resume(args, layout)
+
+    # -- state across a resume (see _resume) ------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Run mode's state, as plain JSON data, for :meth:`load_state_dict` in a resumed run.
+
+        perseus saves it by itself beside Megatron-LM's checkpoints (see
+        :mod:`perseus.megatron._resume`); this is for training loops of
+        their own: save it with the checkpoint, per rank.
+        """
+        return _resume.capture(
+            iterations=self.iterations,
+            layout=self._layout,
+            book=self._book,
+            between=self._between,
+            calibration=self.metrics.calibration,
+            switches=len(self.switches),
+        )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from :meth:`state_dict` of a run that stopped (applied at the first iteration).
+
+        Raises
+        ------
+        ValueError
+            Not a run-mode state of this perseus version.
+        MegatronIntegrationError
+            The attachment has run already.
+        """
+        if self._life.started:
+            raise MegatronIntegrationError(
+                "load_state_dict must come before the first iteration (the state sets perseus's "
+                "iteration count, its straggler policies and its calibration)"
+            )
+        self._checkpoints.give(state)
+
+    def _resume(self, args: Any, layout: Layout) -> None:
+        """Apply a state given by hand, or the sidecar of the checkpoint Megatron-LM resumed."""
+        found = self._checkpoints.start(args, layout.rank)
+        if found is None:
+            return
+        assert self._book is not None
+        assert self._between is not None
+        restored = _resume.restore(*found, layout=layout, book=self._book, between=self._between)
+        if restored is not None:
+            self.iterations, self.metrics.calibration = restored
+
+    def _save_state(self, step: int) -> None:
+        """This rank's state beside Megatron-LM's checkpoint of `step`."""
+        if self._layout is not None:
+            self._checkpoints.save(step, self._layout.rank, self.state_dict)
+
+    def _finish_run(self) -> None:
+        """At detach: the last state beside Megatron's final checkpoint, and the final report."""
+        between = self._between
+        assert between is not None
+        assert self._layout is not None
+        if self.iterations > between.first_iteration:
+            self._save_state(self.iterations - 1 + between.step_offset)
+        switcher = self._switcher
+        mismatches: dict[str, int] = {}
+        if switcher is not None:
+            try:
+                mismatches = dict(switcher.clock_mismatches)
+            except Exception:  # noqa: BLE001 - a switcher closed already: nothing to count
+                mismatches = {}
+        self.metrics.clock_mismatches = dict(mismatches)
+        report = _metrics.final_report(
+            self.metrics,
+            rank=self._layout.rank,
+            first_iteration=between.first_iteration,
+            iterations=self.iterations - between.first_iteration,
+            switches=len(self.switches),
+            clock_mismatches=mismatches,
+        )
+        self.final_report = report
+        if self._layout.rank == 0:
+            logger.info("perseus: at detach: %s", report)
+        else:
+            logger.debug("perseus: at detach: %s", report)
 
     # -- hooks the wrappers call -----------------------------------------------------------
 
     def on_schedule(
         self, original: Callable[..., Any], kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if self._off:
+        if self._life.off:
             return original(*args, **kwargs)
         if kwargs.get("forward_only", False) or self._current is not None:
             return self._evaluation(original, args, kwargs)
         try:
             return self._iteration(original, kind, args, kwargs)
         except ProfilingFinished:
-            if self._exit_when_profiled and not self._in_with:
+            if self._exit_when_profiled and not self._inside_with:
                 logger.info(
                     "perseus: profile written; training stops (--perseus-profile-after stop)"
                 )
@@ -438,7 +540,7 @@ class Attachment:
         it = self._current
         if it is None:
             return self._outside(original, "forward_step", args, kwargs)
-        if not it.following or self._off:
+        if not it.following or self._life.off:
             return original(*args, **kwargs)
         assert self._patch is not None
         read = self._patch.forward_args
@@ -464,7 +566,7 @@ class Attachment:
         it = self._current
         if it is None:
             return self._outside(original, "backward_step", args, kwargs)
-        if not it.following or self._off:
+        if not it.following or self._life.off:
             return original(*args, **kwargs)
         assert self._patch is not None
         read = self._patch.backward_args
@@ -482,7 +584,7 @@ class Attachment:
         return result
 
     def _outside(self, original: Callable[..., Any], name: str, args: Any, kwargs: Any) -> Any:
-        if self._passthrough or self._off:
+        if self._passthrough or self._life.off:
             return original(*args, **kwargs)
         raise MegatronIntegrationError(
             f"megatron called {name} outside a forward-backward function perseus wrapped: the "
@@ -498,7 +600,7 @@ class Attachment:
     ) -> Any:
         """Evaluation (or a nested call): no plan, not an iteration; the evaluation clock."""
         nested = self._current is not None
-        driver = self._driver if not nested and self._following else None
+        driver = self._driver if not nested and self._life.following else None
         recorder = self._recorder if not nested else None
         if recorder is not None:
             recorder.exclude_begin()
@@ -524,9 +626,9 @@ class Attachment:
         model = kwargs.get("model")
         chunks = len(model) if isinstance(model, list) else 1
         config = get_model_config(model[0] if isinstance(model, list) else model)
-        if not self._started:
+        if not self._life.started:
             self._start(config)
-            if self._off:
+            if self._life.off:
                 return original(*args, **kwargs)
         settings = self._settings
         assert settings is not None
@@ -561,7 +663,7 @@ class Attachment:
                 plan_energy_j=it.plan_energy_j if plan is not None else math.nan,
                 phase=it.phase,
             )
-        if self._driver is not None and it.frequencies is None and self._following:
+        if self._driver is not None and it.frequencies is None and self._life.following:
             self._driver.request(None)  # no plan this iteration: unlocked
         it.start = self._stopwatch.mark()
         self._current = it
@@ -577,11 +679,15 @@ class Attachment:
             )
         if it.end is None:  # let go mid-iteration, or no computation: time the whole call
             it.end = self._stopwatch.mark()
-            if self._driver is not None and self._following:
+            if self._driver is not None and self._life.following:
                 self._driver.idle()
         self.iterations += 1
         self._previous = it
         self._last_plan = it.plan
+        if self._between is not None:
+            step = it.number + self._between.step_offset  # Megatron-LM's, once this one is done
+            if self._checkpoints.due(step):
+                self._save_state(step)
         session = self._session
         if session is not None and it.number == session.options.iteration and not session.done:
             assert self.device is not None
@@ -683,7 +789,7 @@ class Attachment:
         if it.key is None:
             return  # no frontier for this workload: unlocked for this iteration
         book.switch_to(it.key)
-        if not self._following:
+        if not self._life.following:
             it.following = False
             return
         phase = calibration_phase(self._settings.metrics, it.number)
@@ -714,15 +820,23 @@ class Attachment:
             mhz = it.frequencies[index]
             if self._driver is not None:
                 self._driver.request(mhz)
+            if self._timing_computations:
+                assert self._stopwatch is not None
+                it.span_start = self._stopwatch.mark()
         if self._settings is not None and self._settings.record:
             self.trace.append(Computation(it.number, key[0], key[1], key[2], mhz))
 
     def _after(self, it: Iteration) -> None:
+        assert self._stopwatch is not None
+        end = None
         if it.index == it.total:
-            assert self._stopwatch is not None
-            it.end = self._stopwatch.mark()
-            if self._driver is not None and self._following:
+            end = it.end = self._stopwatch.mark()
+            if self._driver is not None and self._life.following:
                 self._driver.idle()
+        if it.span_start is not None:
+            end = self._stopwatch.mark() if end is None else end
+            it.spans.append((it.index - 1, it.span_start, end))
+            it.span_start = None
 
     def _mismatch(self, it: Iteration, message: str) -> None:
         assert self._settings is not None
@@ -736,10 +850,10 @@ class Attachment:
         it.phase = "unlocked"
 
     def _let_go(self, message: str) -> None:
-        if self._following:
+        if self._life.following:
             warnings.warn(message, PlanWarning, stacklevel=4)
             logger.warning(message)
-        self._following = False
+            self._life.fire("let_go")
         if self._driver is not None:
             self._driver.let_go()
 

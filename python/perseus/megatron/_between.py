@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections import deque
 from typing import Any, Optional
 
 from . import _metrics
+from ._drift import DriftWatch, StalePlanWarning
 from ._following import Iteration, PlanBook
 from ._options import MetricsOptions, StragglerOptions
 from ._stragglers import PlanSwitch, StragglerDecision
@@ -66,6 +68,8 @@ class Between:
         switches: list[PlanSwitch],
         decisions: deque[StragglerDecision],
         iteration_times_s: deque[float],
+        drift: Optional[DriftWatch] = None,
+        warns_for_stage: bool = True,
     ) -> None:
         self._book = book
         self._stragglers = stragglers
@@ -79,6 +83,11 @@ class Between:
         self._decisions = decisions
         self._times = iteration_times_s
         self.step_offset = 0  # Megatron-LM's step of perseus's iteration 0 (see _metrics)
+        self.drift = drift
+        # perseus's number of this process's first iteration (after a resume, where the saved
+        # run stopped): warm-ups count from it, as the new process warms up again
+        self.first_iteration = 0
+        self._warns_for_stage = warns_for_stage
 
     def finish(self, prev: Iteration, now: tuple[float, float]) -> None:
         """The previous iteration: time, straggler decision, energy record, report."""
@@ -86,12 +95,43 @@ class Between:
         if math.isfinite(seconds):
             self._times.append(seconds)
         switched = self._follow_stragglers(prev, seconds if prev.following else math.nan)
+        self._check_plan(prev)
         self._recorder.close(now, pipeline_time_s=seconds, switches=switched)
         options = self._metrics_options
         end = options.warmup_iterations + 2 * options.calibrate - 1
         calibration_end = bool(options.calibrate) and prev.number == end
         if options.enabled and ((prev.number + 1) % options.report_every == 0 or calibration_end):
             self._report(calibration_end)
+
+    def _check_plan(self, prev: Iteration) -> None:
+        """The stale-plan check on `prev`'s timed computations (see :mod:`._drift`)."""
+        drift, plan, order, clocks = self.drift, prev.plan, prev.expected, prev.frequencies
+        spans, prev.spans = prev.spans, []
+        if drift is None or not spans or plan is None or order is None or clocks is None:
+            return
+        profile = plan.profile
+        if (
+            profile is None
+            or not prev.following
+            or prev.number - self.first_iteration < self._metrics_options.warmup_iterations
+        ):
+            return
+        sums: dict[tuple[int, str], list[float]] = {}
+        for index, start, end in spans:
+            instruction, chunk, _ = order[index]
+            stage = chunk * prev.pp_size + prev.pp_rank
+            predicted = drift.predicted_s(profile, stage, instruction, clocks[index])
+            total = sums.setdefault((stage, instruction), [0.0, 0.0])
+            total[0] += self._stopwatch.seconds(start, end)
+            total[1] += predicted
+        found = drift.observe(prev.number, [(s, i, m, p) for (s, i), (m, p) in sums.items()])
+        for finding in found:
+            self._recorder.stale(finding)
+            self._recorder.metrics.stale_plans.append(finding)
+            if self._warns_for_stage:
+                message = f"perseus: {finding}"
+                warnings.warn(message, StalePlanWarning, stacklevel=2)
+                logger.warning(message)
 
     def close_locally(self, prev: Iteration) -> None:
         """At detach: the last iteration's record, without any collective."""
@@ -109,7 +149,7 @@ class Between:
         entry = None
         if (
             prev.key is not None
-            and prev.number >= self._stragglers.warmup_iterations
+            and prev.number - self.first_iteration >= self._stragglers.warmup_iterations
             and calibration_phase(self._metrics_options, prev.number) is None
             and self._book.policy(prev.key) is not None
         ):
@@ -144,6 +184,7 @@ class Between:
     def _report(self, calibration_end: bool) -> None:
         metrics, options = self._recorder.metrics, self._metrics_options
         payload = self._recorder.payload(dict(metrics.layout))
+        metrics.clock_mismatches = dict(payload["clock_mismatches"])
         payloads: list[Any] = (
             self._groups.gather(payload) if self._groups is not None else [payload]
         )
@@ -152,7 +193,7 @@ class Between:
             return
         metrics.job_iterations.extend(rows)
         replicas = self._groups.data_parallel_size if self._groups is not None else 1
-        report = _metrics.report_of(rows, gpus=len(payloads), replicas=replicas)
+        report = _metrics.report_of(rows, gpus=len(payloads), replicas=replicas, payloads=payloads)
         metrics.reports.append(report)
         if self._rank == 0:  # one line for the job
             logger.info("perseus: %s", report)

@@ -19,12 +19,12 @@ import argparse
 from typing import Any, Optional
 
 from ..frontier import Frontier
+from ._arguments import UNKNOWN_WORKLOAD, Settings, settings_of
 from ._attach import Attachment
 from ._compat import full_iteration_graphs
 from ._errors import MegatronIntegrationError, UnsupportedScheduleError
 from ._options import ClockOptions, MetricsOptions, ProfileOptions, StragglerOptions
 from ._preflight import check_frontiers, fingerprint_reaction
-from ._settings import UNKNOWN_WORKLOAD, Settings, settings_of
 
 __all__ = ["add_arguments", "attach_from_args", "settings_from_args"]
 
@@ -114,6 +114,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="K",
         help="A/B: K iterations at the all-fastest plan, then K at the plan; report the saving",
     )
+    g.add_argument(
+        "--perseus-stale-plan-tolerance",
+        type=float,
+        default=_METRICS.stale_plan_tolerance,
+        metavar="F",
+        help="say so when computations take more than this fraction longer or shorter than the "
+        "plan predicts, over most of a window (0: do not check)",
+    )
+    g.add_argument(
+        "--perseus-stale-plan-window",
+        type=int,
+        default=_METRICS.stale_plan_window,
+        metavar="N",
+        help="iterations per stale-plan decision",
+    )
     g.add_argument("--perseus-on-mismatch", choices=("raise", "warn"), default="raise")
     g.add_argument(
         "--perseus-unknown-workload",
@@ -195,8 +210,12 @@ def settings_from_args(args: Any) -> Optional[Settings]:
         min_duration=getattr(args, "perseus_straggler_min_duration", _STRAGGLERS.min_duration),
         min_gain=getattr(args, "perseus_straggler_min_gain", _STRAGGLERS.min_gain),
     )
+    tolerance = getattr(args, "perseus_stale_plan_tolerance", _METRICS.stale_plan_tolerance)
     metrics = MetricsOptions(
-        report_every=args.perseus_report_every, calibrate=args.perseus_calibrate
+        report_every=args.perseus_report_every,
+        calibrate=args.perseus_calibrate,
+        stale_plan_tolerance=tolerance if tolerance else None,  # 0 turns the check off
+        stale_plan_window=getattr(args, "perseus_stale_plan_window", _METRICS.stale_plan_window),
     )
     unknown = getattr(args, "perseus_unknown_workload", "raise")
     settings = settings_of(

@@ -138,6 +138,9 @@ class Iteration:
         self.start: Any = None
         self.end: Any = None
         self.following = True  # False once perseus let go in this iteration
+        # Timed computations for the stale-plan check: (index in the order, start, end marks).
+        self.spans: list[tuple[int, Any, Any]] = []
+        self.span_start: Any = None
 
     @property
     def done(self) -> bool:
@@ -240,6 +243,11 @@ class PlanBook:
         if self._plan is not None:
             return self._plan
         return self.frontiers[key].fastest
+
+    @property
+    def policies(self) -> dict[WorkloadKey, StragglerPolicy]:
+        """The straggler policies made so far, by workload (a copy)."""
+        return dict(self._policies)
 
     def policy(self, key: WorkloadKey) -> Optional[StragglerPolicy]:
         """The straggler policy of this workload (reset when the workload changed)."""

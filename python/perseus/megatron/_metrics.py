@@ -32,13 +32,14 @@ import statistics
 import sys
 import warnings
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 __all__ = [
     "CalibrationResult",
     "EnergyReport",
+    "FinalReport",
     "IterationMetrics",
     "JobIteration",
     "Metrics",
@@ -90,6 +91,16 @@ class EnergyReport:
     predicted_time_s: float  #: the plans' iteration time (mean)
     switches: int  #: plan switches in these iterations, all replicas
     iterations: tuple[JobIteration, ...]
+    #: SM clock read-backs that disagreed with the lock, all GPUs, since the job started, by
+    #: cause (``overridden``, ``clamped``, ``changed``; see ``FrequencySwitcher.clock_mismatches``)
+    clock_mismatches: Mapping[str, int] = field(default_factory=dict)
+    #: stale-plan findings of any rank since the previous report (see :mod:`._drift`)
+    stale_plans: tuple[Any, ...] = ()
+
+    @property
+    def clock_mismatch_count(self) -> int:
+        """All clock mismatches of the job so far."""
+        return sum(self.clock_mismatches.values())
 
     @property
     def power_w(self) -> float:
@@ -102,7 +113,41 @@ class EnergyReport:
             f"{self.energy_j:.4g} J/iteration on {self.gpus} GPU(s) ({self.power_w:.4g} W), "
             f"{self.time_s:.4g} s/iteration; plan predicts {self.predicted_energy_j:.4g} J, "
             f"{self.predicted_time_s:.4g} s; {self.switches} plan switch(es)"
+            + self._clock_text()
+            + self._stale_text()
         )
+
+    def _stale_text(self) -> str:
+        """The findings grouped by stage, instruction and side: one clause each, however many
+        GPUs found it (each rank's own text is in ``Attachment.stale_plans``)."""
+        groups: dict[tuple[int, str, bool], list[Any]] = {}
+        for finding in self.stale_plans:
+            groups.setdefault((finding.stage, finding.instruction, finding.slower), []).append(
+                finding
+            )
+        clauses = []
+        for (stage, instruction, _), found in sorted(groups.items()):
+            ratios = [f.ratio for f in found]
+            low, high = min(ratios), max(ratios)
+            span = f"{low:.3g}x" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g}-{high:.3g}x"
+            clauses.append(
+                f"stage {stage} {instruction} {span} the plan's time on {len(found)} GPU(s) "
+                f"(ranks {', '.join(str(f.rank) for f in found[:8])}"
+                + (", ..." if len(found) > 8 else "")
+                + ")"
+            )
+        if not clauses:
+            return ""
+        return "; STALE PLAN (profile again and re-optimize): " + "; ".join(clauses)
+
+    def _clock_text(self) -> str:
+        total = self.clock_mismatch_count
+        if not total:
+            return "; 0 clock mismatches"
+        causes = ", ".join(
+            f"{n} {cause}" for cause, n in sorted(self.clock_mismatches.items()) if n
+        )
+        return f"; {total} clock mismatch(es) so far ({causes}): see FrequencySwitcher.records()"
 
 
 @dataclass(frozen=True)
@@ -129,6 +174,75 @@ class CalibrationResult:
             f"{100 * self.saving:.2f} % ± {100 * self.saving_std:.2f} %, iteration time "
             f"{100 * self.time_change:+.2f} %"
         )
+
+
+@dataclass(frozen=True)
+class FinalReport:
+    """What ran on this rank, made at detach (``Attachment.final_report``; no collective)."""
+
+    rank: int
+    first_iteration: int  #: perseus's number of this process's first iteration
+    iterations: int  #: training iterations this process ran
+    phases: Mapping[str, int]  #: iterations per phase ("plan", "following", "fastest", "unlocked")
+    plan_times_s: tuple[float, ...]  #: the distinct plans run, by their iteration time
+    switches: int  #: this replica's plan switches (following stragglers)
+    energy_j: float  #: this GPU's measured energy over those iterations (NaN: unread)
+    predicted_energy_j: float  #: the plans' energy per pipeline, summed over the iterations
+    clock_mismatches: Mapping[str, int]  #: this GPU's read-backs that disagreed, by cause
+    stale_plans: int  #: stale-plan findings on this rank
+
+    def __str__(self) -> str:
+        phases = ", ".join(f"{n} {phase}" for phase, n in sorted(self.phases.items()) if n)
+        plans = ", ".join(f"{t:.4g} s" for t in self.plan_times_s) or "none"
+        mismatches = sum(self.clock_mismatches.values())
+        last = self.first_iteration + self.iterations - 1
+        return (
+            f"rank {self.rank} ran iterations {self.first_iteration}-{last} "
+            f"({self.iterations}: {phases or 'none measured'}); plans run: {plans}; "
+            f"{self.switches} straggler switch(es); this GPU measured {self.energy_j:.5g} J "
+            f"(the plans predict {self.predicted_energy_j:.5g} J per pipeline); "
+            f"{mismatches} clock mismatch(es); {self.stale_plans} stale-plan finding(s)"
+        )
+
+
+def final_report(
+    metrics: Metrics,
+    *,
+    rank: int,
+    first_iteration: int,
+    iterations: int,
+    switches: int,
+    clock_mismatches: Mapping[str, int],
+) -> FinalReport:
+    """This rank's :class:`FinalReport` from its iteration records (this process's only)."""
+    rows = [r for r in metrics.iterations if r.iteration >= first_iteration]
+    phases: dict[str, int] = {}
+    for row in rows:
+        phases[row.phase] = phases.get(row.phase, 0) + 1
+    energies = [r.energy_j for r in rows]
+    predicted = [r.plan_energy_j for r in rows if math.isfinite(r.plan_energy_j)]
+    return FinalReport(
+        rank=rank,
+        first_iteration=first_iteration,
+        iterations=iterations,
+        phases=phases,
+        plan_times_s=tuple(
+            sorted(
+                {
+                    r.plan_time_s
+                    for r in rows
+                    if r.phase in ("plan", "following") and math.isfinite(r.plan_time_s)
+                }
+            )
+        ),
+        switches=switches,
+        energy_j=sum(energies)
+        if energies and all(math.isfinite(e) for e in energies)
+        else math.nan,
+        predicted_energy_j=sum(predicted) if predicted else math.nan,
+        clock_mismatches=dict(clock_mismatches),
+        stale_plans=len(metrics.stale_plans),
+    )
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -197,6 +311,8 @@ class Metrics:
         self.job_iterations: deque[JobIteration] = deque(maxlen=keep_iterations)
         self.calibration: Optional[CalibrationResult] = None
         self.layout: dict[str, Any] = {}
+        self.clock_mismatches: dict[str, int] = {}  #: this GPU's, as of the last report/detach
+        self.stale_plans: list[Any] = []  #: this rank's stale-plan findings
 
     def summary(self) -> dict[str, Any]:
         """This rank's totals, as plain numbers (to gather and print, see
@@ -213,6 +329,8 @@ class Metrics:
             "plan_time_s": _mean([r.plan_time_s for r in rows]),
             "plan_energy_j": _mean([r.plan_energy_j for r in rows]),
             "switches": sum(r.switches for r in rows),
+            "clock_mismatches": dict(self.clock_mismatches),
+            "stale_plans": [str(finding) for finding in self.stale_plans],
             "calibration": asdict(self.calibration) if self.calibration is not None else None,
         }
 
@@ -327,6 +445,9 @@ def write(writers: Sequence[Any], report: EnergyReport, step_offset: int = 0) ->
             "perseus/power_w": row.energy_j / row.time_s if row.time_s > 0 else math.nan,
             "perseus/plan_switches": float(row.switches),
         }
+        if row is report.iterations[-1]:  # counted per report, so at its last step
+            scalars["perseus/clock_mismatches"] = float(report.clock_mismatch_count)
+            scalars["perseus/stale_plan_findings"] = float(len(report.stale_plans))
         for writer in writers:
             if hasattr(writer, "add_scalar"):
                 for tag, value in scalars.items():
@@ -372,7 +493,18 @@ def job_rows(payloads: Sequence[dict[str, Any]]) -> list[JobIteration]:
     return rows
 
 
-def report_of(rows: Sequence[JobIteration], gpus: int, replicas: int) -> EnergyReport:
+def report_of(
+    rows: Sequence[JobIteration],
+    gpus: int,
+    replicas: int,
+    payloads: Sequence[dict[str, Any]] = (),
+) -> EnergyReport:
+    """The report of `rows`; `payloads` (every rank's) add clock mismatches and stale plans."""
+    mismatches: dict[str, int] = {}
+    for payload in payloads:
+        for cause, n in dict(payload.get("clock_mismatches") or {}).items():
+            mismatches[str(cause)] = mismatches.get(str(cause), 0) + int(n)
+    stale = tuple(finding for payload in payloads for finding in payload.get("stale_plans", ()))
     return EnergyReport(
         first_iteration=rows[0].iteration,
         last_iteration=rows[-1].iteration,
@@ -384,15 +516,25 @@ def report_of(rows: Sequence[JobIteration], gpus: int, replicas: int) -> EnergyR
         predicted_time_s=_mean([r.predicted_time_s for r in rows]),
         switches=sum(r.switches for r in rows),
         iterations=tuple(rows),
+        clock_mismatches=mismatches,
+        stale_plans=stale,
     )
 
 
 class Recorder:
     """This rank's iteration accounting: counter reads at boundaries, forward-only spans left out."""
 
-    def __init__(self, meter: EnergyMeter, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        meter: EnergyMeter,
+        metrics: Metrics,
+        *,
+        mismatches: Optional[Callable[[], Mapping[str, int]]] = None,
+    ) -> None:
         self._meter = meter
         self.metrics = metrics
+        self._mismatches = mismatches
+        self._stale: list[Any] = []
         self._open: Optional[dict[str, Any]] = None
         self._excluded_j = 0.0
         self._excluded_s = 0.0
@@ -466,7 +608,26 @@ class Recorder:
     def payload(self, layout: dict[str, Any]) -> dict[str, Any]:
         """This rank's records since the last report (then forgotten), for the all-gather."""
         records, self._window = self._window, []
-        return {**layout, "records": records}
+        stale, self._stale = self._stale, []
+        return {
+            **layout,
+            "records": records,
+            "clock_mismatches": self.clock_mismatches(),
+            "stale_plans": stale,
+        }
+
+    def stale(self, finding: Any) -> None:
+        """A stale-plan finding of this rank, for the next report."""
+        self._stale.append(finding)
+
+    def clock_mismatches(self) -> dict[str, int]:
+        """This GPU's clock mismatches so far, by cause (empty when none can be read)."""
+        if self._mismatches is None:
+            return {}
+        try:
+            return {str(k): int(v) for k, v in dict(self._mismatches()).items()}
+        except Exception:  # noqa: BLE001 - a closed switcher: nothing more to count
+            return {}
 
     def close_meter(self) -> None:
         self._meter.close()

@@ -206,6 +206,17 @@ class MetricsOptions:
         made them (``megatron.training.get_tensorboard_writer()``).
     keep_iterations : int
         Per-iteration records kept in ``Attachment.metrics.iterations``.
+    stale_plan_tolerance : float or None
+        Noticing a stale plan: each computation perseus hands a clock is
+        timed (CUDA events read late; nothing waits for the GPU) and, per
+        stage and instruction, compared with what the plan's profile
+        predicts at that clock. When three quarters of the last
+        `stale_plan_window` iterations are off by more than this fraction
+        (0.10: 10 %) on the same side, perseus says so once per cause, with
+        the numbers (a :class:`StalePlanWarning`, in
+        ``Attachment.stale_plans`` and in the energy report). ``None``: off.
+    stale_plan_window : int
+        Iterations per stale-plan decision (after `warmup_iterations`).
     """
 
     enabled: bool = True
@@ -215,6 +226,8 @@ class MetricsOptions:
     writers: Sequence[Any] = ()
     megatron_writers: bool = True
     keep_iterations: int = 10_000
+    stale_plan_tolerance: Optional[float] = 0.10
+    stale_plan_window: int = 20
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -228,6 +241,16 @@ class MetricsOptions:
             )
         _check_count("MetricsOptions.warmup_iterations", self.warmup_iterations, 0)
         _check_count("MetricsOptions.keep_iterations", self.keep_iterations, 1)
+        if self.stale_plan_tolerance is not None:
+            _check_fraction(
+                "MetricsOptions.stale_plan_tolerance", self.stale_plan_tolerance, allow_zero=False
+            )
+            if float(self.stale_plan_tolerance) >= 1:
+                raise ValueError(
+                    "MetricsOptions.stale_plan_tolerance must be below 1 (a fraction), not "
+                    f"{self.stale_plan_tolerance!r}"
+                )
+        _check_count("MetricsOptions.stale_plan_window", self.stale_plan_window, 4)
         writers = tuple(self.writers)
         for writer in writers:
             if not (hasattr(writer, "add_scalar") or hasattr(writer, "log")):

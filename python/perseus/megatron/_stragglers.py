@@ -52,7 +52,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from .._deprecation import warn_renamed
 from ..frontier import Frontier
@@ -225,6 +225,51 @@ class StragglerPolicy:
         self._since = 0  # samples since the last switch or reset
         # While following: each follower's median on its current plan, first measured.
         self._plan_reference: Optional[dict[int, float]] = None
+
+    def state(self) -> dict[str, Any]:
+        """What a resumed run needs to go on as this one would (plain JSON data)."""
+        return {
+            "replicas": self._replicas,
+            "straggler": self.straggler,
+            "reference_s": None if math.isnan(self.reference_s) else self.reference_s,
+            "deadline_s": self.deadline_s,
+            "history": [list(row) for row in self._history],
+            "since": self._since,
+            "plan_reference": (
+                None
+                if self._plan_reference is None
+                else [[r, t] for r, t in sorted(self._plan_reference.items())]
+            ),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Go on from :meth:`state` (checked: a malformed one raises ValueError, changing nothing)."""
+        try:
+            replicas = int(state["replicas"])
+            straggler = None if state["straggler"] is None else int(state["straggler"])
+            reference = state["reference_s"]
+            reference_s = math.nan if reference is None else float(reference)
+            deadline = state["deadline_s"]
+            deadline_s = None if deadline is None else float(deadline)
+            history = [tuple(float(t) for t in row) for row in state["history"]]
+            since = int(state["since"])
+            pairs = state["plan_reference"]
+            plan_reference = None if pairs is None else {int(r): float(t) for r, t in pairs}
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"the straggler state is malformed ({error})") from None
+        if any(len(row) != replicas for row in history) or (
+            straggler is not None and (not 0 <= straggler < replicas or deadline_s is None)
+        ):
+            raise ValueError("the straggler state is inconsistent (replicas, straggler, deadline)")
+        self.reset()
+        self._replicas = replicas
+        self.straggler, self.reference_s, self.deadline_s = straggler, reference_s, deadline_s
+        self._history.extend(history)
+        self._since = since
+        self._plan_reference = plan_reference
+        if straggler is not None and straggler != self.replica:
+            assert deadline_s is not None
+            self.plan = self.frontier.plan_for(deadline_s)
 
     @property
     def following(self) -> bool:

@@ -136,6 +136,18 @@ class CpuGroups:
         dist.all_gather_object(replicas, replica, group=self.data_parallel)
         return [p for one in replicas for p in one]
 
+    def barrier(self) -> None:
+        """Every rank of the job, along the two groups: the pipeline's ranks, then the replicas.
+
+        Each data-parallel group holds one rank of every replica, and that rank passed its
+        pipeline's barrier only once all of its pipeline had arrived: so nobody leaves before
+        every rank has arrived, with no world-sized group.
+        """
+        dist = self._torch.distributed
+        dist.barrier(group=self.model_parallel)
+        if self.data_parallel_size > 1:
+            dist.barrier(group=self.data_parallel)
+
 
 class ReplicaTimes:
     """Each replica's pipeline time, exchanged asynchronously and read late.

@@ -26,7 +26,7 @@ callables per chunk:
 
 RNG states are restored afterwards, so training continues exactly as it
 would have. The orchestration (who sweeps, tensor-parallel lock step, the
-gather and the merged files) is in :mod:`._profiling`.
+gather and the merged files) is in :mod:`._profile_mode`.
 """
 
 from __future__ import annotations

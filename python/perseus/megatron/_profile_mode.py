@@ -3,12 +3,14 @@
 - Nothing needs torch.distributed before the first schedule call, so
   ``attach`` may be entered before Megatron initialises (its own
   ``init_process_group``, device binding, timeouts). At the first call,
-  every rank joins in making a gloo group with a long timeout (a sweep takes
-  minutes to hours) and, with tensor parallelism, one gloo group per
-  tensor-parallel group; what profile mode cannot do is refused then,
-  before anything is captured.
+  every rank joins in making gloo copies of the data-parallel and
+  model-parallel groups with a long timeout (a sweep takes minutes to
+  hours; :class:`~._timing.CpuGroups`, as run mode: no world-sized gloo
+  group, which at 1,000 ranks is a full mesh of TCP connections) and, with
+  tensor parallelism, one gloo group per tensor-parallel group; what
+  profile mode cannot do is refused then, before anything is captured.
 - In the capture iteration every rank keeps microbatch 0 of each of its
-  chunks (see :mod:`._profile`). Data-parallel replica 0 then sweeps: each
+  chunks (see :mod:`._replay`). Data-parallel replica 0 then sweeps: each
   pipeline rank its own chunks on its own GPU, all pipeline ranks at once.
 - With tensor parallelism the ranks of a stage run its computations
   together (their collectives must match): the group's first rank runs
@@ -18,7 +20,9 @@
   measurement is the first rank's GPU (each GPU of a tensor-parallel stage
   runs the same clock and work); the sidecar records how many GPUs a stage
   has, which the run-mode metrics multiply by.
-- Every rank then joins one gather; rank 0 writes the merged profile.
+- Every rank then joins one gather along those groups (the pipeline's ranks,
+  then the replicas); rank 0 writes the merged profile, and a barrier along
+  the same two groups holds every rank until it is written.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ from typing import Any, Callable, Optional
 
 from .._sidecar import BLOCKING_POWER_KEY
 from ..profile import INSTRUCTIONS, Profile
-from . import _profile
+from . import _replay
 from ._errors import MegatronIntegrationError, ProfilingFinished
 from ._options import ProfileOptions
+from ._timing import CpuGroups
 
 __all__ = ["Layout", "ProfileSession"]
 
@@ -117,10 +122,10 @@ class ProfileSession:
     def __init__(self, options: ProfileOptions) -> None:
         self.options = options
         self.path = Path(options.path)
-        self.captures: dict[int, _profile.ChunkCapture] = {}
+        self.captures: dict[int, _replay.ChunkCapture] = {}
         self.done = False
         self.profile: Optional[Profile] = None
-        self._world: Any = None
+        self._groups: Optional[CpuGroups] = None
         self._lockstep: Any = None
         self._lockstep_ranks: list[int] = []
         self.layout: Optional[Layout] = None
@@ -134,11 +139,16 @@ class ProfileSession:
         dist = torch.distributed
         timeout = timedelta(seconds=float(self.options.timeout_s))
         self.layout = layout
-        self._world = dist.new_group(backend="gloo", timeout=timeout)
+        self._groups = CpuGroups(
+            torch,
+            ps.get_data_parallel_group(),
+            ps.get_model_parallel_group(),
+            timeout_s=float(self.options.timeout_s),
+        )
         if layout.tensor_size > 1:
             mine = sorted(dist.get_process_group_ranks(ps.get_tensor_model_parallel_group()))
             everyone: list[Any] = [None] * layout.world_size
-            dist.all_gather_object(everyone, mine, group=self._world)
+            dist.all_gather_object(everyone, mine)  # once, on the default group
             lists = sorted({tuple(x) for x in everyone})
             self._lockstep, _ = dist.new_subgroups_by_enumeration(
                 [list(x) for x in lists], timeout=timeout, backend="gloo"
@@ -150,13 +160,15 @@ class ProfileSession:
         dist = torch.distributed
         if not dist.is_initialized():
             return
-        for group in (self._world, self._lockstep):
-            if group is not None and group is not dist.GroupMember.NON_GROUP_MEMBER:
-                try:
-                    dist.destroy_process_group(group)
-                except Exception:  # noqa: BLE001 - already gone with the default group
-                    pass
-        self._world = self._lockstep = None
+        if self._groups is not None:
+            self._groups.close()
+        group = self._lockstep
+        if group is not None and group is not dist.GroupMember.NON_GROUP_MEMBER:
+            try:
+                dist.destroy_process_group(group)
+            except Exception:  # noqa: BLE001 - already gone with the default group
+                pass
+        self._groups = self._lockstep = None
 
     def capturing(self, iteration: int, microbatch: int) -> bool:
         return not self.done and iteration == self.options.iteration and microbatch == 0
@@ -166,14 +178,14 @@ class ProfileSession:
     def capture_forward(self, torch: Any, chunk: int, arguments: dict[str, Any]) -> dict[str, Any]:
         """Keep this forward's arguments; returns them with the data iterator recorded."""
         iterator = arguments.get("data_iterator")
-        recorder = _profile.RecordingIterator(iterator) if iterator is not None else None
+        recorder = _replay.RecordingIterator(iterator) if iterator is not None else None
         if recorder is not None:
             arguments["data_iterator"] = recorder
-        self.captures[chunk] = _profile.ChunkCapture(
+        self.captures[chunk] = _replay.ChunkCapture(
             chunk=chunk,
             arguments=arguments,
             recorder=recorder,
-            input_tensor=_profile._detached_copy(torch, arguments.get("input_tensor")),
+            input_tensor=_replay._detached_copy(torch, arguments.get("input_tensor")),
         )
         return arguments
 
@@ -181,7 +193,7 @@ class ProfileSession:
         capture = self.captures.get(chunk)
         if capture is None:
             return
-        capture.output_grad = _profile._detached_copy(torch, arguments.get("output_tensor_grad"))
+        capture.output_grad = _replay._detached_copy(torch, arguments.get("output_tensor_grad"))
         capture.backward_arguments = {
             k: v
             for k, v in arguments.items()
@@ -207,9 +219,9 @@ class ProfileSession:
     ) -> Profile:
         """Sweep, gather, write; raises ProfilingFinished with ``after="stop"``."""
         layout = self.layout
+        groups = self._groups
         assert layout is not None
-        assert self._world is not None
-        dist = torch.distributed
+        assert groups is not None
         payload: dict[str, Any] = {
             "pp_rank": layout.pipeline_rank,
             "tp_rank": layout.tensor_rank,
@@ -229,8 +241,7 @@ class ProfileSession:
                 payload.update(self._sweep(torch, layout, originals, deallocate, device))
             except Exception as error:  # noqa: BLE001 - reported on every rank below
                 payload["error"] = f"{type(error).__name__}: {error}"
-        payloads: list[Any] = [None] * layout.world_size
-        dist.all_gather_object(payloads, payload, group=self._world)
+        payloads = groups.gather(payload)
         self.captures.clear()
         errors = [
             f"pipeline rank {p['pp_rank']}, tensor rank {p['tp_rank']}: {p['error']}"
@@ -240,10 +251,10 @@ class ProfileSession:
         if errors:
             raise MegatronIntegrationError("profile mode failed: " + "; ".join(errors))
         leaders = [p for p in payloads if p and p["measurements"]]
-        rows, blocking_w = _profile.merged_profile(leaders)
-        self.profile = _profile.profile_from_rows(rows, blocking_w)
+        rows, blocking_w = _replay.merged_profile(leaders)
+        self.profile = _replay.profile_from_rows(rows, blocking_w)
         if layout.rank == 0:
-            _profile.write_merged(
+            _replay.write_merged(
                 self.path,
                 rows,
                 {
@@ -266,13 +277,13 @@ class ProfileSession:
                         str(p["pp_rank"]): p["blocking_power_w"] for p in leaders
                     },
                     "per_rank_sweeps": [
-                        _profile.rank_path(self.path, p["pp_rank"]).name for p in leaders
+                        _replay.rank_path(self.path, p["pp_rank"]).name for p in leaders
                     ],
                     "stage": "chunk * pipeline_size + pipeline_rank",
                     "energy": "one GPU per stage (the first tensor-parallel rank's)",
                 },
             )
-        dist.barrier(group=self._world)
+        groups.barrier()  # nobody goes on before rank 0 has written the profile
         self.done = True
         if layout.rank == 0:
             logger.info(
@@ -293,8 +304,8 @@ class ProfileSession:
         from ..profiler import profile_stages
 
         computations = {
-            _profile.stage_of(chunk, layout.pipeline_rank, layout.pipeline_size): (
-                _profile.make_computations(
+            _replay.stage_of(chunk, layout.pipeline_rank, layout.pipeline_size): (
+                _replay.make_computations(
                     torch,
                     originals["forward_step"],
                     originals["backward_step"],
@@ -309,9 +320,9 @@ class ProfileSession:
         options.setdefault("progress", False)
         lock_clocks = bool(options.get("lock_clocks", True))
         leader = layout.tensor_size == 1 or layout.tensor_rank == 0
-        state = _profile.rng_state(torch)
+        state = _replay.rng_state(torch)
         try:
-            with _profile.GradientGuard(torch, chunks):
+            with _replay.GradientGuard(torch, chunks):
                 if not leader:
                     self._follow(torch, computations, device, lock_clocks)
                     return {}
@@ -320,7 +331,7 @@ class ProfileSession:
                 try:
                     result = profile_stages(
                         computations,
-                        _profile.rank_path(self.path, layout.pipeline_rank),
+                        _replay.rank_path(self.path, layout.pipeline_rank),
                         mode=self.options.profiler_mode,
                         device=device,
                         **options,
@@ -329,9 +340,9 @@ class ProfileSession:
                     if layout.tensor_size > 1:
                         self._command(torch, _STOP, 0, 0)
         finally:
-            _profile.restore_rng_state(torch, state)
+            _replay.restore_rng_state(torch, state)
         return {
-            "measurements": _profile.backward_rows([m.to_json() for m in result.measurements]),
+            "measurements": _replay.backward_rows([m.to_json() for m in result.measurements]),
             "blocking_power_w": float(result.blocking_power_w),
         }
 
