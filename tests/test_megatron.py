@@ -667,7 +667,9 @@ def test_state_files_are_checked_and_written_whole(tmp_path):
     _resume.write_state(path, {"format": _resume.FORMAT, "version": 1, "iterations": 5})
     assert _resume.read_state(path)["iterations"] == 5
     assert [p.name for p in path.parent.iterdir()] == ["rank00003.json"]  # no temporary left
-    with pytest.raises(ValueError, match="JSON"):  # NaN is not JSON: nothing half-written replaces the file
+    with pytest.raises(
+        ValueError, match="JSON"
+    ):  # NaN is not JSON: nothing half-written replaces the file
         _resume.write_state(path, {"format": _resume.FORMAT, "version": 1, "x": math.nan})
     assert _resume.read_state(path)["iterations"] == 5
     assert [p.name for p in path.parent.iterdir()] == ["rank00003.json"]
