@@ -54,7 +54,6 @@ import binascii
 import hashlib
 import json
 import math
-import numbers
 import warnings
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, Union
 
@@ -65,6 +64,7 @@ from ._fingerprint import check_fingerprint
 from ._plan_store import PlanStore, changes_of
 from ._replay import _setup, measured_rows, problem_replay
 from ._strict_json import JsonError, loads_strict, read_bounded
+from ._validate import is_integer, is_real
 from ._zeus_format import COLUMNS, INSTRUCTIONS
 from .errors import ProfileError
 from .pipeline_spec import PipelineSpec
@@ -82,7 +82,8 @@ FORMAT_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 MAX_FILE_BYTES = 512 * 1024 * 1024
 """Frontier files larger than this are refused unread (override with ``max_bytes``)."""
-_STOP_REASONS = ("minimum_time", "no_progress", "infeasible_flow")
+# The names the core gives its stop reasons, in the enum's order.
+_STOP_REASONS = tuple(_core.stop_reason_name(r) for r in _core.StopReason.__members__.values())
 
 _ID_RULE = "(stage * microbatches + microbatch) * 2 + (0 forward | 1 backward)"
 _MAX_COUNT = 2**30  # GPUs, chunks, microbatches, steps: far beyond any real pipeline
@@ -281,7 +282,7 @@ def _kind(value: Any) -> str:
 
 
 def _integer(value: Any, field: str, low: int = 0, high: int = _MAX_COUNT) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_integer(value):
         _fail(field, f"expected an integer, got {_kind(value)}")
     if not low <= value <= high:
         _fail(field, f"must be in {low}..{high}, got {value}")
@@ -297,7 +298,7 @@ def _real(
     positive: bool = True,
     high: float = math.inf,
 ) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_real(value):
         _fail(field, f"expected a number of {unit}, got {_kind(value)}")
     number = float(value)
     if not math.isfinite(number):
@@ -554,7 +555,7 @@ def _check_store_against(
     """
     which = "the profile stored in the file" if stored else "the profile given"
     pipeline = spec.pipeline()
-    group = pipeline.stage.astype(np.int64) * 2 + pipeline.instruction
+    group = pipeline.group
     allowed = np.zeros((2 * spec.num_stages, LIMITS.max_frequency_mhz + 1), dtype=bool)
     for g in range(2 * spec.num_stages):
         allowed[g, profile.measured(g // 2, INSTRUCTIONS[g % 2]).frequency_mhz] = True
@@ -663,7 +664,7 @@ def _check_against(
     which = "the profile stored in the file" if stored else "the profile given"
     pipeline = spec.pipeline()
     rows = np.stack([p.frequencies_mhz for p in plans]).astype(np.int64)
-    group = pipeline.stage.astype(np.int64) * 2 + pipeline.instruction
+    group = pipeline.group
     for g in range(2 * spec.num_stages):
         stage, instruction = g // 2, INSTRUCTIONS[g % 2]
         allowed = profile.measured(stage, instruction).frequency_mhz

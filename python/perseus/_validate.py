@@ -13,18 +13,26 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Optional, cast
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # annotations only: typing.TypeGuard needs Python 3.10
+    from typing_extensions import TypeGuard
 
 __all__ = ["integer", "is_integer", "is_real", "real"]
 
 
-def is_real(value: object) -> bool:
-    """Whether `value` is a real number and not a bool."""
+def is_real(value: object) -> TypeGuard[float]:
+    """Whether `value` is a real number and not a bool.
+
+    Type checkers then treat it as a float; numpy scalars and Fractions pass too
+    and behave as one in arithmetic and comparisons.
+    """
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def is_integer(value: object) -> bool:
-    """Whether `value` is an integer and not a bool."""
+def is_integer(value: object) -> TypeGuard[int]:
+    """Whether `value` is an integer and not a bool (numpy integers pass: type
+    checkers then treat it as an int)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
@@ -69,9 +77,9 @@ def real(
     if not is_real(value):
         raise (type_error or error)(message)
     try:
-        number = float(cast(float, value))
+        number = float(value)
     except OverflowError:  # an int or Fraction beyond the float range
-        number = math.inf if cast(float, value) > 0 else -math.inf
+        number = math.inf if value > 0 else -math.inf
     if math.isnan(number) or (finite and math.isinf(number)):
         raise error(message)
     if (low is not None and number < low) or (high is not None and number > high):
@@ -97,7 +105,7 @@ def integer(
     message = f"{name} must be {what}{_limits(low, high)}, got {_shown(value)}"
     if not is_integer(value):
         raise (type_error or error)(message)
-    number = int(cast(int, value))  # an Integral: int() is exact
+    number = int(value)  # an Integral: int() is exact
     if (low is not None and number < low) or (high is not None and number > high):
         raise error(message)
     return number

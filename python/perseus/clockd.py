@@ -202,7 +202,7 @@ class ClockService:
                 low, high = int(parts[2]), int(parts[3])
             except ValueError:
                 return _INVALID_ARGUMENT
-            if not 0 < low <= high <= 100000:
+            if not 0 < low <= high <= _core.MAX_CLOCK_MHZ:
                 return _INVALID_ARGUMENT
             lock = gpu.set_locked_clocks if domain == "sm" else gpu.set_memory_locked_clocks
             code = self._code(lock, low, high)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, overload
@@ -26,6 +25,7 @@ from ._files import replace_user_file
 from ._fingerprint import FingerprintValue, check_fingerprint
 from ._frontier_file import FORMAT_VERSION, MAX_FILE_BYTES
 from ._plan_store import PlanStore
+from ._validate import is_integer, is_real
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan, _all_fastest_frequencies, _check_profile_fits, _seconds
 from .plotting import plot_frontier
@@ -210,7 +210,7 @@ class Frontier(Sequence[Plan]):
 
     def computations_of_gpu(self, gpu: int) -> npt.NDArray[np.int64]:
         """Core ids of the computations GPU `gpu` runs (ascending)."""
-        if isinstance(gpu, bool) or not isinstance(gpu, numbers.Integral):
+        if not is_integer(gpu):
             raise TypeError(f"gpu must be an integer, got {gpu!r}")
         if not 0 <= gpu < self._spec.num_gpus:
             raise ValueError(f"gpu must be in 0..{self._spec.num_gpus - 1}, got {gpu}")
@@ -368,7 +368,7 @@ class Frontier(Sequence[Plan]):
         >>> bool(frontier.plan_for_power(cap_w).average_power_w <= cap_w)
         True
         """
-        if isinstance(cap_w, bool) or not isinstance(cap_w, numbers.Real):
+        if not is_real(cap_w):
             raise TypeError(f"cap_w must be a number of watts, got {cap_w!r}")
         try:
             cap = float(cap_w)

@@ -15,6 +15,7 @@ import numpy as np
 from . import _core
 from ._deprecation import warn_renamed
 from ._replay import _of_profile, _setup, _spec, measured_rows
+from ._validate import is_integer, is_real
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .frontier import Frontier, check_fingerprint
@@ -51,7 +52,7 @@ def _unit_time_argument(unit_time_s: Any, legacy: Any) -> float:
         unit_time_s = legacy
     if unit_time_s is None:
         return 1e-3
-    if isinstance(unit_time_s, bool) or not isinstance(unit_time_s, numbers.Real):
+    if not is_real(unit_time_s):
         raise ProfileError(f"unit_time_s must be a number of seconds, got {unit_time_s!r}")
     try:
         unit = float(unit_time_s)
@@ -135,7 +136,7 @@ def _threads_argument(threads: Any) -> int:
     """``threads=`` as the core takes it: 0 for the default, else 1..MAX_THREADS."""
     if threads is None:
         return 0
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+    if not is_integer(threads):
         raise ProfileError(f"threads must be a whole number of threads, got {threads!r}")
     if not 1 <= int(threads) <= MAX_THREADS:
         raise ProfileError(f"threads must be in 1..{MAX_THREADS}, got {threads}")
@@ -167,7 +168,7 @@ def _budgets_argument(budgets: Any) -> _core.SolverBudgets:
 
 
 def _period_argument(progress_period_s: Any) -> float:
-    if isinstance(progress_period_s, bool) or not isinstance(progress_period_s, numbers.Real):
+    if not is_real(progress_period_s):
         raise ProfileError(
             f"progress_period_s must be a number of seconds, got {progress_period_s!r}"
         )

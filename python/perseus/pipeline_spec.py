@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import cast
 
 from . import _core
 from ._validate import is_integer
@@ -64,4 +63,4 @@ def _pipeline_of(spec: PipelineSpec) -> _core.Pipeline:
 
 
 def _is_index(value: object, size: int) -> bool:
-    return is_integer(value) and 0 <= int(cast(int, value)) < size
+    return is_integer(value) and 0 <= int(value) < size

@@ -9,11 +9,10 @@ order (`PipelineSpec.pipeline().ids`), the order of saved frontier files.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +21,7 @@ from . import _zeus_plan
 from ._deprecation import warn_renamed
 from ._files import replace_user_file
 from ._replay import replay_rows
+from ._validate import is_real
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .pipeline_spec import PipelineSpec, _is_index
@@ -65,12 +65,12 @@ class Evaluation:
 
 def _seconds(value: object, name: str) -> float:
     """`value` as a finite float of seconds, or a TypeError/ValueError naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_real(value):
         raise TypeError(f"{name} must be a number of seconds, got {value!r}")
     try:
         seconds = float(value)
     except OverflowError:  # an int beyond the float range is beyond every plan
-        seconds = math.inf if cast(float, value) > 0 else -math.inf
+        seconds = math.inf if value > 0 else -math.inf
     if math.isnan(seconds):
         raise ValueError(f"{name} must be a number of seconds, got NaN")
     return seconds

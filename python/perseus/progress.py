@@ -15,13 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
+from . import _core
+
 __all__ = ["ProgressBar", "ProgressReporter", "SolveProgress"]
 
+# The phases in the order they run, named as the core names them.
+_ORDER = tuple(_core.phase_name(phase) for phase in _core.Phase.__members__.values())
 # Rough share of a solve's time each phase takes (measured on the benchmark
-# corpus), to turn per-phase counts into one fraction and an ETA.
-_WEIGHTS_REFINED = {"min cut": 0.35, "candidates": 0.0, "reclamation": 0.45, "local search": 0.2}
-_WEIGHTS_PLAIN = {"min cut": 0.6, "candidates": 0.4, "reclamation": 0.0, "local search": 0.0}
-_ORDER = ("min cut", "candidates", "reclamation", "local search")
+# corpus; in _ORDER's order), to turn per-phase counts into one fraction and an ETA.
+_WEIGHTS_REFINED = dict(zip(_ORDER, (0.35, 0.0, 0.45, 0.2)))
+_WEIGHTS_PLAIN = dict(zip(_ORDER, (0.6, 0.4, 0.0, 0.0)))
 
 
 @dataclass(frozen=True)

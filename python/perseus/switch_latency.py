@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
+from ._validate import is_real
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .pipeline_spec import PipelineSpec
@@ -93,7 +94,7 @@ class LatencyReplay:
 
 
 def _latency_argument(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not is_real(value):
         raise TypeError(f"switch_latency_s must be a number of seconds, got {value!r}")
     latency = float(value)
     if not math.isfinite(latency) or latency < 0:

@@ -31,6 +31,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ._core import NvmlDevice, SwitchSource
+from ._validate import is_integer
 from .switcher import FrequencySwitcher, _stream_handle
 
 __all__ = ["SwitchLatency", "measure_switch_latency"]
@@ -63,9 +64,9 @@ class SwitchLatency:
 
 
 def _count(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_integer(value) or value < 1:
         raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    return value
+    return int(value)
 
 
 def measure_switch_latency(

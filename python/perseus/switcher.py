@@ -224,7 +224,7 @@ class FrequencySwitcher:
         Raises
         ------
         TypeError, ValueError
-            ``mhz`` is not an integer, or not 1 to 100000.
+            ``mhz`` is not an integer, or outside 1 to ``perseus._core.MAX_CLOCK_MHZ``.
         NvmlError
             The worker failed earlier (the error was also printed on stderr
             when it happened); the switcher no longer switches.

@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Optional, Union
 
+from .._validate import is_integer
 from ..frontier import Frontier
 from ..plan import Plan
 from ..schedule import pipeline_order
@@ -77,14 +78,10 @@ def normalize_frontiers(
                 f"frontier[{key!r}] is a {type(value).__name__}, not a perseus.Frontier"
             )
         normalized: WorkloadKey
-        if isinstance(key, int) and not isinstance(key, bool) and key > 0:
+        if is_integer(key) and key > 0:
             microbatches, normalized = key, int(key)
             kinds.add("microbatches")
-        elif (
-            isinstance(key, tuple)
-            and len(key) == 2
-            and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in key)
-        ):
+        elif isinstance(key, tuple) and len(key) == 2 and all(is_integer(k) and k > 0 for k in key):
             microbatches, normalized = key[0], (int(key[0]), int(key[1]))
             kinds.add("length")
         else:

@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from .._validate import is_integer
+
 __all__ = [
     "CalibrationResult",
     "EnergyReport",
@@ -426,7 +428,7 @@ def megatron_step_offset(args: Any) -> int:
     """
     for name in ("curr_iteration", "iteration"):
         value = getattr(args, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if is_integer(value) and value >= 0:
             return value + 1
     return 0
 

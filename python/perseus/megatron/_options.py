@@ -16,13 +16,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Optional, Union
 
+from .. import _core
+from .._validate import is_integer, is_real
+
 __all__ = ["ClockOptions", "MetricsOptions", "ProfileOptions", "StragglerOptions"]
 
-_MAX_MHZ = 100_000  # the switcher's own bound on a clock
+_MAX_MHZ = _core.MAX_CLOCK_MHZ  # the switcher's own bound on a clock
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return is_integer(value)
 
 
 def _check_mhz(name: str, value: Optional[int]) -> None:
@@ -36,13 +39,13 @@ def _check_mhz(name: str, value: Optional[int]) -> None:
 
 
 def _check_count(name: str, value: object, minimum: int) -> None:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or int(value) < minimum:
+    if not is_integer(value) or int(value) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, not {value!r}")
 
 
 def _check_fraction(name: str, value: object, *, allow_zero: bool) -> None:
     ok = False
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if is_real(value):
         number = float(value)
         ok = math.isfinite(number) and (number >= 0 if allow_zero else number > 0)
     if not ok:

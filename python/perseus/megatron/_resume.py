@@ -30,6 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from .._validate import is_integer
 from ._metrics import CalibrationResult
 from ._once import warn_for_job
 
@@ -68,9 +69,9 @@ def save_plan(args: Any) -> Optional[tuple[Path, int]]:
     """(``--save`` directory, ``--save-interval``) from Megatron-LM's arguments, or None."""
     directory = getattr(args, "save", None)
     interval = getattr(args, "save_interval", None)
-    if not directory or not isinstance(interval, int) or isinstance(interval, bool):
+    if not directory or not is_integer(interval):
         return None
-    return (Path(directory), interval) if interval > 0 else None
+    return (Path(directory), int(interval)) if interval > 0 else None
 
 
 def resume_step(args: Any) -> Optional[tuple[Path, int]]:
@@ -79,9 +80,9 @@ def resume_step(args: Any) -> Optional[tuple[Path, int]]:
     step = getattr(args, "curr_iteration", None)
     if step is None:
         step = getattr(args, "iteration", None)
-    if not directory or not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+    if not directory or not is_integer(step) or step <= 0:
         return None
-    return Path(directory), step
+    return Path(directory), int(step)
 
 
 def check_state(state: Any, where: str) -> dict[str, Any]:
@@ -138,7 +139,7 @@ def _encode_key(key: Optional[WorkloadKey]) -> Any:
 def _decode_key(raw: Any) -> Optional[WorkloadKey]:
     if raw is None:
         return None
-    if isinstance(raw, int) and not isinstance(raw, bool):
+    if is_integer(raw):
         return raw
     count, length = raw
     return (int(count), int(length))

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .._deprecation import warn_renamed
+from .._validate import is_integer
 from ..frontier import Frontier
 from ..plan import Plan
 
@@ -197,7 +198,7 @@ class StragglerPolicy:
             min_duration=min_duration,
             min_gain=min_gain,
         )
-        if isinstance(replica, bool) or not isinstance(replica, int) or replica < 0:
+        if not is_integer(replica) or replica < 0:
             raise ValueError(f"replica must be a data-parallel rank >= 0, not {replica!r}")
         self.frontier = frontier
         self.base = base

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import _core
 from .._sidecar import BLOCKING_POWER_KEY
+from .._validate import is_integer
 from ..errors import ProfileError
 from ..profile import INSTRUCTIONS, Profile
 from ..switcher import FrequencySwitcher, NvmlError, NvmlReturn
@@ -60,7 +61,7 @@ def _computations(computations: Any) -> dict[Key, Callable[[], Any]]:
         raise ValueError("computations is empty: give at least one stage's forward and backward")
     flat: dict[Key, Callable[[], Any]] = {}
     for stage, pair in items:
-        if isinstance(stage, bool) or not isinstance(stage, numbers.Integral) or stage < 0:
+        if not is_integer(stage) or stage < 0:
             raise ValueError(f"stage ids must be integers >= 0, not {stage!r}")
         if not isinstance(pair, Mapping):
             raise TypeError(
@@ -439,7 +440,7 @@ def profile_stages(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     calls = _computations(computations)
-    if isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0:
+    if not is_integer(device) or device < 0:
         raise ValueError(f"device must be a CUDA device index >= 0, not {device!r}")
     frequencies = _check_frequencies(frequencies_mhz)
     if not lock_clocks and frequencies is not None:
