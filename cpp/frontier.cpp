@@ -121,68 +121,89 @@ class Worker {
   std::future<void> result_;
 };
 
-// Plans gathered from logs, replayed once more on measured times.
-struct Gathered {
-  std::vector<OptionIndex> rows;
-  std::vector<double> time_s, energy_j, before_j;
-};
-
-}  // namespace
-
-FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
-                              const SolverOptions& options) {
+void check_inputs(const Pipeline& pipeline, const OptionTable& table, const SolverOptions& options) {
   if (!(options.unit_time_s > 0) || !std::isfinite(options.unit_time_s))
     throw std::invalid_argument("unit time must be a positive number of seconds");
   if (table.num_stages() != pipeline.num_stages())
     throw std::invalid_argument("the profile has " + std::to_string(table.num_stages()) +
                                 " stages but the pipeline needs " +
                                 std::to_string(pipeline.num_stages()));
-  Pacer pacer(options);
-  FrontierResult result;
-  result.num_computations = pipeline.size();
-  const auto n = ix(pipeline.size());
-  const SolverBudgets& budgets = options.budgets;
-  Evaluator evaluator(pipeline, dag, table);
-  {
-    const std::vector<OptionIndex> fastest(n, 0);
-    result.baseline = evaluator.evaluate(fastest.data());
-  }
-  if (!std::isfinite(result.baseline.energy_j) || !std::isfinite(result.baseline.iteration_time_s))
-    throw std::invalid_argument("the iteration's energy overflows: energies or times are too large");
+}
 
-  // Min cut, and when refining the two candidate chains, each on a thread
-  // of its own, following the loop step by step (refinement.hpp); then the
-  // fast end.
-  auto started = Clock::now();
-  const std::int64_t divisor = unit_divisor(pipeline, dag, table, options);
-  const double unit = options.unit_time_s / static_cast<double>(divisor);
-  PhillipsDessouky steps(pipeline, dag, table, unit, budgets);
+// Every computation at its fastest option: the plan savings are measured against.
+Evaluation all_fastest(Evaluator& evaluator, Index num_computations) {
+  const std::vector<OptionIndex> fastest(ix(num_computations), 0);
+  const Evaluation baseline = evaluator.evaluate(fastest.data());
+  if (!std::isfinite(baseline.energy_j) || !std::isfinite(baseline.iteration_time_s))
+    throw std::invalid_argument("the iteration's energy overflows: energies or times are too large");
+  return baseline;
+}
+
+// The candidates of one solve, by where they come from (refinement.hpp). Only
+// `reclaimed` is filled without refinement (then it holds refine=False's plans).
+struct CandidateLogs {
+  explicit CandidateLogs(Index num_computations)
+      : reclaimed(num_computations),
+        tight(num_computations),
+        fast_end(num_computations),
+        plain(num_computations) {}
+  PlanLog reclaimed;  // the walk's sampled step plans, reclaimed
+  PlanLog tight;      // the same steps rounded up, tightened, reclaimed
+  PlanLog fast_end;   // deadlines from the all-fastest time to the first step plan
+  PlanLog plain;      // every unit's plan of the walk at the user's unit
+  // In the order their plans enter selection (ties go to the earlier log).
+  std::array<const PlanLog*, 4> in_order() const { return {&reclaimed, &tight, &fast_end, &plain}; }
+};
+
+// Which step plans become candidates (Sampling in refinement.hpp).
+Sampling step_sampling(std::int64_t divisor, const SolverOptions& options) {
   Sampling sampling;
   sampling.stride = divisor;
-  sampling.energy_resolution = options.refine ? budgets.candidate_energy_resolution : 0.0;
+  sampling.energy_resolution = options.refine ? options.budgets.candidate_energy_resolution : 0.0;
   sampling.max_spacing =
-      options.refine ? std::max<std::int64_t>(1, budgets.candidate_max_spacing_units) : 1;
-  PlanImprover improver(pipeline, dag, table);
-  // Logs: the reclaimed chain, the tight chain, the fast end, the plain plans.
-  std::vector<PlanLog> logs;
-  for (int k = 0; k < 4; ++k) logs.emplace_back(pipeline.size());
-  const Phase walk = options.refine ? Phase::kReclaim : Phase::kCandidates;
-  const Ticker tick = [&](std::int64_t done, std::int64_t total) { pacer.tick(walk, done, total); };
-  // Every plain plan (what refine=False returns) is also a candidate when
-  // refining. The walk on the finer quantum is another Phillips-Dessouky
-  // path, and its sampled, reclaimed plans do not cover the plain walk's:
-  // without these the refined frontier was up to 0.19 % worse than the
-  // plain one at some of its times (SOSP '24 GPT-3 8 x 48; 0.40 % at
-  // 8 x 96). The plain walk runs in the min-cut phase (before the loop, or
-  // beside it on a thread of its own), its plans are taken after the
-  // chains; with a divisor of 1 it is the loop itself. Threads beyond the
-  // caller's go to the reclaimed chain, the tight chain and the plain walk,
-  // in that order (solver_options.hpp, threads); a chain without one runs on
-  // the caller's thread after the loop.
+      options.refine ? std::max<std::int64_t>(1, options.budgets.candidate_max_spacing_units) : 1;
+  return sampling;
+}
+
+// What the min-cut walk left behind, besides the candidates.
+struct WalkOutcome {
+  StopReason stop_reason = StopReason::kMinimumTime;
+  double min_cut_s = 0.0;  // wall time of the loop (and of the plain walk beside it)
+};
+
+// refine=False: the loop, then every unit's plan, unreclaimed.
+WalkOutcome walk_plain(PhillipsDessouky& steps, double unit, const Sampling& sampling, Pacer& pacer,
+                       PlanImprover& improver, CandidateLogs& logs, const Ticker& tick) {
+  const auto started = Clock::now();
+  WalkOutcome outcome;
+  outcome.stop_reason = steps.run(pacer);
+  outcome.min_cut_s = seconds_since(started);
+  collect_chain(steps, Chain::kReclaimed, unit, sampling, false, improver, logs.reclaimed, tick);
+  return outcome;
+}
+
+// refine=True: the loop on the finer quantum with the two chains following
+// it, the plain walk at the user's unit, then the fast end and the plain
+// plans. Every plain plan (what refine=False returns) is also a candidate:
+// the walk on the finer quantum is another Phillips-Dessouky path, and its
+// sampled, reclaimed plans do not cover the plain walk's; without these the
+// refined frontier was up to 0.19 % worse than the plain one at some of its
+// times (SOSP '24 GPT-3 8 x 48; 0.40 % at 8 x 96). The plain walk runs in
+// the min-cut phase (before the loop, or beside it on a thread of its own);
+// with a divisor of 1 it is the loop itself. Threads beyond the caller's go
+// to the reclaimed chain, the tight chain and the plain walk, in that order
+// (solver_options.hpp, threads); a job without one runs on the caller's
+// thread after the loop.
+WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
+                         const SolverOptions& options, PhillipsDessouky& steps, double unit,
+                         const Sampling& sampling, double all_fastest_s, Pacer& pacer,
+                         PlanImprover& improver, CandidateLogs& logs, const Ticker& tick) {
+  const SolverBudgets& budgets = options.budgets;
   const int threads = solver_threads(options);
+  const auto started = Clock::now();
   std::unique_ptr<PhillipsDessouky> plain;
   std::unique_ptr<Worker> plain_walk;
-  if (options.refine && divisor > 1) {
+  if (unit < options.unit_time_s) {
     plain = std::make_unique<PhillipsDessouky>(pipeline, dag, table, options.unit_time_s, budgets);
     PhillipsDessouky& walk_steps = *plain;
     if (threads >= 4) {
@@ -195,150 +216,220 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
       plain->run(pacer);
     }
   }
-  if (options.refine) {
-    Sampling sparse = sampling;
-    sparse.energy_resolution *= static_cast<double>(budgets.tight_chain_coarsening);
-    sparse.max_spacing *= std::max<std::int64_t>(1, budgets.tight_chain_coarsening);
-    PlanImprover reclaimed_improver(pipeline, dag, table), tight_improver(pipeline, dag, table);
-    // run() closes the log when it ends; a chain joined before that (an
-    // exception on the way) is released by closing it first.
-    const auto close_log = [&steps] { steps.close_log(); };
-    Worker reclaimed(
-        threads >= 2,
-        [&](const Ticker& worker_tick) {
-          collect_chain(steps, Chain::kReclaimed, unit, sampling, true, reclaimed_improver, logs[0],
-                        worker_tick);
-        },
-        close_log);
-    Worker tight(
-        threads >= 3,
-        [&](const Ticker& worker_tick) {
-          collect_chain(steps, Chain::kTight, unit, sparse, true, tight_improver, logs[1], worker_tick);
-        },
-        close_log);
-    result.stop_reason = steps.run(pacer);
-    if (plain_walk) {
-      plain_walk->finish(pacer, [&](std::int64_t done, std::int64_t total) {
-        pacer.tick(Phase::kMinCut, done, total);
-      });
-      plain_walk.reset();
-    }
-    result.phase_seconds[static_cast<int>(Phase::kMinCut)] = seconds_since(started);
-    started = Clock::now();
-    // The chains follow the loop (or, without threads of their own, run now).
-    const auto report = [&](std::int64_t done, std::int64_t total) { pacer.tick(walk, done, total); };
-    reclaimed.finish(pacer, report);
-    tight.finish(pacer, report);
-    double first_step_s = result.baseline.iteration_time_s;
-    bool any = false;
-    for (int k = 0; k < 2; ++k)
-      for (std::size_t p = 0; p < logs[ix(k)].size(); ++p) {
-        first_step_s = any ? std::min(first_step_s, logs[ix(k)].time_s(p)) : logs[ix(k)].time_s(p);
-        any = true;
-      }
-    collect_fast_end(steps, options.unit_time_s, result.baseline.iteration_time_s, first_step_s,
-                     improver, logs[2], tick);
-    const Sampling every_unit;  // stride 1, every unit: refine=False's plans
-    collect_chain(plain ? *plain : steps, Chain::kReclaimed, options.unit_time_s, every_unit, false,
-                  improver, logs[3], tick);
-    plain.reset();
-  } else {
-    result.stop_reason = steps.run(pacer);
-    result.phase_seconds[static_cast<int>(Phase::kMinCut)] = seconds_since(started);
-    started = Clock::now();
-    collect_chain(steps, Chain::kReclaimed, unit, sampling, false, improver, logs[0], tick);
+  Sampling sparse = sampling;
+  sparse.energy_resolution *= static_cast<double>(budgets.tight_chain_coarsening);
+  sparse.max_spacing *= std::max<std::int64_t>(1, budgets.tight_chain_coarsening);
+  PlanImprover reclaimed_improver(pipeline, dag, table), tight_improver(pipeline, dag, table);
+  // run() closes the log when it ends; a chain joined before that (an
+  // exception on the way) is released by closing it first.
+  const auto close_log = [&steps] { steps.close_log(); };
+  Worker reclaimed(
+      threads >= 2,
+      [&](const Ticker& worker_tick) {
+        collect_chain(steps, Chain::kReclaimed, unit, sampling, true, reclaimed_improver,
+                      logs.reclaimed, worker_tick);
+      },
+      close_log);
+  Worker tight(
+      threads >= 3,
+      [&](const Ticker& worker_tick) {
+        collect_chain(steps, Chain::kTight, unit, sparse, true, tight_improver, logs.tight,
+                      worker_tick);
+      },
+      close_log);
+  WalkOutcome outcome;
+  outcome.stop_reason = steps.run(pacer);
+  if (plain_walk) {
+    plain_walk->finish(
+        pacer, [&](std::int64_t done, std::int64_t total) { pacer.tick(Phase::kMinCut, done, total); });
+    plain_walk.reset();
   }
-  result.steps = steps.units_done();
-  result.cuts = steps.num_cuts();  // the plain walk's are not counted (its time is the phase's)
-  result.unit_time_s = unit;
-  result.min_time_units = steps.min_units();
-  result.max_time_units = steps.max_units();
-  result.phase_seconds[static_cast<int>(walk)] = seconds_since(started);
+  outcome.min_cut_s = seconds_since(started);
+  // The chains follow the loop (or, without threads of their own, run now).
+  reclaimed.finish(pacer, tick);
+  tight.finish(pacer, tick);
+  double first_step_s = all_fastest_s;
+  bool any = false;
+  for (const PlanLog* log : {&logs.reclaimed, &logs.tight})
+    for (std::size_t p = 0; p < log->size(); ++p) {
+      first_step_s = any ? std::min(first_step_s, log->time_s(p)) : log->time_s(p);
+      any = true;
+    }
+  collect_fast_end(steps, options.unit_time_s, all_fastest_s, first_step_s, improver, logs.fast_end,
+                   tick);
+  const Sampling every_unit;  // stride 1, every unit: refine=False's plans
+  collect_chain(plain ? *plain : steps, Chain::kReclaimed, options.unit_time_s, every_unit, false,
+                improver, logs.plain, tick);
+  return outcome;
+}
 
-  const double blocking_w = evaluator.pipeline_blocking_w();
-  const double resolution_j = budgets.plan_energy_resolution * result.baseline.energy_j;
-  // The plans worth keeping from a log, replayed once more on measured times.
-  Gathered all;
-  auto gather = [&](const PlanLog& log, Phase phase) {
+// The plans kept so far, replayed once more on measured times, fastest first.
+class ParetoSet {
+ public:
+  ParetoSet(Evaluator& evaluator, Index num_computations, double blocking_w, double resolution_j,
+            Pacer& pacer)
+      : evaluator_(evaluator),
+        n_(ix(num_computations)),
+        blocking_w_(blocking_w),
+        resolution_j_(resolution_j),
+        pacer_(pacer) {}
+
+  // Replays the plans worth keeping from `log` and adds them (not yet selected).
+  void add(const PlanLog& log, Phase phase) {
     std::vector<double> times(log.size()), energies(log.size());
     for (std::size_t k = 0; k < log.size(); ++k) {
       times[k] = log.time_s(k);
       energies[k] = log.energy_j(k);
     }
-    std::vector<std::size_t> wanted = frontier_of(times, energies, blocking_w, resolution_j);
+    std::vector<std::size_t> wanted = frontier_of(times, energies, blocking_w_, resolution_j_);
     std::sort(wanted.begin(), wanted.end());  // the order rebuild() visits plans in
     log.rebuild(wanted, [&](std::size_t k, const OptionIndex* choice) {
-      pacer.tick(phase, static_cast<std::int64_t>(k), static_cast<std::int64_t>(wanted.size()));
-      const Evaluation e = evaluator.evaluate(choice);
-      all.rows.insert(all.rows.end(), choice, choice + n);
-      all.time_s.push_back(e.iteration_time_s);
-      all.energy_j.push_back(e.energy_j);
-      all.before_j.push_back(log.energy_before_j(wanted[k]) +
-                             blocking_w * (e.iteration_time_s - log.time_s(wanted[k])));
+      pacer_.tick(phase, static_cast<std::int64_t>(k), static_cast<std::int64_t>(wanted.size()));
+      const Evaluation e = evaluator_.evaluate(choice);
+      rows_.insert(rows_.end(), choice, choice + n_);
+      time_s_.push_back(e.iteration_time_s);
+      energy_j_.push_back(e.energy_j);
+      before_j_.push_back(log.energy_before_j(wanted[k]) +
+                          blocking_w_ * (e.iteration_time_s - log.time_s(wanted[k])));
     });
-  };
-  // Keeps only the Pareto plans of `all`, fastest first.
-  auto select = [&]() {
-    Gathered kept;
-    for (const std::size_t k : frontier_of(all.time_s, all.energy_j, blocking_w, resolution_j)) {
-      kept.rows.insert(kept.rows.end(), all.rows.begin() + static_cast<std::ptrdiff_t>(k * n),
-                       all.rows.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
-      kept.time_s.push_back(all.time_s[k]);
-      kept.energy_j.push_back(all.energy_j[k]);
-      kept.before_j.push_back(std::max(all.before_j[k], all.energy_j[k]));
+  }
+
+  // Keeps only the Pareto plans of everything added, fastest first.
+  void select() {
+    std::vector<OptionIndex> rows;
+    std::vector<double> time_s, energy_j, before_j;
+    for (const std::size_t k : frontier_of(time_s_, energy_j_, blocking_w_, resolution_j_)) {
+      rows.insert(rows.end(), rows_.begin() + static_cast<std::ptrdiff_t>(k * n_),
+                  rows_.begin() + static_cast<std::ptrdiff_t>((k + 1) * n_));
+      time_s.push_back(time_s_[k]);
+      energy_j.push_back(energy_j_[k]);
+      before_j.push_back(std::max(before_j_[k], energy_j_[k]));
     }
-    all = std::move(kept);
+    rows_ = std::move(rows);
+    time_s_ = std::move(time_s);
+    energy_j_ = std::move(energy_j);
+    before_j_ = std::move(before_j);
+  }
+
+  const std::vector<OptionIndex>& rows() const { return rows_; }
+  const std::vector<double>& time_s() const { return time_s_; }
+
+  void move_into(FrontierResult& result) {
+    result.choices = std::move(rows_);
+    result.iteration_time_s = std::move(time_s_);
+    result.energy_j = std::move(energy_j_);
+    result.energy_before_reclaim_j = std::move(before_j_);
+  }
+
+ private:
+  Evaluator& evaluator_;  // its replay scratch is reused
+  std::size_t n_;
+  double blocking_w_, resolution_j_;
+  Pacer& pacer_;
+  std::vector<OptionIndex> rows_;
+  std::vector<double> time_s_, energy_j_, before_j_;
+};
+
+// The local search's work budget for a whole solve (SolverBudgets): a share
+// per DAG element, with a floor that shrinks as pipelines grow past
+// local_search_floor_computations (tiny ones get much search, large ones their
+// per-element share), and a cap.
+double local_search_budget(const Dag& dag, const SolverBudgets& budgets) {
+  const double elements = static_cast<double>(dag.num_nodes() + dag.num_edges());
+  const double small = std::min(1.0, budgets.local_search_floor_computations /
+                                         std::max(static_cast<double>(dag.num_nodes()), 1.0));
+  const double floor = budgets.local_search_work_floor * small * small;
+  return std::min(std::max(budgets.local_search_work_per_element * elements, floor),
+                  budgets.local_search_work_cap);
+}
+
+// Local search in rounds, each from the frontier the one before left (a good
+// structure found at one deadline spreads to its neighbours); a round splits
+// its deadlines and budget in two halves, this thread's and a second thread's
+// when there is one. Returns how many plans it found.
+std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
+                              const SolverOptions& options, Pacer& pacer, PlanImprover& improver,
+                              ParetoSet& kept) {
+  const SolverBudgets& budgets = options.budgets;
+  const double budget = local_search_budget(dag, budgets);
+  const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
+  const std::size_t grid = ix(budgets.local_search_max_grid);
+  PlanImprover second(pipeline, dag, table);
+  std::int64_t searched = 0;
+  for (std::int64_t round = 0; round < rounds; ++round) {
+    PlanLog found(pipeline.size()), found_second(pipeline.size());
+    const std::int64_t share = static_cast<std::int64_t>(budget) / rounds / 2;
+    const auto report = [&](std::int64_t done, std::int64_t total) {
+      pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
+    };
+    {
+      Worker other(solver_threads(options) >= 2, [&](const Ticker& worker_tick) {
+        search_deadlines(kept.rows(), kept.time_s(), grid, share, Share{1, 2}, second, found_second,
+                         worker_tick);
+      });
+      search_deadlines(kept.rows(), kept.time_s(), grid, share, Share{0, 2}, improver, found, report);
+      other.finish(pacer, report);  // the other half's progress
+    }
+    searched += static_cast<std::int64_t>(found.size() + found_second.size());
+    kept.add(found, Phase::kLocalSearch);
+    kept.add(found_second, Phase::kLocalSearch);
+    kept.select();
+  }
+  return searched;
+}
+
+}  // namespace
+
+// The phases of a solve, each named above: the min-cut walk and its
+// candidates, selection, local search (refine=True only).
+FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
+                              const SolverOptions& options) {
+  check_inputs(pipeline, table, options);
+  Pacer pacer(options);
+  Evaluator evaluator(pipeline, dag, table);
+  FrontierResult result;
+  result.num_computations = pipeline.size();
+  result.baseline = all_fastest(evaluator, pipeline.size());
+
+  const std::int64_t divisor = unit_divisor(pipeline, dag, table, options);
+  const double unit = options.unit_time_s / static_cast<double>(divisor);
+  PhillipsDessouky steps(pipeline, dag, table, unit, options.budgets);
+  const Sampling sampling = step_sampling(divisor, options);
+  PlanImprover improver(pipeline, dag, table);
+  CandidateLogs logs(pipeline.size());
+  const Phase walk_phase = options.refine ? Phase::kReclaim : Phase::kCandidates;
+  const Ticker tick = [&](std::int64_t done, std::int64_t total) {
+    pacer.tick(walk_phase, done, total);
   };
-  for (const PlanLog& log : logs) gather(log, walk);
-  select();
+  const auto started = Clock::now();
+  const WalkOutcome walked =
+      options.refine ? walk_refined(pipeline, dag, table, options, steps, unit, sampling,
+                                    result.baseline.iteration_time_s, pacer, improver, logs, tick)
+                     : walk_plain(steps, unit, sampling, pacer, improver, logs, tick);
+  result.stop_reason = walked.stop_reason;
+  result.phase_seconds[static_cast<int>(Phase::kMinCut)] = walked.min_cut_s;
+  result.steps = steps.units_done();
+  result.cuts = steps.num_cuts();  // the plain walk's are not counted (its time is the phase's)
+  result.unit_time_s = unit;
+  result.min_time_units = steps.min_units();
+  result.max_time_units = steps.max_units();
+  result.phase_seconds[static_cast<int>(walk_phase)] = seconds_since(started) - walked.min_cut_s;
+
+  ParetoSet kept(evaluator, pipeline.size(), evaluator.pipeline_blocking_w(),
+                 options.budgets.plan_energy_resolution * result.baseline.energy_j, pacer);
+  for (const PlanLog* log : logs.in_order()) kept.add(*log, walk_phase);
+  kept.select();
 
   std::int64_t searched = 0;
   if (options.refine) {
-    started = Clock::now();
-    const double elements = static_cast<double>(dag.num_nodes() + dag.num_edges());
-    // The floor shrinks as pipelines grow past local_search_floor_computations:
-    // tiny ones get much search, large ones their per-element share.
-    const double small = std::min(1.0, budgets.local_search_floor_computations /
-                                           std::max(static_cast<double>(dag.num_nodes()), 1.0));
-    const double floor = budgets.local_search_work_floor * small * small;
-    const double budget = std::min(std::max(budgets.local_search_work_per_element * elements, floor),
-                                   budgets.local_search_work_cap);
-    // Rounds: each starts from the frontier the one before left, so a good
-    // structure found at one deadline spreads to its neighbours.
-    const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
-    // Each round is split in two jobs, half the deadlines (and half the
-    // budget) each: this thread's and a second thread's when there is one.
-    PlanImprover second(pipeline, dag, table);
-    for (std::int64_t round = 0; round < rounds; ++round) {
-      PlanLog found(pipeline.size()), found_second(pipeline.size());
-      const std::int64_t share = static_cast<std::int64_t>(budget) / rounds / 2;
-      const std::size_t grid = ix(budgets.local_search_max_grid);
-      {
-        Worker other(threads >= 2, [&](const Ticker& worker_tick) {
-          search_deadlines(all.rows, all.time_s, grid, share, Share{1, 2}, second, found_second,
-                           worker_tick);
-        });
-        search_deadlines(all.rows, all.time_s, grid, share, Share{0, 2}, improver, found,
-                         [&](std::int64_t done, std::int64_t total) {
-                           pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
-                         });
-        other.finish(pacer, [&](std::int64_t done, std::int64_t total) {  // the other half's progress
-          pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
-        });
-      }
-      searched += static_cast<std::int64_t>(found.size() + found_second.size());
-      gather(found, Phase::kLocalSearch);
-      gather(found_second, Phase::kLocalSearch);
-      select();
-    }
-    result.phase_seconds[static_cast<int>(Phase::kLocalSearch)] = seconds_since(started);
+    const auto search_started = Clock::now();
+    searched = search_in_rounds(pipeline, dag, table, options, pacer, improver, kept);
+    result.phase_seconds[static_cast<int>(Phase::kLocalSearch)] = seconds_since(search_started);
   }
-  for (const PlanLog& log : logs) result.candidates += static_cast<std::int64_t>(log.size());
+  for (const PlanLog* log : logs.in_order())
+    result.candidates += static_cast<std::int64_t>(log->size());
   result.candidates += searched;
-  result.choices = std::move(all.rows);
-  result.iteration_time_s = std::move(all.time_s);
-  result.energy_j = std::move(all.energy_j);
-  result.energy_before_reclaim_j = std::move(all.before_j);
+  kept.move_into(result);
   return result;
 }
 
