@@ -92,13 +92,7 @@ def solve_worker(name: str) -> None:
         raise SystemExit(f"{name}: cases with a stage subset are not supported here")
     profile = perseus.Profile.from_csv(case.path, blocking_power_w=case.blocking_power_w)
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    frontier = perseus.optimize(
-        profile,
-        microbatches=case.microbatches,
-        schedule=case.schedule,
-        virtual_stages=case.virtual_stages,
-        unit_time_s=case.unit_time_s,
-    )
+    frontier = case.optimize(profile)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     phases = {str(k): float(v) for k, v in frontier.phase_times_s.items()}
     print(json.dumps({"wall_s": wall, "cpu_s": cpu, "plans": len(frontier), "phases_s": phases}))

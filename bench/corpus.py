@@ -129,6 +129,19 @@ class Case:
     def path(self) -> Path:
         return DATA_DIR / self.profile
 
+    def optimize(self, profile: Any, **options: Any) -> Any:
+        """`perseus.optimize` on this case's pipeline and unit, with `options` on top."""
+        import perseus  # corpus.py itself is read without perseus installed (--list)
+
+        return perseus.optimize(
+            profile,
+            microbatches=self.microbatches,
+            schedule=self.schedule,
+            virtual_stages=self.virtual_stages,
+            unit_time_s=self.unit_time_s,
+            **options,
+        )
+
     @property
     def num_stages(self) -> int:
         return self.num_gpus * self.virtual_stages

@@ -496,7 +496,6 @@ def _new_result(case: corpus.Case) -> CaseResult:
 
 
 def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResult:
-    import perseus
 
     res = _new_result(case)
     raw = raw_profile(case)
@@ -522,14 +521,7 @@ def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResu
     for _ in range(args.repeat):
         frontier = None  # the last run's frontier is freed before the next one starts
         t0, c0 = time.perf_counter(), time.process_time()
-        frontier = perseus.optimize(
-            profile,
-            microbatches=case.microbatches,
-            schedule=case.schedule,
-            virtual_stages=case.virtual_stages,
-            unit_time_s=case.unit_time_s,
-            threads=args.threads,
-        )
+        frontier = case.optimize(profile, threads=args.threads)
         res.perseus_cpus_s.append(time.process_time() - c0)
         res.perseus_walls_s.append(time.perf_counter() - t0)
         if res.perseus_walls_s[-1] >= args.repeat_below:
@@ -585,14 +577,7 @@ def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResu
     res.perseus_slowest_s = float(p_t[-1])
 
     if args.vs_plain:
-        plain = perseus.optimize(
-            profile,
-            microbatches=case.microbatches,
-            schedule=case.schedule,
-            virtual_stages=case.virtual_stages,
-            unit_time_s=case.unit_time_s,
-            refine=False,
-        )
+        plain = case.optimize(profile, refine=False)
         pl_t, pl_e = replay_frontier(plain, judge)
         del plain
         vs = compare(pl_t, pl_e, p_t, p_e, blocking_w)
@@ -752,7 +737,6 @@ def _status_kib(name: str) -> Optional[int]:
 
 def memory_worker(spec_json: str) -> None:
     """Subprocess entry: peak extra resident memory of one perseus solve of one case."""
-    import perseus
 
     data = json.loads(spec_json)
     if data.get("stages") is not None:
@@ -773,14 +757,7 @@ def memory_worker(spec_json: str) -> None:
         if base is None:
             method = "ru_maxrss"
             base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        frontier = perseus.optimize(
-            profile,
-            microbatches=case.microbatches,
-            schedule=case.schedule,
-            virtual_stages=case.virtual_stages,
-            unit_time_s=case.unit_time_s,
-            refine=refine,
-        )
+        frontier = case.optimize(profile, refine=refine)
         peak = (
             _status_kib("VmHWM")
             if method == "VmHWM"

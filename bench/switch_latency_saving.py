@@ -34,7 +34,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus
-import perseus
 from perseus.plan import all_fastest_plan
 from perseus.switch_latency import replay_with_switch_latency, switch_aware_plan
 from run import perseus_profile, raw_profile
@@ -50,14 +49,7 @@ def over(replay: object, length_s: float, blocking_w: float, gpus: int) -> float
 
 def run_case(case: corpus.Case, tmp: Path) -> list[list[str]]:
     profile = perseus_profile(case, raw_profile(case), tmp)
-    frontier = perseus.optimize(
-        profile,
-        microbatches=case.microbatches,
-        schedule=case.schedule,
-        virtual_stages=case.virtual_stages,
-        unit_time_s=case.unit_time_s,
-        progress=False,
-    )
+    frontier = case.optimize(profile, progress=False)
     spec = frontier.spec
     base = all_fastest_plan(profile, spec)
     blocking_w, gpus = profile.blocking_power_w, spec.num_gpus
