@@ -12,8 +12,10 @@
 // all deficit nodes at once, so no super source with an arc to every node);
 // augment() then adds flow from source to sink: one augmenting path per
 // breadth-first search first (a step of the min-cut loop nearly always needs
-// exactly one), then, for a call that needs many, Dinic (before each blocking
-// flow, the level graph is cut down to the nodes that lead to the sink). A
+// exactly one; each search after a push resumes where the last one met the
+// first slot that push saturated, rather than at the source), then, for a
+// call that needs many, Dinic (before each blocking flow, the level graph is
+// cut down to the nodes that lead to the sink). A
 // step that changes k arcs costs a few searches over the region they reach,
 // not a solve from zero.
 //
