@@ -60,6 +60,8 @@ void BoundedFlow::finalize() {
   stamp_.assign(n, 0);
   reaches_sink_.assign(n, 0);
   reached_by_.assign(n, -1);
+  order_.assign(n, 0);
+  resume_slot_ = -1;
   epoch_ = 0;
 }
 
@@ -138,8 +140,11 @@ std::size_t BoundedFlow::levels_from(std::size_t count, Index target, Usable usa
     const Index u = queue_[head++];
     if (u == target) break;
     for (Index k = adj_offset_[ix(u)]; k < adj_offset_[ix(u) + 1]; ++k) {
+      // The residual first: it is read in slot order, and most slots fail it
+      // (reverse slots without flow, closed arcs), which spares the node's stamp.
+      if (!usable(slot_residual_[ix(k)])) continue;
       const Index v = adj_to_[ix(k)];
-      if (stamp_[ix(v)] == epoch_ || !usable(slot_residual_[ix(k)])) continue;
+      if (stamp_[ix(v)] == epoch_) continue;
       stamp_[ix(v)] = epoch_;
       level_[ix(v)] = level_[ix(u)] + 1;
       next_arc_[ix(v)] = adj_offset_[ix(v)];
@@ -253,19 +258,35 @@ bool BoundedFlow::restore_balance(double tolerance) {
   return true;
 }
 
-bool BoundedFlow::search_to(Index source, Index sink, double tolerance) {
+bool BoundedFlow::search_to(Index source, Index sink, double tolerance, bool resume) {
   new_search();
-  stamp_[ix(source)] = epoch_;
-  queue_[0] = source;
   std::size_t head = 0, tail = 1;
+  Index first_slot = adj_offset_[ix(source)];  // where the first node's scan starts
+  if (resume && resume_slot_ >= 0) {
+    // Replay the last search up to its first saturated slot: the same nodes
+    // are reached, and the same work is charged for scanning them.
+    head = resume_head_;
+    tail = resume_tail_;
+    for (std::size_t k = 0; k < tail; ++k) stamp_[ix(queue_[k])] = epoch_;
+    for (std::size_t k = 0; k < head; ++k)
+      work_ += adj_offset_[ix(queue_[k]) + 1] - adj_offset_[ix(queue_[k])];
+    first_slot = resume_slot_;
+  } else {
+    stamp_[ix(source)] = epoch_;
+    queue_[0] = source;
+    order_[ix(source)] = 0;
+  }
+  resume_slot_ = -1;
   while (head < tail) {
     const Index u = queue_[head++];
     const Index end = adj_offset_[ix(u) + 1];
-    for (Index k = adj_offset_[ix(u)]; k < end; ++k) {
+    for (Index k = first_slot; k < end; ++k) {
+      if (slot_residual_[ix(k)] <= tolerance) continue;  // first, as in levels_from()
       const Index v = adj_to_[ix(k)];
-      if (stamp_[ix(v)] == epoch_ || slot_residual_[ix(k)] <= tolerance) continue;
+      if (stamp_[ix(v)] == epoch_) continue;
       stamp_[ix(v)] = epoch_;
       reached_by_[ix(v)] = k;
+      order_[ix(v)] = static_cast<Index>(tail);
       if (v == sink) {
         work_ += k - adj_offset_[ix(u)] + 1;
         return true;
@@ -273,18 +294,31 @@ bool BoundedFlow::search_to(Index source, Index sink, double tolerance) {
       queue_[tail++] = v;
     }
     work_ += end - adj_offset_[ix(u)];
+    if (head < tail) first_slot = adj_offset_[ix(queue_[head])];
   }
   return false;
 }
 
-double BoundedFlow::push_along_search(Index source, Index sink) {
+double BoundedFlow::push_along_search(Index source, Index sink, double tolerance) {
   double amount = kInfinity;
   for (Index v = sink; v != source; v = adj_from_[ix(reached_by_[ix(v)])])
     amount = std::min(amount, slot_residual_[ix(reached_by_[ix(v)])]);
   if (amount == kInfinity) throw std::logic_error("BoundedFlow: infinite augmenting path");
+  // The saturated slot that the search met first is the one whose node it
+  // reached first (every path slot reached the node it leads to).
+  Index first = -1;
   for (Index v = sink; v != source; v = adj_from_[ix(reached_by_[ix(v)])]) {
-    push_slot(reached_by_[ix(v)], amount);
+    const Index slot = reached_by_[ix(v)];
+    push_slot(slot, amount);
+    if (slot_residual_[ix(slot)] <= tolerance && (first < 0 || order_[ix(v)] < order_[ix(first)]))
+      first = v;
     ++work_;
+  }
+  if (first >= 0) {
+    const Index slot = reached_by_[ix(first)];
+    resume_slot_ = slot;
+    resume_head_ = ix(order_[ix(adj_from_[ix(slot)])]);
+    resume_tail_ = ix(order_[ix(first)]);
   }
   return amount;
 }
@@ -303,7 +337,8 @@ double BoundedFlow::augment(Index source, Index sink, Index frozen, double toler
   constexpr int kSinglePathRounds = 32;
   bool done = false;  // a search found no path and marked the source side
   for (int round = 0; round < kSinglePathRounds && !done; ++round) {
-    if (search_to(source, sink, tolerance)) total += push_along_search(source, sink);
+    if (search_to(source, sink, tolerance, round > 0))
+      total += push_along_search(source, sink, tolerance);
     else done = true;
   }
   while (!done) {

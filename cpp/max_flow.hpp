@@ -12,8 +12,10 @@
 // all deficit nodes at once, so no super source with an arc to every node);
 // augment() then adds flow from source to sink: one augmenting path per
 // breadth-first search first (a step of the min-cut loop nearly always needs
-// exactly one), then, for a call that needs many, Dinic (before each blocking
-// flow, the level graph is cut down to the nodes that lead to the sink). A
+// exactly one; each search after a push resumes where the last one met the
+// first slot that push saturated, rather than at the source), then, for a
+// call that needs many, Dinic (before each blocking flow, the level graph is
+// cut down to the nodes that lead to the sink). A
 // step that changes k arcs costs a few searches over the region they reach,
 // not a solve from zero.
 //
@@ -94,9 +96,17 @@ class BoundedFlow {
   // Breadth-first from the source over residuals above tolerance, noting the
   // slot each node was reached by; stops as soon as it reaches the sink.
   // Returns whether it did (if not, the search marked the source side).
-  bool search_to(Index source, Index sink, double tolerance);
-  // Pushes the path's bottleneck along the slots search_to() noted; returns it.
-  double push_along_search(Index source, Index sink);
+  // With `resume`, it starts where the last search first met a slot that
+  // push_along_search() then saturated (see there).
+  bool search_to(Index source, Index sink, double tolerance, bool resume);
+  // Pushes the path's bottleneck along the slots search_to() noted; returns
+  // it. Notes where the next search may resume: a search from scratch would
+  // visit the same nodes in the same order as the last one up to the first
+  // slot (in scan order) that the push saturated, since a push changes only
+  // the path's slots (which lose residual) and their partners (which lead
+  // back to nodes already reached). So the next search keeps the nodes
+  // found before that slot, and their work, and scans on from it.
+  double push_along_search(Index source, Index sink, double tolerance);
 
   Index num_nodes_ = 0;
   std::vector<Index> tail_, head_;            // per arc (even ids; the reverse is id + 1)
@@ -111,6 +121,12 @@ class BoundedFlow {
   std::vector<Index> level_, next_arc_, queue_, path_;  // path_: slots
   std::vector<std::uint32_t> stamp_, reaches_sink_;     // reaches_sink_: epoch when it does
   std::vector<Index> reached_by_;                       // per node: the slot search_to() came in by
+  std::vector<Index>
+      order_;  // per node: its place in search_to()'s queue (the sink: where it would go)
+  // Where the next search_to() may resume: the node being scanned (a place
+  // in queue_), the slot to scan next, and how many nodes were queued then.
+  std::size_t resume_head_ = 0, resume_tail_ = 0;
+  Index resume_slot_ = -1;
   std::uint32_t epoch_ = 0;
   std::int64_t work_ = 0;
 };
