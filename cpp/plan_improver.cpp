@@ -6,16 +6,16 @@
 #include <limits>
 #include <stdexcept>
 
+#include "solver_options.hpp"
+
 namespace perseus {
 namespace {
 
-// Relative squeezes below the deadline tried by the local search: they move
-// many computations at once, where single exchanges stall.
-constexpr double kSqueezes[] = {0.001, 0.003, 0.01, 0.03};
-// Bigger single jumps: one computation much faster, its time spent elsewhere.
-constexpr Index kJumps[] = {1, 2, 4, 8};
-// Pair exchanges are tried among this many of the cheapest critical computations.
-constexpr std::size_t kPairCandidates = 16;
+using local_search_moves::kCriticalShare;
+using local_search_moves::kImprovementShare;
+using local_search_moves::kJumps;
+using local_search_moves::kPairCandidates;
+using local_search_moves::kSqueezes;
 
 }  // namespace
 
@@ -266,7 +266,7 @@ bool PlanImprover::tighten_to(double deadline_s, Index frozen, TightenOrder orde
 
 bool PlanImprover::keep_if_better(std::size_t mark, double deadline_s, double& best_j) {
   const double energy = energy_at(deadline_s);
-  if (makespan() <= deadline_s && energy < best_j - 1e-12 * std::abs(best_j)) {
+  if (makespan() <= deadline_s && energy < best_j - kImprovementShare * std::abs(best_j)) {
     best_j = energy;
     return true;
   }
@@ -294,7 +294,7 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     // Computations on a longest path of the plan as it is (which may end
     // before the deadline): speeding one up is what frees time for others.
     critical_.clear();
-    const double longest = makespan(), tolerance = 1e-9 * deadline;
+    const double longest = makespan(), tolerance = kCriticalShare * deadline;
     for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
       if (choice_[ix(i)] > 0 && longest - times_.through(i) <= tolerance) critical_.push_back(i);
     std::sort(critical_.begin(), critical_.end(), [&](Index a, Index b) {

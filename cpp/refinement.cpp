@@ -7,8 +7,8 @@
 namespace perseus {
 namespace {
 
-// Frontier plans tried as starts on each side of a local-search deadline.
-constexpr std::size_t kStartsPerSide = 8;
+using local_search_moves::kImprovementShare;
+using local_search_moves::kStartsPerSide;
 
 // The unimproved plan's energy over an iteration as long as the improved one.
 double over_same_length(const Evaluation& before, const Evaluation& after, double blocking_w) {
@@ -221,7 +221,8 @@ void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<do
     if (share <= 0) continue;
     improver.assign(best.data());
     improver.local_search(deadline, share);
-    if (improver.energy_at(deadline) < best_j * (1 - 1e-12)) record(improver, best_before, log);
+    if (improver.energy_at(deadline) < best_j * (1 - kImprovementShare))
+      record(improver, best_before, log);
   }
 }
 

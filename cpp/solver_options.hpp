@@ -3,6 +3,7 @@
 // default and why), and the hooks for progress and cancellation.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -124,6 +125,30 @@ struct SolverOptions {
 
 // The thread count options.threads resolves to (at least 1).
 int solver_threads(const SolverOptions& options);
+
+// The local search's move set and tolerances. Unlike the budgets these are
+// not options: they fix which moves and comparisons exist, so a change is a
+// change of algorithm (checked on bench/quality.py), not of effort.
+namespace local_search_moves {
+// Relative squeezes below a deadline (PlanImprover::improve): they move many
+// computations at once, where single exchanges stall.
+inline constexpr double kSqueezes[] = {0.001, 0.003, 0.01, 0.03};
+// Bigger single jumps, in options: one computation much faster, its time
+// spent elsewhere.
+inline constexpr std::int32_t kJumps[] = {1, 2, 4, 8};
+// Pair exchanges are tried among this many of the cheapest critical computations.
+inline constexpr std::size_t kPairCandidates = 16;
+// Frontier plans tried as starts on each side of a deadline (search_deadlines).
+inline constexpr std::size_t kStartsPerSide = 8;
+// A move counts as an improvement only when it saves more than this share of
+// the energy: replays sum in a different order after a move, and last-bit
+// noise must not look like progress (or loop forever).
+inline constexpr double kImprovementShare = 1e-12;
+// A computation counts as critical (on a longest path) when the longest path
+// through it falls short of the makespan by at most this share of the
+// deadline: replayed times carry the same last-bit noise.
+inline constexpr double kCriticalShare = 1e-9;
+}  // namespace local_search_moves
 
 // Throws std::invalid_argument naming the first field of options.budgets
 // outside its range (non-finite, negative, or so large that a count
