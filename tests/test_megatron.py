@@ -516,7 +516,7 @@ def test_writers_get_per_iteration_scalars(job):
 
 
 def test_a_stage_that_slows_down_is_reported_as_a_stale_plan(job):
-    """Every computation sleeps what the plan predicts; pipeline stage 1 (ranks 2, 3) runs 1.6x
+    """Every computation sleeps what the plan predicts; pipeline stage 1 (ranks 2, 3) runs 3x
     slower from iteration 6 on. Those ranks find it once per cause, with the numbers, in the
     window that first holds enough slow iterations; stage 0 finds nothing; one rank per stage
     warns; the energy report carries it, grouped."""
@@ -531,12 +531,14 @@ def test_a_stage_that_slows_down_is_reported_as_a_stale_plan(job):
         for f in findings:
             assert f["stage"] == 1
             assert f["rank"] == stale["rank"]
-            # 1.6x by the sleeps, plus the toy model's own compute on the CPU
-            assert 1.5 < f["ratio"] < 2.2
-            assert f["ratio"] > f["quartile_ratio"] > 1.25
+            # 3x by the sleeps, plus the toy model's own compute on the CPU
+            assert stale["factor"] - 0.1 < f["ratio"] < stale["factor"] + 0.6
+            assert f["ratio"] > f["quartile_ratio"] > 1 + stale["tolerance"]
             assert f["predicted_s"] == pytest.approx(0.1 if f["instruction"] == "forward" else 0.2)
             assert f["measured_s"] == pytest.approx(f["ratio"] * f["predicted_s"], rel=0.2)
-            # slow from 6, a window of 6, three quarters beyond: found by iteration 11
+            # slow from 6, a window of 6: the lower quartile of a window with four slow
+            # iterations (1.0 ... 3.0) interpolates to 1.5, beyond the 0.4 tolerance; with three
+            # it is a normal iteration's ratio. Found at iteration 9 (10 or 11 if hiccups)
             assert stale["slow_from"] + 3 <= f["iteration"] <= stale["slow_from"] + 5
             assert f"stage 1 {f['instruction']} on rank {stale['rank']} runs" in f["text"]
             assert "slower than the plan predicts" in f["text"]
