@@ -2,7 +2,10 @@
 // (cpp/options.hpp, cpp/problem.hpp, cpp/frontier.hpp, cpp/solver_options.hpp).
 #include "pybind11.hpp"
 
+#include <cstdint>
+#include <iterator>
 #include <memory>
+#include <vector>
 
 #include "choice_values.hpp"
 #include "frontier.hpp"
@@ -187,6 +190,22 @@ void register_problem(py::module_& m) {
       .def_readwrite("local_search_max_grid", &SolverBudgets::local_search_max_grid)
       .def_readwrite("local_search_rounds", &SolverBudgets::local_search_rounds)
       .def_readwrite("plan_energy_resolution", &SolverBudgets::plan_energy_resolution);
+
+  // The local search's fixed move set, read-only: visible so a user can see what a solve
+  // tries, not settable, because changing it changes the algorithm (solver_options.hpp).
+  namespace moves = local_search_moves;
+  py::dict move_table;
+  move_table["squeezes"] = py::tuple(
+      py::cast(std::vector<double>(std::begin(moves::kSqueezes), std::end(moves::kSqueezes))));
+  move_table["jumps_options"] = py::tuple(
+      py::cast(std::vector<std::int32_t>(std::begin(moves::kJumps), std::end(moves::kJumps))));
+  move_table["pair_candidates"] = moves::kPairCandidates;
+  move_table["starts_per_side"] = moves::kStartsPerSide;
+  move_table["improvement_share"] = moves::kImprovementShare;
+  move_table["critical_share"] = moves::kCriticalShare;
+  m.attr("LOCAL_SEARCH_MOVES") = move_table;
+  m.attr("DEFAULT_THREADS") = SolverOptions::kDefaultThreads;
+  m.attr("MAX_THREADS") = SolverOptions::kMaxThreads;
 
   py::class_<FrontierResult>(m, "SolveResult", "What a solve returns (cpp/frontier.hpp).")
       .def_property_readonly("choices",

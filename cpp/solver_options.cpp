@@ -34,9 +34,9 @@ void check_options(const SolverOptions& options) {
   check_range("local_search_max_grid", count(b.local_search_max_grid), 0.0, 0x1p20);
   check_range("local_search_rounds", count(b.local_search_rounds), 0.0, 1000.0);
   check_range("plan_energy_resolution", b.plan_energy_resolution, 0.0, 0.5);
-  if (!(options.threads >= 0 && options.threads <= 1024))
-    throw std::invalid_argument("threads must be in 0..1024 (0: automatic), got " +
-                                std::to_string(options.threads));
+  if (!(options.threads >= 0 && options.threads <= SolverOptions::kMaxThreads))
+    throw std::invalid_argument("threads must be in 0.." + std::to_string(SolverOptions::kMaxThreads) +
+                                " (0: automatic), got " + std::to_string(options.threads));
   if (!(options.progress_period_s >= 0 && options.progress_period_s <= 1e9))
     throw std::invalid_argument("progress_period_s must be a number of seconds in 0..1e9");
   if (!(options.interrupt_poll_s >= 0 && options.interrupt_poll_s <= 1e9))

@@ -120,6 +120,10 @@ struct SolverOptions {
   // budget), only wall time does; 1 suits a caller that runs many solves
   // side by side. refine=False has one job and uses one thread.
   static constexpr int kDefaultThreads = 4;
+  // A solve has at most four independent jobs, so any count from 4 up runs
+  // the same; the cap only catches a count that is a mistake (a byte count,
+  // a negative number wrapped around).
+  static constexpr int kMaxThreads = 1024;
   int threads = 0;
 };
 

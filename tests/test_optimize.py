@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -729,3 +730,61 @@ def test_cli_threads_flag_reaches_the_solve(tmp_path, capsys):
     capsys.readouterr()
     assert main(["optimize", str(csv), "-m", "8", "--threads", "0", "-o", str(tmp_path / "x")]) == 2
     assert "--threads" in capsys.readouterr().err
+
+
+def _header_constants():
+    """The local-search constants as cpp/solver_options.hpp writes them (parsed, not imported)."""
+    header = (Path(__file__).parents[1] / "cpp" / "solver_options.hpp").read_text()
+    block = header[header.index("namespace local_search_moves") :]
+    found = {}
+    for name, value in re.findall(r"constexpr [\w:]+ (k\w+)(?:\[\])? = ([^;]+);", block):
+        value = value.strip()
+        if value.startswith("{"):
+            found[name] = tuple(float(v) for v in value.strip("{}").split(","))
+        else:
+            found[name] = float(value)
+    return found
+
+
+def test_local_search_moves_are_readable_and_match_the_core_header():
+    """Every fixed move of the local search is visible from Python with the value the header
+    gives it, and cannot be changed there (it is not an option)."""
+    header = _header_constants()
+    moves = perseus.LOCAL_SEARCH_MOVES
+    names = {
+        "kSqueezes": "squeezes",
+        "kJumps": "jumps_options",
+        "kPairCandidates": "pair_candidates",
+        "kStartsPerSide": "starts_per_side",
+        "kImprovementShare": "improvement_share",
+        "kCriticalShare": "critical_share",
+    }
+    assert set(header) == set(names)
+    assert set(moves) == set(names.values())
+    for constant, key in names.items():
+        value = moves[key]
+        expected = header[constant]
+        if isinstance(expected, tuple):
+            assert tuple(float(v) for v in value) == expected, key
+        else:
+            assert float(value) == expected, key
+    with pytest.raises(TypeError):
+        moves["starts_per_side"] = 1  # type: ignore[index]
+
+
+def test_thread_limits_come_from_the_core(profile):
+    """The default and the cap on threads= are the core's (one source): Python reads them, the
+    CLI's help names the default, and the cap is enforced with its value in the message."""
+    from perseus.optimize import DEFAULT_THREADS, MAX_THREADS
+
+    header = (Path(__file__).parents[1] / "cpp" / "solver_options.hpp").read_text()
+    assert f"kDefaultThreads = {DEFAULT_THREADS};" in header
+    assert f"kMaxThreads = {MAX_THREADS};" in header
+    with pytest.raises(ProfileError, match=f"1..{MAX_THREADS}"):
+        perseus.optimize(profile, microbatches=2, threads=MAX_THREADS + 1)
+    assert f"default {DEFAULT_THREADS})" in subprocess.run(
+        [sys.executable, "-m", "perseus", "optimize", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.replace("\n", " ")

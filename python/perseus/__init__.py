@@ -23,7 +23,7 @@ except ImportError as error:  # pragma: no cover - depends on the install
 
 from .errors import ProfileError
 from .frontier import Frontier, FrontierSummary, PowerCapError
-from .optimize import SolverBudgets, evaluate, optimize
+from .optimize import LOCAL_SEARCH_MOVES, SolverBudgets, evaluate, optimize
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan, PlanStep
 from .profile import INSTRUCTIONS, LIMITS, Profile, ProfileWarning, StageOptions
@@ -50,6 +50,7 @@ __version__ = _installed_version()
 __all__ = [
     "INSTRUCTIONS",
     "LIMITS",
+    "LOCAL_SEARCH_MOVES",
     "SCHEDULES",
     "Evaluation",
     "FrequencySwitcher",

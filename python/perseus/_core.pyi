@@ -7,6 +7,9 @@ import numpy as np
 import numpy.typing as npt
 
 MAX_CLOCK_MHZ: int
+DEFAULT_THREADS: int
+MAX_THREADS: int
+LOCAL_SEARCH_MOVES: dict[str, object]
 SCHEDULES: tuple[str, ...]
 
 def check_schedule(schedule: str, num_gpus: int, virtual_stages: int, microbatches: int) -> None:

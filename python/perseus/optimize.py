@@ -8,6 +8,7 @@ import numbers
 import sys
 import time
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -24,7 +25,14 @@ from .plan import Evaluation, Plan
 from .profile import LIMITS, Profile
 from .progress import ProgressBar, ProgressReporter, SolveProgress
 
-__all__ = ["SolverBudgets", "evaluate", "optimize"]
+__all__ = [
+    "DEFAULT_THREADS",
+    "LOCAL_SEARCH_MOVES",
+    "MAX_THREADS",
+    "SolverBudgets",
+    "evaluate",
+    "optimize",
+]
 
 SolverBudgets = _core.SolverBudgets
 """Work budgets of a solve; every field is documented in ``cpp/solver_options.hpp``."""
@@ -128,8 +136,18 @@ def _takes_two_arguments(function: Callable[..., object]) -> bool:
     return len(positional) == 2
 
 
-#: The most threads a solve may be given (the core refuses more).
-MAX_THREADS = 1024
+#: The most threads a solve may be given (the core's limit, ``cpp/solver_options.hpp``).
+MAX_THREADS: int = _core.MAX_THREADS
+
+#: Threads a solve uses when not told (``SolverOptions::kDefaultThreads``).
+DEFAULT_THREADS: int = _core.DEFAULT_THREADS
+
+#: The local search's fixed move set and tolerances (``local_search_moves`` in
+#: ``cpp/solver_options.hpp``), read-only: unlike `SolverBudgets` they are not
+#: options, because changing one changes the algorithm rather than its effort.
+#: ``squeezes`` (relative), ``jumps_options``, ``pair_candidates``,
+#: ``starts_per_side``, ``improvement_share``, ``critical_share``.
+LOCAL_SEARCH_MOVES: Mapping[str, Any] = MappingProxyType(dict(_core.LOCAL_SEARCH_MOVES))
 
 
 def _threads_argument(threads: Any) -> int:
@@ -234,7 +252,8 @@ def optimize(
         ...), kept as `Frontier.fingerprint` and saved with it; checked
         before the solve (see `perseus.frontier.check_fingerprint`).
     threads : int, optional
-        Threads the solve may use, the caller's included (default 4: the
+        Threads the solve may use, the caller's included (default
+        `DEFAULT_THREADS`, 4: the
         min-cut loop, the plain walk and the two candidate chains; see
         ``cpp/solver_options.hpp``). The plans do not depend on it, only the
         wall time does; ``1`` keeps a solve on one thread (many solves side

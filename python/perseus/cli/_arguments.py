@@ -10,6 +10,7 @@ from typing import NoReturn, Optional
 
 from .. import __version__
 from .._shipped import EXAMPLES
+from ..optimize import DEFAULT_THREADS
 from ..profile import LIMITS
 from ..schedule import SCHEDULES
 
@@ -186,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_count,
         default=None,
         metavar="N",
-        help="threads the solve may use (default 4); the plans do not depend on it",
+        help=f"threads the solve may use (default {DEFAULT_THREADS}); the plans do not depend on it",
     )
     opt.add_argument(
         "-o", "--output", default=".", metavar="DIR", help="directory for frontier.json"
