@@ -3,7 +3,7 @@
 At the first forward-backward call, run mode makes its switcher (or takes
 the one given), the :class:`~._clocks.ClockDriver` that requests each
 computation's clock, the CPU groups of the data- and model-parallel ranks,
-the energy :class:`~._metrics.Recorder` and the :class:`~._between.Between`
+the energy :class:`~.Recorder` and the :class:`~._between.Between`
 that runs between iterations (with the stale-plan watch when asked for).
 At detach they are closed in the order that gives the clocks back last, and
 :func:`final_report` says what ran on this rank.
@@ -20,6 +20,7 @@ from ._arguments import Settings
 from ._between import Between
 from ._clocks import ClockDriver
 from ._drift import DriftWatch
+from ._energy_meter import EnergyMeter, Recorder
 from ._following import PlanBook
 from ._observed import Observed
 from ._profile_mode import Layout
@@ -40,7 +41,7 @@ class RunParts:
         owns_switcher: bool,
         driver: ClockDriver,
         groups: Optional[CpuGroups],
-        recorder: _metrics.Recorder,
+        recorder: Recorder,
         between: Between,
     ) -> None:
         self.switcher = switcher
@@ -97,10 +98,8 @@ class RunParts:
             ),
         )
         options = settings.metrics
-        meter = _metrics.EnergyMeter(device) if options.enabled else _metrics.EnergyMeter.disabled()
-        recorder = _metrics.Recorder(
-            meter, seen.metrics, mismatches=lambda: switcher.clock_mismatches
-        )
+        meter = EnergyMeter(device) if options.enabled else EnergyMeter.disabled()
+        recorder = Recorder(meter, seen.metrics, mismatches=lambda: switcher.clock_mismatches)
         drift = None
         if options.enabled and options.stale_plan_tolerance is not None:
             drift = DriftWatch(options.stale_plan_tolerance, options.stale_plan_window, layout.rank)

@@ -25,6 +25,7 @@ from ._between import Between
 from ._clocks import ClockDriver
 from ._compat import FULL_GRAPH_MESSAGE, check_megatron, full_iteration_graphs
 from ._device import resolve_device
+from ._energy_meter import Recorder
 from ._errors import MegatronIntegrationError, UnsupportedScheduleError
 from ._following import Iteration, PlanBook
 from ._lifecycle import Lifecycle
@@ -94,7 +95,7 @@ class Runtime:
         return self.parts.driver if self.parts is not None else None
 
     @property
-    def recorder(self) -> Optional[_metrics.Recorder]:
+    def recorder(self) -> Optional[Recorder]:
         return self.parts.recorder if self.parts is not None else None
 
     @property
