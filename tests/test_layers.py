@@ -135,6 +135,7 @@ def test_no_import_cycle_in_perseus():
     graph = import_graph()
     assert "perseus.frontier" in graph
     assert "perseus._replay" in graph
+    assert "perseus.megatron._attach" in graph  # subpackages too
     cycle = find_cycle(graph)
     assert not cycle, "import cycle: " + " -> ".join(cycle)
 

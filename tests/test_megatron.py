@@ -1653,7 +1653,7 @@ def test_old_keywords_still_work_with_a_deprecation_warning(monkeypatch):
         "attach(warmup_iterations=...)",
     }
     assert "attach(clocks=ClockOptions(device=...))" in str(caught[0].message)
-    settings = attached._settings
+    settings = attached._runtime.settings
     assert settings.clocks.device == 1
     assert settings.stragglers.tolerance == 0.2
     assert settings.stragglers.warmup_iterations == 3
@@ -1661,7 +1661,7 @@ def test_old_keywords_still_work_with_a_deprecation_warning(monkeypatch):
         profiled = attach(mode="profile", profile_path="p.csv", after="continue")
     assert len(caught) == 2
     assert "ProfileOptions(path=...)" in str(caught[0].message)
-    assert profiled._settings.profile.after == "continue"
+    assert profiled._runtime.settings.profile.after == "continue"
     with pytest.raises(TypeError, match="both clocks= and its old keyword"):
         attach(frontier, clocks=ClockOptions(), device=0)
     with pytest.raises(TypeError, match="unexpected keyword"):
@@ -1966,7 +1966,7 @@ def test_run_mode_compares_the_fingerprint_with_the_running_job():
     it.key = 4
     attachment = attach(_fingerprinted(4), stragglers=False)
     with pytest.raises(ScheduleMismatchError) as caught:
-        attachment._check_fingerprint(it, config, kwargs)
+        attachment._loop.checks.check_fingerprint(it, config, kwargs)
     for words in (
         "tensor_parallel_size: profiled with 2, this job runs 1",
         "seq_length: profiled with 16, this job runs 32",
@@ -1974,14 +1974,14 @@ def test_run_mode_compares_the_fingerprint_with_the_running_job():
         assert words in str(caught.value)
     warned = attach(_fingerprinted(4), stragglers=False, on_mismatch="warn")
     with pytest.warns(PlanWarning, match="recompute_granularity: profiled with 'full'"):
-        warned._check_fingerprint(it, config, kwargs)
+        warned._loop.checks.check_fingerprint(it, config, kwargs)
     with warnings.catch_warnings(record=True) as again:
         warnings.simplefilter("always")
-        warned._check_fingerprint(it, config, kwargs)  # once per workload
+        warned._loop.checks.check_fingerprint(it, config, kwargs)  # once per workload
     assert again == []
     same = types.SimpleNamespace(tensor_model_parallel_size=2, recompute_granularity="full")
     it.seq_length = 16
-    attach(_fingerprinted(4), stragglers=False)._check_fingerprint(it, same, kwargs)
+    attach(_fingerprinted(4), stragglers=False)._loop.checks.check_fingerprint(it, same, kwargs)
 
 
 # ---- metrics arithmetic ------------------------------------------------------------------------
@@ -2110,11 +2110,11 @@ def test_a_computation_out_of_the_plans_order_is_caught_before_its_clock():
     order = perseus.pipeline_order("1f1b", 2, 4)[0]
     it = Iteration(0, "1f1b", 2, 0, 1, 4, None)
     it.expected, it.frequencies = order, [1980] * len(order)
-    attachment._before(it, order[0])
+    attachment._loop.before(it, order[0])
     with pytest.raises(
         perseus.megatron.ScheduleMismatchError, match="computation 1 of pipeline rank 0"
     ):
-        attachment._before(it, ("backward", 0, 3))
+        attachment._loop.before(it, ("backward", 0, 3))
     assert [c.instruction for c in attachment.trace] == ["forward"]
 
 
@@ -2123,7 +2123,79 @@ def test_a_forward_backward_function_from_before_attaching_is_refused():
     with pytest.raises(
         perseus.megatron.MegatronIntegrationError, match="get_forward_backward_func"
     ):
-        attachment._outside(lambda: None, "forward_step", (), {})
+        attachment._loop.outside(lambda: None, "forward_step", (), {})
+
+
+def test_attachment_attributes_are_read_only():
+    """What an attachment shows is perseus's to set: assigning fails, naming the attribute."""
+    attachment = attach(_frontier(), stragglers=False)
+    assert attachment.iterations == 0
+    assert attachment.mode == "run"
+    with pytest.raises(AttributeError, match="iterations is read-only"):
+        attachment.iterations = 3
+    assert attachment.iterations == 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="needs mypy")
+def test_attachment_attributes_are_typed_and_read_only_for_mypy(tmp_path):
+    """Each attribute has its real type for mypy --strict, and assigning one is an error."""
+    check = tmp_path / "uses_attachment.py"
+    check.write_text(
+        textwrap.dedent(
+            """
+            from collections import deque
+            from typing import Optional
+            from typing_extensions import assert_type
+            from perseus import Profile
+            from perseus.megatron import Attachment, StragglerDecision
+
+            def use(attached: Attachment) -> None:
+                assert_type(attached.iterations, int)
+                assert_type(attached.decisions, deque[StragglerDecision])
+                assert_type(attached.profile, Optional[Profile])
+                attached.iterations = 3
+            """
+        )
+    )
+    package = Path(__file__).resolve().parent.parent / "python"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--follow-imports=silent",
+            str(check),
+        ],
+        capture_output=True,
+        text=True,
+        env={"MYPYPATH": str(package), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        check=False,
+        timeout=600,
+    )
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1, result.stdout
+    assert "uses_attachment.py:12: error: Incompatible types in assignment" in errors[0]
+
+
+def test_profile_mode_lock_step_codes_are_the_cores_groups():
+    """The tensor-parallel lock step names a call by its group: stage 5's backward is group 11."""
+    from perseus.megatron._profile_mode import _call_codes
+
+    def nothing() -> None:
+        pass
+
+    computations = {
+        1: {"forward": nothing, "backward": nothing},
+        5: dict.fromkeys(("forward", "backward"), nothing),
+    }
+    codes = _call_codes(computations)
+    for stage in (1, 5):
+        assert codes[stage, "forward"] == 2 * stage
+        assert codes[stage, "backward"] == 2 * stage + 1
+    assert len(set(codes.values())) == len(codes)
 
 
 # -- hysteresis: minimum duration and minimum gain ----------------------------------------------

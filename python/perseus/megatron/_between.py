@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from . import _metrics
 from ._drift import DriftWatch, StalePlanWarning
+from ._energy_meter import Recorder
 from ._following import Iteration, PlanBook
 from ._options import MetricsOptions, StragglerOptions
 from ._stragglers import PlanSwitch, StragglerDecision
@@ -52,7 +53,7 @@ class Between:
     """What runs between iterations on one rank (see the module docs).
 
     The lists it appends to (``switches``, ``decisions``, ``iteration_times_s``)
-    and ``metrics`` belong to the :class:`~perseus.megatron.Attachment`.
+    and ``metrics`` are the attachment's (:class:`~._observed.Observed`).
     """
 
     def __init__(
@@ -63,7 +64,7 @@ class Between:
         metrics_options: MetricsOptions,
         stopwatch: Stopwatch,
         groups: Optional[CpuGroups],
-        recorder: _metrics.Recorder,
+        recorder: Recorder,
         rank: int,
         switches: list[PlanSwitch],
         decisions: deque[StragglerDecision],

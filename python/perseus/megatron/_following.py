@@ -241,6 +241,16 @@ class PlanBook:
             return self._plan
         return self.frontiers[key].fastest
 
+    def last_base_plan(self) -> Optional[Plan]:
+        """The base plan of the last iteration's workload (before any, the first known one)."""
+        key = self.last_key
+        if key is None:
+            known = sorted(self.known, key=str)
+            if not known:
+                return None
+            key = known[0]
+        return self.base_plan(key) if key in self.known else None
+
     @property
     def policies(self) -> dict[WorkloadKey, StragglerPolicy]:
         """The straggler policies made so far, by workload (a copy)."""

@@ -54,7 +54,7 @@ class Arguments:
 
 
 class Hooks(Protocol):
-    """What the wrappers call; :class:`~perseus.megatron.Attachment` implements it."""
+    """What the wrappers call; :class:`~._run_loop.RunLoop` implements it."""
 
     def on_schedule(
         self, original: Callable[..., Any], kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]

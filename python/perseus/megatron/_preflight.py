@@ -1,4 +1,4 @@
-"""Checks of run mode's frontiers against Megatron-LM's parsed arguments, before training.
+"""Checks of an attachment against Megatron-LM's parsed arguments, before training.
 
 Megatron-LM's arguments say, before the model is built, what every iteration
 will run: the pipeline size, the virtual stages per GPU (and so the
@@ -10,6 +10,11 @@ that cannot fit fails in seconds, not after model build, checkpoint load and
 dataset build. The same checks run again at every iteration, against what
 megatron-core actually runs (:mod:`._following`).
 
+:func:`refuse_from_args` also refuses, at ``attach`` (or at the first
+iteration with a Megatron-LM that parses its arguments late), what neither
+mode can follow: full-iteration CUDA graphs, and profile mode's unsupported
+parallelisms.
+
 Arguments that are absent (a parser that has only perseus's arguments, or
 an older Megatron-LM) are not checked here; the per-iteration checks still
 catch them.
@@ -17,19 +22,25 @@ catch them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, Optional
 
 from ..frontier import Frontier
+from ._arguments import Settings
+from ._compat import FULL_GRAPH_MESSAGE, full_iteration_graphs, unsupported_schedule
 from ._errors import ScheduleMismatchError, UnsupportedScheduleError
 from ._fingerprint import differences, from_arguments
 from ._following import PlanWarning, WorkloadKey
 from ._once import warn_for_job
+from ._profile_mode import unsupported_for_profiling
 
 __all__ = [
     "JobShape",
     "check_frontiers",
     "fingerprint_reaction",
+    "megatron_lm_args",
+    "refuse_from_args",
     "run_mode_parallelism_problem",
     "shape_of",
 ]
@@ -228,3 +239,37 @@ def check_frontiers(
                     f"{'; '.join(found)}. Its plans' times and energies do not describe this "
                     "job; profile this job again and re-optimize"
                 )
+
+
+def megatron_lm_args() -> Any:
+    """Megatron-LM's parsed arguments if it has parsed them already (never imports it)."""
+    module = sys.modules.get("megatron.training.global_vars")
+    return getattr(module, "_GLOBAL_ARGS", None) if module is not None else None
+
+
+def refuse_from_args(settings: Optional[Settings], args: Any) -> None:
+    """What cannot work, refused as soon as Megatron-LM's arguments are parsed."""
+    if args is None or settings is None:
+        return  # known at the first iteration, and refused there
+    if full_iteration_graphs(args):
+        setting = "--cuda-graph-impl full_iteration"
+        raise UnsupportedScheduleError(FULL_GRAPH_MESSAGE.format(setting=setting))
+    if settings.mode == "profile":
+        problem = unsupported_for_profiling(
+            int(getattr(args, "expert_model_parallel_size", 1) or 1),
+            int(getattr(args, "context_parallel_size", 1) or 1),
+            args,
+        )
+        if problem is not None:
+            raise UnsupportedScheduleError(f"perseus's profile mode cannot run with {problem}")
+        return
+    bypass = unsupported_schedule(args, "", run_mode=True, by_length=settings.by_length)
+    if bypass is not None:
+        raise UnsupportedScheduleError(f"perseus cannot follow this Megatron schedule: {bypass}")
+    if settings.frontiers:
+        check_frontiers(
+            settings.frontiers,
+            args,
+            unknown_workload=settings.unknown_workload,
+            on_fingerprint=fingerprint_reaction(settings.on_mismatch),
+        )

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .._sidecar import BLOCKING_POWER_KEY
+from ..pipeline_spec import PipelineSpec
 from ..profile import INSTRUCTIONS, Profile
 from . import _replay
 from ._errors import MegatronIntegrationError, ProfilingFinished
@@ -364,11 +365,12 @@ class ProfileSession:
         from ..switcher import NvmlDevice
 
         nvml = NvmlDevice(device) if lock_clocks else None
+        codes = _call_codes(computations)
         led: dict[int, dict[str, Callable[[], None]]] = {}
         for stage in sorted(computations):
             led[stage] = {}
             for instruction in INSTRUCTIONS:
-                index = 2 * stage + INSTRUCTIONS.index(instruction)
+                index = codes[stage, instruction]
                 fn = computations[stage][instruction]
 
                 def call(fn: Callable[[], None] = fn, index: int = index) -> None:
@@ -389,8 +391,9 @@ class ProfileSession:
         """Another tensor-parallel rank: make the calls the first rank announces, at its clock."""
         from ..switcher import FrequencySwitcher
 
+        codes = _call_codes(computations)
         calls = {
-            2 * stage + INSTRUCTIONS.index(instruction): fn
+            codes[stage, instruction]: fn
             for stage, pair in computations.items()
             for instruction, fn in pair.items()
         }
@@ -406,3 +409,19 @@ class ProfileSession:
         finally:
             if switcher is not None:
                 switcher.close()
+
+
+def _call_codes(
+    computations: dict[int, dict[str, Callable[[], None]]],
+) -> dict[tuple[int, str], int]:
+    """Each (stage, instruction)'s code in the lock step: its group, as the core numbers groups.
+
+    A group depends only on its stage and instruction, so a one-microbatch
+    1F1B pipeline over these stages names every group; the lead and the
+    followers of a stage hold the same stages and so agree on every code.
+    """
+    pipeline = PipelineSpec("1f1b", max(computations) + 1, 1, 1).pipeline()
+    return {
+        (int(stage), INSTRUCTIONS[int(kind)]): int(group)
+        for stage, kind, group in zip(pipeline.stage, pipeline.instruction, pipeline.group)
+    }
