@@ -11,9 +11,9 @@ namespace {
 
 using Units = PhillipsDessouky::Units;
 
-constexpr Index kSource = 0, kSink = 1;
-Index node_a(Index i) { return 2 + 2 * i; }
-Index node_b(Index i) { return 3 + 2 * i; }
+constexpr FlowNode kSource{0}, kSink{1};
+FlowNode node_a(Index p) { return FlowNode(2 + 2 * p); }
+FlowNode node_b(Index p) { return FlowNode(3 + 2 * p); }
 
 std::vector<QuantisedGroup> quantise(const OptionTable& table, double unit_time_s) {
   std::vector<QuantisedGroup> groups;
@@ -85,11 +85,11 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
   paths_.reset(duration_);
   const PathTimes<Units>& times = paths_.times();
   flow_.reset(2 + 2 * n);
-  work_arc_.assign(ix(n), -1);
-  source_arc_.assign(ix(n), -1);
-  sink_arc_.assign(ix(n), -1);
+  work_arc_.assign(ix(n), FlowArc::none());
+  source_arc_.assign(ix(n), FlowArc::none());
+  sink_arc_.assign(ix(n), FlowArc::none());
   const std::vector<Index>& successor = times.successor_positions();
-  dep_arc_.assign(successor.size(), -1);
+  dep_arc_.assign(successor.size(), FlowArc::none());
   for (Index p = 0; p < n; ++p) {
     work_arc_[ix(p)] = flow_.add_arc(node_a(p), node_b(p));
     if (times.predecessors_begin(ix(p)) == times.predecessors_end(ix(p)))
@@ -164,8 +164,8 @@ void PhillipsDessouky::sync_network() {
     }
     if (critical != was) {
       const double open = critical ? kInfinity : 0.0;
-      if (source_arc_[p] >= 0) flow_.set_bounds(source_arc_[p], 0.0, open);
-      if (sink_arc_[p] >= 0) flow_.set_bounds(sink_arc_[p], 0.0, open);
+      if (source_arc_[p].valid()) flow_.set_bounds(source_arc_[p], 0.0, open);
+      if (sink_arc_[p].valid()) flow_.set_bounds(sink_arc_[p], 0.0, open);
     }
     // A dependency p -> s is critical when both ends are and s starts as p ends.
     const Units finish = head[p] + d;

@@ -142,10 +142,10 @@ class PhillipsDessouky {
   // indexed by position, and dependencies by their index in
   // PathTimes::successor_positions().
   BoundedFlow flow_;
-  std::vector<Index> work_arc_, source_arc_, sink_arc_;  // per position (-1: none)
-  std::vector<Index> dep_arc_;                           // per dependency
-  std::vector<char> dep_tight_;                          // per dependency: its arc is open
-  Index return_arc_ = -1;                                // t -> s
+  std::vector<FlowArc> work_arc_, source_arc_, sink_arc_;  // per position (none() if absent)
+  std::vector<FlowArc> dep_arc_;                           // per dependency
+  std::vector<char> dep_tight_;                            // per dependency: its arc is open
+  FlowArc return_arc_ = FlowArc::none();                   // t -> s
   // The critical positions (topological order), whether each is critical
   // now, whether its arcs were last set as critical, and the duration its
   // work-arc bounds were set for.
