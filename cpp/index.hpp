@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "precondition.hpp"
@@ -87,6 +88,10 @@ class IdVector {
   void reserve(std::size_t count) { items_.reserve(count); }
   void clear() { items_.clear(); }
   void push_back(const T& value) { items_.push_back(value); }
+  template <class... Args>
+  void emplace_back(Args&&... args) {
+    items_.emplace_back(std::forward<Args>(args)...);
+  }
   // The next key push_back() fills.
   Key next_key() const { return Key(static_cast<Index>(items_.size())); }
   T* data() { return items_.data(); }
@@ -105,9 +110,11 @@ class IdVector {
 // The roles. A computation id is also its DAG node id (Pipeline and Dag
 // share the numbering); a position is a place in the DAG's topological
 // order (PathTimes keeps its arrays in that order); flow nodes and flow arcs
-// are BoundedFlow's.
+// are BoundedFlow's; an option group is a stage's forward or backward pass
+// (group_of(), options.hpp), whose options OptionTable keeps.
 using ComputationId = Id<struct ComputationTag>;
 using Position = Id<struct PositionTag>;
+using GroupId = Id<struct GroupTag>;
 using FlowNode = Id<struct FlowNodeTag>;
 using FlowArc = Id<struct FlowArcTag>;
 

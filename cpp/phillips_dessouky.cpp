@@ -15,15 +15,15 @@ constexpr FlowNode kSource{0}, kSink{1};
 FlowNode node_a(Position p) { return FlowNode(2 + 2 * p.value()); }
 FlowNode node_b(Position p) { return FlowNode(3 + 2 * p.value()); }
 
-std::vector<QuantisedGroup> quantise(const OptionTable& table, double unit_time_s) {
-  std::vector<QuantisedGroup> groups;
+IdVector<GroupId, QuantisedGroup> quantise(const OptionTable& table, double unit_time_s) {
+  IdVector<GroupId, QuantisedGroup> groups;
   groups.reserve(ix(table.num_groups()));
-  for (Index g = 0; g < table.num_groups(); ++g) groups.emplace_back(table, g, unit_time_s);
+  for (GroupId g(0); g.value() < table.num_groups(); ++g) groups.emplace_back(table, g, unit_time_s);
   return groups;
 }
 
-IdVector<ComputationId, Index> groups_of(const Pipeline& pipeline) {
-  IdVector<ComputationId, Index> group(ix(pipeline.size()));
+IdVector<ComputationId, GroupId> groups_of(const Pipeline& pipeline) {
+  IdVector<ComputationId, GroupId> group(ix(pipeline.size()));
   for (Index i = 0; i < pipeline.size(); ++i)
     group[ComputationId(i)] = group_of(pipeline.computation(i));
   return group;
@@ -31,7 +31,7 @@ IdVector<ComputationId, Index> groups_of(const Pipeline& pipeline) {
 
 // Makespan of the DAG for durations picked per group by `pick`.
 template <typename Pick>
-Units makespan(const Dag& dag, const IdVector<ComputationId, Index>& group, Pick pick) {
+Units makespan(const Dag& dag, const IdVector<ComputationId, GroupId>& group, Pick pick) {
   std::vector<Units> finish(ix(dag.num_nodes()));
   Units longest = 0;
   for (const Index v : dag.topological_order()) {
@@ -52,8 +52,8 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
       groups_(quantise(table, unit_time_s)),
       group_(groups_of(pipeline)),
       duration_(ix(pipeline.size())),
-      min_units_(makespan(dag, group_, [&](Index g) { return groups_[ix(g)].min_duration(); })),
-      max_units_(makespan(dag, group_, [&](Index g) { return groups_[ix(g)].max_duration(); })),
+      min_units_(makespan(dag, group_, [&](GroupId g) { return groups_[g].min_duration(); })),
+      max_units_(makespan(dag, group_, [&](GroupId g) { return groups_[g].max_duration(); })),
       paths_(dag, min_units_, max_units_) {
   bool any_range = false;
   double scale = 0.0;
@@ -65,7 +65,7 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
   }
   if (!any_range) {
     double closest = kInfinity;
-    for (Index g = 0; g < table.num_groups(); ++g)
+    for (GroupId g(0); g.value() < table.num_groups(); ++g)
       for (Index k = 1; k < table.num_options(g); ++k)
         closest = std::min(closest, table.time_s(g, k) - table.time_s(g, k - 1));
     if (closest == kInfinity)

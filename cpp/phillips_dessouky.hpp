@@ -122,7 +122,7 @@ class PhillipsDessouky {
   }
 
  private:
-  const QuantisedGroup& quant(ComputationId i) const { return groups_[ix(group_[i])]; }
+  const QuantisedGroup& quant(ComputationId i) const { return groups_[group_[i]]; }
   // Brings the flow bounds up to date with the durations and the critical
   // set: one sweep over the topological positions (see sync_network()).
   void sync_network();
@@ -132,8 +132,8 @@ class PhillipsDessouky {
   void update_paths();
 
   const SolverBudgets& budgets_;
-  std::vector<QuantisedGroup> groups_;
-  IdVector<ComputationId, Index> group_;  // per computation: its option group
+  IdVector<GroupId, QuantisedGroup> groups_;
+  IdVector<ComputationId, GroupId> group_;  // per computation: its option group
   IdVector<ComputationId, Units> duration_;
   Units min_units_ = 0, max_units_ = 0, units_done_ = 0;
   double tolerance_ = 0.0;

@@ -34,7 +34,7 @@ PlanImprover::PlanImprover(const Pipeline& pipeline, const Dag& dag, const Optio
     duration_[ix(i)] = time_of(i, 0);
     effective_sum_ += effective_of(i, 0);
   }
-  for (Index g = 0; g < table.num_groups(); ++g) {
+  for (GroupId g(0); g.value() < table.num_groups(); ++g) {
     first_option_.push_back(static_cast<Index>(steepest_.size()));
     const Index count = table.num_options(g);
     for (Index j = 0; j < count; ++j) {
@@ -115,7 +115,7 @@ double PlanImprover::energy_at(double deadline_s) const {
 
 double PlanImprover::best_move(Index i, double limit_s, ReclaimOrder order, Index& option) {
   const auto s = ix(i);
-  const Index g = group_[s];
+  const GroupId g = group_[s];
   const Index current = choice_[s];
   const double room =
       limit_s - times_.through(ComputationId(i)) + duration_[s];  // longest time i may take
@@ -143,7 +143,7 @@ double PlanImprover::best_move(Index i, double limit_s, ReclaimOrder order, Inde
   };
   // The steepest saving overall, if it fits; otherwise scan what fits (few
   // options, since the steepest one is usually the next).
-  const Index steep = steepest_[ix(first_option_[ix(g)] + current)];
+  const Index steep = steepest_[ix(first_option_[g] + current)];
   if (steep <= lo) {
     option = steep;
     return rate(steep);
@@ -321,9 +321,9 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     if (!improved) {
       pushes_.clear();
       for (Index j = 0; j < static_cast<Index>(choice_.size()); ++j) {
-        const Index g = group_[ix(j)];
+        const GroupId g = group_[ix(j)];
         if (choice_[ix(j)] + 1 >= table_.num_options(g)) continue;
-        const Index steep = steepest_[ix(first_option_[ix(g)] + choice_[ix(j)])];
+        const Index steep = steepest_[ix(first_option_[g] + choice_[ix(j)])];
         pushes_.push_back({(effective_of(j, choice_[ix(j)]) - effective_of(j, steep)) /
                                (time_of(j, steep) - duration_[ix(j)]),
                            j});
@@ -333,7 +333,7 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
       for (std::size_t a = 0; a < pushes_.size() && !improved && work() < limit; ++a) {
         const Index j = pushes_[a].computation;
         const std::size_t mark = journal_.size();
-        set_option(j, steepest_[ix(first_option_[ix(group_[ix(j)])] + choice_[ix(j)])]);
+        set_option(j, steepest_[ix(first_option_[group_[ix(j)]] + choice_[ix(j)])]);
         commit();
         if (!tighten_to(deadline, j, TightenOrder::kUsefulSecond)) {  // j stays where it was pushed
           rollback(mark);

@@ -132,11 +132,12 @@ class PlanImprover {
 
   const Dag& dag_;
   const OptionTable& table_;
-  double blocking_w_;  // G * P_block
-  std::vector<Index> group_;
+  double blocking_w_;           // G * P_block
+  std::vector<GroupId> group_;  // per computation
   // Per option of every group (flat; group g starts at first_option_[g]):
   // the slower option with the steepest effective saving per second.
-  std::vector<Index> first_option_, steepest_;
+  IdVector<GroupId, Index> first_option_;
+  std::vector<Index> steepest_;
   std::vector<ComputationId> sinks_;
 
   std::vector<OptionIndex> choice_;
