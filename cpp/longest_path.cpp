@@ -8,8 +8,8 @@ namespace perseus {
 LongestPaths::LongestPaths(const Dag& dag, Units min_length, Units max_length)
     : times_(dag), max_length_(max_length) {
   if (max_length < min_length) throw std::invalid_argument("LongestPaths: empty length range");
-  for (Index v = 0; v < dag.num_nodes(); ++v)
-    if (dag.successors_begin(v) == dag.successors_end(v)) sinks_.push_back(ComputationId(v));
+  for (ComputationId v(0); v.value() < dag.num_nodes(); ++v)
+    if (dag.successors_begin(v) == dag.successors_end(v)) sinks_.push_back(v);
 }
 
 void LongestPaths::reset(const IdVector<ComputationId, Units>& duration) {

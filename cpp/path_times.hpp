@@ -116,6 +116,7 @@ class PathTimes {
 
   explicit PathTimes(const Dag& dag)
       : num_nodes_(dag.num_nodes()),
+        node_(dag.topological_order()),
         position_(ix(dag.num_nodes())),
         pred_offset_(ix(dag.num_nodes()) + 1, 0),
         succ_offset_(ix(dag.num_nodes()) + 1, 0),
@@ -126,17 +127,15 @@ class PathTimes {
         dirty_tail_(ix(dag.num_nodes())),
         moved_stamp_(ix(dag.num_nodes()), 0) {
     const auto n = ix(num_nodes_);
-    node_.reserve(n);
-    for (const Index v : dag.topological_order()) node_.push_back(ComputationId(v));
     for (std::size_t k = 0; k < n; ++k) position_[node_[k]] = Position(static_cast<Index>(k));
     pred_.reserve(ix(dag.num_edges()));
     succ_.reserve(ix(dag.num_edges()));
     for (std::size_t k = 0; k < n; ++k) {
-      const Index v = node_[k].value();
-      for (const Index* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
-        pred_.push_back(position_[ComputationId(*p)]);
-      for (const Index* s = dag.successors_begin(v); s != dag.successors_end(v); ++s)
-        succ_.push_back(position_[ComputationId(*s)]);
+      const ComputationId v = node_[k];
+      for (const ComputationId* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
+        pred_.push_back(position_[*p]);
+      for (const ComputationId* s = dag.successors_begin(v); s != dag.successors_end(v); ++s)
+        succ_.push_back(position_[*s]);
       pred_offset_[k + 1] = static_cast<Index>(pred_.size());
       succ_offset_[k + 1] = static_cast<Index>(succ_.size());
     }

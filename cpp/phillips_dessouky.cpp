@@ -34,12 +34,12 @@ template <typename Pick>
 Units makespan(const Dag& dag, const IdVector<ComputationId, GroupId>& group, Pick pick) {
   std::vector<Units> finish(ix(dag.num_nodes()));
   Units longest = 0;
-  for (const Index v : dag.topological_order()) {
+  for (const ComputationId v : dag.topological_order()) {
     Units start = 0;
-    for (const Index* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
-      start = std::max(start, finish[ix(*p)]);
-    finish[ix(v)] = start + pick(group[ComputationId(v)]);
-    longest = std::max(longest, finish[ix(v)]);
+    for (const ComputationId* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
+      start = std::max(start, finish[p->index()]);
+    finish[v.index()] = start + pick(group[v]);
+    longest = std::max(longest, finish[v.index()]);
   }
   return longest;
 }

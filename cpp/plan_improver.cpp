@@ -51,8 +51,8 @@ PlanImprover::PlanImprover(const Pipeline& pipeline, const Dag& dag, const Optio
       steepest_.push_back(steep);
     }
   }
-  for (Index v = 0; v < dag.num_nodes(); ++v)
-    if (dag.successors_begin(v) == dag.successors_end(v)) sinks_.push_back(ComputationId(v));
+  for (ComputationId v(0); v.value() < dag.num_nodes(); ++v)
+    if (dag.successors_begin(v) == dag.successors_end(v)) sinks_.push_back(v);
   times_.reset(duration_.data());
   pending_.reserve(n);
   heap_.reserve(n);
