@@ -72,7 +72,7 @@ void register_pipeline(py::module_& m) {
       .def_property_readonly("group",
                              [](const Pipeline& p) {
                                return column<std::int32_t>(
-                                   p, [](auto& c) { return perseus::group_of(c); });
+                                   p, [](auto& c) { return perseus::group_of(c).value(); });
                              })
       .def(
           "ids",

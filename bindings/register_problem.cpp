@@ -261,10 +261,10 @@ void register_problem(py::module_& m) {
           [](const LockedProblem& p) {
             const Dag& dag = p.problem().dag();
             std::vector<Index> from, to;
-            for (Index u = 0; u < dag.num_nodes(); ++u)
-              for (const Index* v = dag.successors_begin(u); v != dag.successors_end(u); ++v) {
-                from.push_back(u);
-                to.push_back(*v);
+            for (ComputationId u(0); u.value() < dag.num_nodes(); ++u)
+              for (const ComputationId* v = dag.successors_begin(u); v != dag.successors_end(u); ++v) {
+                from.push_back(u.value());
+                to.push_back(v->value());
               }
             return py::make_tuple(to_numpy(std::move(from)), to_numpy(std::move(to)));
           },

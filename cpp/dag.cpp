@@ -46,20 +46,20 @@ Dag::Dag(const Pipeline& p) : num_nodes_(p.size()) {
   std::vector<Index> fill_s(succ_offset_.begin(), succ_offset_.end() - 1);
   std::vector<Index> fill_p(pred_offset_.begin(), pred_offset_.end() - 1);
   for (const auto& [u, v] : edges) {
-    succ_[ix(fill_s[static_cast<std::size_t>(u)]++)] = v;
-    pred_[ix(fill_p[static_cast<std::size_t>(v)]++)] = u;
+    succ_[ix(fill_s[ix(u)]++)] = ComputationId(v);
+    pred_[ix(fill_p[ix(v)]++)] = ComputationId(u);
   }
 
   // Kahn's algorithm.
   std::vector<Index> indegree(n);
   for (std::size_t v = 0; v < n; ++v) indegree[v] = pred_offset_[v + 1] - pred_offset_[v];
   topo_.reserve(n);
-  for (Index v = 0; v < num_nodes_; ++v)
-    if (indegree[ix(v)] == 0) topo_.push_back(v);
+  for (ComputationId v(0); v.value() < num_nodes_; ++v)
+    if (indegree[v.index()] == 0) topo_.push_back(v);
   for (std::size_t head = 0; head < topo_.size(); ++head) {
-    const Index u = topo_[head];
-    for (const Index* w = successors_begin(u); w != successors_end(u); ++w)
-      if (--indegree[ix(*w)] == 0) topo_.push_back(*w);
+    const ComputationId u = topo_[head];
+    for (const ComputationId* w = successors_begin(u); w != successors_end(u); ++w)
+      if (--indegree[w->index()] == 0) topo_.push_back(*w);
   }
   if (topo_.size() != n)
     throw std::invalid_argument(

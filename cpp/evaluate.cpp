@@ -26,12 +26,12 @@ Evaluation Evaluator::evaluate(const OptionIndex* choice) {
 
 Evaluation Evaluator::replay(const double* time_s, const double* energy_j) {
   double makespan = 0.0, busy = 0.0, energy = 0.0;
-  for (const Index v : dag_.topological_order()) {
+  for (const ComputationId v : dag_.topological_order()) {
     double start = 0.0;
-    for (const Index* p = dag_.predecessors_begin(v); p != dag_.predecessors_end(v); ++p)
-      start = std::max(start, finish_[ix(*p)]);
-    finish_[ix(v)] = start + time_s[v];
-    makespan = std::max(makespan, finish_[ix(v)]);
+    for (const ComputationId* p = dag_.predecessors_begin(v); p != dag_.predecessors_end(v); ++p)
+      start = std::max(start, finish_[p->index()]);
+    finish_[v.index()] = start + time_s[v.index()];
+    makespan = std::max(makespan, finish_[v.index()]);
   }
   for (std::size_t i = 0; i < group_.size(); ++i) {
     busy += time_s[i];

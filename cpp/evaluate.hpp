@@ -42,14 +42,14 @@ class Evaluator {
   }
   // G * P_block: watts the pipeline draws while all of it waits.
   double pipeline_blocking_w() const { return blocking_w_; }
-  Index group(Index computation) const { return group_[ix(computation)]; }
+  GroupId group(Index computation) const { return group_[ix(computation)]; }
 
  private:
   const Dag& dag_;
   const OptionTable& table_;
   double num_gpus_;
   double blocking_w_;
-  std::vector<Index> group_;
+  std::vector<GroupId> group_;  // per computation
   std::vector<double> time_, energy_, finish_;
 };
 

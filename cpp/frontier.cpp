@@ -31,7 +31,7 @@ std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const Option
                           const SolverOptions& options) {
   if (!options.refine) return 1;
   std::vector<double> gaps;
-  for (Index g = 0; g < table.num_groups(); ++g)
+  for (GroupId g(0); g.value() < table.num_groups(); ++g)
     for (Index k = 1; k < table.num_options(g); ++k)
       gaps.push_back(table.time_s(g, k) - table.time_s(g, k - 1));
   if (gaps.empty()) return 1;

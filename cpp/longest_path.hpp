@@ -22,14 +22,15 @@ class LongestPaths {
   // shortest) is checked against max_length only.
   LongestPaths(const Dag& dag, Units min_length, Units max_length);
 
-  // Recomputes everything for these durations.
-  void reset(const std::vector<Units>& duration);
-  // Updates after duration[v] changed for each v in `changed` (already written).
-  void update(const std::vector<Units>& duration, const std::vector<Index>& changed);
+  // Recomputes everything for these durations (per computation).
+  void reset(const IdVector<ComputationId, Units>& duration);
+  // Updates after duration[i] changed for each computation i in `changed` (already written).
+  void update(const IdVector<ComputationId, Units>& duration,
+              const std::vector<ComputationId>& changed);
 
   Units makespan() const { return makespan_; }
-  Units head(Index v) const { return times_.head(v); }
-  Units tail(Index v) const { return times_.tail(v); }
+  Units head(ComputationId v) const { return times_.head(v); }
+  Units tail(ComputationId v) const { return times_.tail(v); }
   // The times by topological position (see PathTimes).
   const PathTimes<Units>& times() const { return times_; }
   std::int64_t work() const { return times_.work(); }
@@ -39,7 +40,7 @@ class LongestPaths {
 
   PathTimes<Units> times_;
   Units max_length_;
-  std::vector<Index> sinks_;  // nodes without successors: every longest path ends at one
+  std::vector<ComputationId> sinks_;  // nodes without successors: every longest path ends at one
   Units makespan_ = 0;
 };
 

@@ -7,7 +7,9 @@
 namespace perseus {
 
 void BoundedFlow::reset(Index num_nodes) {
+  PERSEUS_EXPECT(num_nodes >= 0, "BoundedFlow: a negative node count");
   num_nodes_ = num_nodes;
+  finalized_ = false;
   tail_.clear();
   head_.clear();
   lower_.clear();
@@ -15,8 +17,10 @@ void BoundedFlow::reset(Index num_nodes) {
   flow_.clear();
 }
 
-Index BoundedFlow::add_arc(Index from, Index to) {
-  const auto id = static_cast<Index>(tail_.size());
+FlowArc BoundedFlow::add_arc(FlowNode from, FlowNode to) {
+  PERSEUS_EXPECT(!finalized_, "BoundedFlow: add_arc after finalize");
+  PERSEUS_EXPECT(has_node(from) && has_node(to), "BoundedFlow: an arc end is not a node");
+  const FlowArc id(static_cast<Index>(tail_.size()));
   tail_.push_back(from);
   head_.push_back(to);
   lower_.push_back(0.0);
@@ -29,17 +33,17 @@ void BoundedFlow::finalize() {
   const auto n = ix(num_nodes_);
   adj_offset_.assign(n + 1, 0);
   for (std::size_t a = 0; a < tail_.size(); ++a) {
-    ++adj_offset_[ix(tail_[a]) + 1];
-    ++adj_offset_[ix(head_[a]) + 1];
+    ++adj_offset_[tail_[a].index() + 1];
+    ++adj_offset_[head_[a].index() + 1];
   }
   for (std::size_t v = 0; v < n; ++v) adj_offset_[v + 1] += adj_offset_[v];
   adj_.resize(2 * tail_.size());
   adj_to_.resize(2 * tail_.size());
   adj_from_.resize(2 * tail_.size());
   slot_of_.resize(2 * tail_.size());
-  next_arc_.assign(adj_offset_.begin(), adj_offset_.end() - 1);  // fill cursors
+  next_arc_.raw().assign(adj_offset_.begin(), adj_offset_.end() - 1);  // fill cursors
   for (std::size_t a = 0; a < tail_.size(); ++a) {
-    const auto forward = ix(next_arc_[ix(tail_[a])]++), reverse = ix(next_arc_[ix(head_[a])]++);
+    const auto forward = ix(next_arc_[tail_[a]]++), reverse = ix(next_arc_[head_[a]]++);
     adj_[forward] = static_cast<Index>(2 * a);
     adj_to_[forward] = head_[a];
     adj_from_[forward] = tail_[a];
@@ -56,6 +60,7 @@ void BoundedFlow::finalize() {
   imbalanced_.clear();
   level_.assign(n, -1);
   queue_.resize(n);
+  sink_queue_.resize(n);
   path_.resize(n);
   stamp_.assign(n, 0);
   reaches_sink_.assign(n, 0);
@@ -63,6 +68,7 @@ void BoundedFlow::finalize() {
   order_.assign(n, 0);
   resume_slot_ = -1;
   epoch_ = 0;
+  finalized_ = true;
 }
 
 void BoundedFlow::refresh_residuals(std::size_t a) {
@@ -77,16 +83,20 @@ void BoundedFlow::push_slot(Index slot, double amount) {
   refresh_residuals(a);
 }
 
-void BoundedFlow::book(Index node, double amount) {
-  imbalance_[ix(node)] += amount;
-  if (!is_imbalanced_[ix(node)]) {
-    is_imbalanced_[ix(node)] = 1;
+void BoundedFlow::book(FlowNode node, double amount) {
+  imbalance_[node] += amount;
+  if (!is_imbalanced_[node]) {
+    is_imbalanced_[node] = 1;
     imbalanced_.push_back(node);
   }
 }
 
-void BoundedFlow::set_bounds(Index arc, double lower, double upper) {
-  const auto a = ix(arc);
+void BoundedFlow::set_bounds(FlowArc arc, double lower, double upper) {
+  PERSEUS_EXPECT(finalized_, "BoundedFlow: set_bounds before finalize");
+  PERSEUS_EXPECT(arc.index() < lower_.size(), "BoundedFlow: no such arc");
+  PERSEUS_EXPECT(lower >= 0.0 && lower != kInfinity && lower <= upper,
+                 "BoundedFlow: bounds must satisfy 0 <= lower <= upper with lower finite");
+  const auto a = arc.index();
   if (lower_[a] == lower && upper_[a] == upper) return;  // the flow is already within them
   lower_[a] = lower;
   upper_[a] = upper;
@@ -101,10 +111,11 @@ void BoundedFlow::set_bounds(Index arc, double lower, double upper) {
 }
 
 void BoundedFlow::clear_flows() {
+  PERSEUS_EXPECT(finalized_, "BoundedFlow: clear_flows before finalize");
   for (std::size_t a = 0; a < flow_.size(); ++a) flow_[a] = 0.0;
-  for (const Index v : imbalanced_) {
-    imbalance_[ix(v)] = 0.0;
-    is_imbalanced_[ix(v)] = 0;
+  for (const FlowNode v : imbalanced_) {
+    imbalance_[v] = 0.0;
+    is_imbalanced_[v] = 0;
   }
   imbalanced_.clear();
   // Lower bounds flow in full: book them as imbalance at their ends.
@@ -127,69 +138,70 @@ void BoundedFlow::new_search() {
 }
 
 template <typename Usable>
-std::size_t BoundedFlow::levels_from(std::size_t count, Index target, Usable usable) {
+std::size_t BoundedFlow::levels_from(std::size_t count, FlowNode target, Usable usable) {
   new_search();
   for (std::size_t k = 0; k < count; ++k) {
-    const Index v = queue_[k];
-    stamp_[ix(v)] = epoch_;
-    level_[ix(v)] = 0;
-    next_arc_[ix(v)] = adj_offset_[ix(v)];
+    const FlowNode v = queue_[k];
+    stamp_[v] = epoch_;
+    level_[v] = 0;
+    next_arc_[v] = first_slot(v);
   }
   std::size_t head = 0, tail = count;
   while (head < tail) {
-    const Index u = queue_[head++];
+    const FlowNode u = queue_[head++];
     if (u == target) break;
-    for (Index k = adj_offset_[ix(u)]; k < adj_offset_[ix(u) + 1]; ++k) {
+    const Index end = end_slot(u);
+    for (Index k = first_slot(u); k < end; ++k) {
       // The residual first: it is read in slot order, and most slots fail it
       // (reverse slots without flow, closed arcs), which spares the node's stamp.
       if (!usable(slot_residual_[ix(k)])) continue;
-      const Index v = adj_to_[ix(k)];
-      if (stamp_[ix(v)] == epoch_) continue;
-      stamp_[ix(v)] = epoch_;
-      level_[ix(v)] = level_[ix(u)] + 1;
-      next_arc_[ix(v)] = adj_offset_[ix(v)];
+      const FlowNode v = adj_to_[ix(k)];
+      if (stamp_[v] == epoch_) continue;
+      stamp_[v] = epoch_;
+      level_[v] = level_[u] + 1;
+      next_arc_[v] = first_slot(v);
       queue_[tail++] = v;
     }
-    work_ += adj_offset_[ix(u) + 1] - adj_offset_[ix(u)];
+    work_ += end - first_slot(u);
   }
   return tail;
 }
 
-void BoundedFlow::keep_paths_to(Index sink, std::size_t reached, double tolerance) {
-  // Backwards from the sink over level-graph arcs (level up by one, residual
-  // left); path_ is free until the blocking flow starts, and serves as the queue.
-  reaches_sink_[ix(sink)] = epoch_;
-  path_[0] = sink;
+void BoundedFlow::keep_paths_to(FlowNode sink, std::size_t reached, double tolerance) {
+  // Backwards from the sink over level-graph arcs (level up by one, residual left).
+  reaches_sink_[sink] = epoch_;
+  sink_queue_[0] = sink;
   std::size_t head = 0, tail = 1;
   while (head < tail) {
-    const Index v = path_[head++];
-    const Index below = level_[ix(v)] - 1;
-    for (Index k = adj_offset_[ix(v)]; k < adj_offset_[ix(v) + 1]; ++k) {
-      const Index w = adj_to_[ix(k)];
+    const FlowNode v = sink_queue_[head++];
+    const Index below = level_[v] - 1;
+    const Index end = end_slot(v);
+    for (Index k = first_slot(v); k < end; ++k) {
+      const FlowNode w = adj_to_[ix(k)];
       // The arc w -> v is the partner of v's half-arc to w.
-      if (stamp_[ix(w)] != epoch_ || level_[ix(w)] != below || reaches_sink_[ix(w)] == epoch_) continue;
+      if (stamp_[w] != epoch_ || level_[w] != below || reaches_sink_[w] == epoch_) continue;
       if (slot_residual_[ix(slot_of_[ix(adj_[ix(k)] ^ 1)])] <= tolerance) continue;
-      reaches_sink_[ix(w)] = epoch_;
-      path_[tail++] = w;
+      reaches_sink_[w] = epoch_;
+      sink_queue_[tail++] = w;
     }
-    work_ += adj_offset_[ix(v) + 1] - adj_offset_[ix(v)];
+    work_ += end - first_slot(v);
   }
   for (std::size_t k = 0; k < reached; ++k)
-    if (reaches_sink_[ix(queue_[k])] != epoch_) level_[ix(queue_[k])] = -1;
+    if (reaches_sink_[queue_[k]] != epoch_) level_[queue_[k]] = -1;
 }
 
-double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, double limit,
+double BoundedFlow::blocking_flow(FlowNode from, FlowNode sink, bool to_deficits, double limit,
                                   double tolerance) {
-  auto on_level = [&](Index v) { return stamp_[ix(v)] == epoch_ && level_[ix(v)] >= 0; };
-  auto is_target = [&](Index v) { return to_deficits ? imbalance_[ix(v)] < -tolerance : v == sink; };
+  auto on_level = [&](FlowNode v) { return stamp_[v] == epoch_ && level_[v] >= 0; };
+  auto is_target = [&](FlowNode v) { return to_deficits ? imbalance_[v] < -tolerance : v == sink; };
   double total = 0.0;
   std::size_t depth = 0;  // path_[0 .. depth) are the slots of a path from `from`
-  Index u = from;
+  FlowNode u = from;
   while (total < limit) {
     if (depth > 0 && is_target(u)) {
       double amount = limit - total;
       for (std::size_t i = 0; i < depth; ++i) amount = std::min(amount, slot_residual_[ix(path_[i])]);
-      if (to_deficits) amount = std::min(amount, -imbalance_[ix(u)]);
+      if (to_deficits) amount = std::min(amount, -imbalance_[u]);
       if (amount == kInfinity) throw std::logic_error("BoundedFlow: infinite augmenting path");
       std::size_t retreat = depth;
       for (std::size_t i = 0; i < depth; ++i) {
@@ -197,8 +209,8 @@ double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, doub
         if (slot_residual_[ix(path_[i])] <= tolerance && retreat == depth) retreat = i;
       }
       if (to_deficits) {
-        imbalance_[ix(from)] -= amount;
-        imbalance_[ix(u)] += amount;
+        imbalance_[from] -= amount;
+        imbalance_[u] += amount;
       }
       total += amount;
       work_ += static_cast<std::int64_t>(depth);
@@ -208,10 +220,11 @@ double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, doub
       continue;
     }
     bool advanced = false;
-    for (Index& k = next_arc_[ix(u)]; k < adj_offset_[ix(u) + 1]; ++k) {
-      const Index v = adj_to_[ix(k)];
+    const Index end = end_slot(u);
+    for (Index& k = next_arc_[u]; k < end; ++k) {
+      const FlowNode v = adj_to_[ix(k)];
       ++work_;
-      if (on_level(v) && level_[ix(v)] == level_[ix(u)] + 1 && slot_residual_[ix(k)] > tolerance) {
+      if (on_level(v) && level_[v] == level_[u] + 1 && slot_residual_[ix(k)] > tolerance) {
         path_[depth++] = k;
         u = v;
         advanced = true;
@@ -220,111 +233,117 @@ double BoundedFlow::blocking_flow(Index from, Index sink, bool to_deficits, doub
     }
     if (advanced) continue;
     // Dead end: retire u from this level graph and step back.
-    level_[ix(u)] = -1;
+    level_[u] = -1;
     if (depth == 0) break;
     --depth;
     u = adj_from_[ix(path_[depth])];
-    ++next_arc_[ix(u)];
+    ++next_arc_[u];
   }
   return total;
 }
 
 bool BoundedFlow::restore_balance(double tolerance) {
+  PERSEUS_EXPECT(finalized_, "BoundedFlow: restore_balance before finalize");
   while (true) {
     std::size_t surplus = 0;
     bool deficit = false;
-    for (const Index v : imbalanced_) {
-      if (imbalance_[ix(v)] > tolerance) queue_[surplus++] = v;
-      else if (imbalance_[ix(v)] < -tolerance) deficit = true;
+    for (const FlowNode v : imbalanced_) {
+      if (imbalance_[v] > tolerance) queue_[surplus++] = v;
+      else if (imbalance_[v] < -tolerance) deficit = true;
     }
     if (surplus == 0 || !deficit) break;
     // Levels from every surplus node at once; the search leaves them at the
     // front of queue_.
-    levels_from(surplus, -1, [tolerance](double r) { return r > tolerance; });
+    levels_from(surplus, FlowNode::none(), [tolerance](double r) { return r > tolerance; });
     double moved = 0.0;
     for (std::size_t k = 0; k < surplus; ++k) {
-      const Index v = queue_[k];
-      moved += blocking_flow(v, -1, true, imbalance_[ix(v)], tolerance);
+      const FlowNode v = queue_[k];
+      moved += blocking_flow(v, FlowNode::none(), true, imbalance_[v], tolerance);
     }
     if (moved <= tolerance) break;
   }
-  for (const Index v : imbalanced_)
-    if (std::abs(imbalance_[ix(v)]) > tolerance) return false;
-  for (const Index v : imbalanced_) {  // what is left is rounding: drop it
-    imbalance_[ix(v)] = 0.0;
-    is_imbalanced_[ix(v)] = 0;
+  for (const FlowNode v : imbalanced_)
+    if (std::abs(imbalance_[v]) > tolerance) return false;
+  for (const FlowNode v : imbalanced_) {  // what is left is rounding: drop it
+    imbalance_[v] = 0.0;
+    is_imbalanced_[v] = 0;
   }
   imbalanced_.clear();
   return true;
 }
 
-bool BoundedFlow::search_to(Index source, Index sink, double tolerance, bool resume) {
+bool BoundedFlow::search_to(FlowNode source, FlowNode sink, double tolerance, bool resume) {
   new_search();
   std::size_t head = 0, tail = 1;
-  Index first_slot = adj_offset_[ix(source)];  // where the first node's scan starts
+  Index first = first_slot(source);  // where the first node's scan starts
   if (resume && resume_slot_ >= 0) {
     // Replay the last search up to its first saturated slot: the same nodes
     // are reached, and the same work is charged for scanning them.
     head = resume_head_;
     tail = resume_tail_;
-    for (std::size_t k = 0; k < tail; ++k) stamp_[ix(queue_[k])] = epoch_;
-    for (std::size_t k = 0; k < head; ++k)
-      work_ += adj_offset_[ix(queue_[k]) + 1] - adj_offset_[ix(queue_[k])];
-    first_slot = resume_slot_;
+    for (std::size_t k = 0; k < tail; ++k) stamp_[queue_[k]] = epoch_;
+    for (std::size_t k = 0; k < head; ++k) work_ += end_slot(queue_[k]) - first_slot(queue_[k]);
+    first = resume_slot_;
   } else {
-    stamp_[ix(source)] = epoch_;
+    stamp_[source] = epoch_;
     queue_[0] = source;
-    order_[ix(source)] = 0;
+    order_[source] = 0;
   }
   resume_slot_ = -1;
   while (head < tail) {
-    const Index u = queue_[head++];
-    const Index end = adj_offset_[ix(u) + 1];
-    for (Index k = first_slot; k < end; ++k) {
+    const FlowNode u = queue_[head++];
+    const Index end = end_slot(u);
+    for (Index k = first; k < end; ++k) {
       if (slot_residual_[ix(k)] <= tolerance) continue;  // first, as in levels_from()
-      const Index v = adj_to_[ix(k)];
-      if (stamp_[ix(v)] == epoch_) continue;
-      stamp_[ix(v)] = epoch_;
-      reached_by_[ix(v)] = k;
-      order_[ix(v)] = static_cast<Index>(tail);
+      const FlowNode v = adj_to_[ix(k)];
+      if (stamp_[v] == epoch_) continue;
+      stamp_[v] = epoch_;
+      reached_by_[v] = k;
+      order_[v] = static_cast<Index>(tail);
       if (v == sink) {
-        work_ += k - adj_offset_[ix(u)] + 1;
+        work_ += k - first_slot(u) + 1;
         return true;
       }
       queue_[tail++] = v;
     }
-    work_ += end - adj_offset_[ix(u)];
-    if (head < tail) first_slot = adj_offset_[ix(queue_[head])];
+    work_ += end - first_slot(u);
+    if (head < tail) first = first_slot(queue_[head]);
   }
   return false;
 }
 
-double BoundedFlow::push_along_search(Index source, Index sink, double tolerance) {
+double BoundedFlow::push_along_search(FlowNode source, FlowNode sink, double tolerance) {
   double amount = kInfinity;
-  for (Index v = sink; v != source; v = adj_from_[ix(reached_by_[ix(v)])])
-    amount = std::min(amount, slot_residual_[ix(reached_by_[ix(v)])]);
+  for (FlowNode v = sink; v != source; v = adj_from_[ix(reached_by_[v])])
+    amount = std::min(amount, slot_residual_[ix(reached_by_[v])]);
   if (amount == kInfinity) throw std::logic_error("BoundedFlow: infinite augmenting path");
   // The saturated slot that the search met first is the one whose node it
   // reached first (every path slot reached the node it leads to).
-  Index first = -1;
-  for (Index v = sink; v != source; v = adj_from_[ix(reached_by_[ix(v)])]) {
-    const Index slot = reached_by_[ix(v)];
+  FlowNode first = FlowNode::none();
+  for (FlowNode v = sink; v != source; v = adj_from_[ix(reached_by_[v])]) {
+    const Index slot = reached_by_[v];
     push_slot(slot, amount);
-    if (slot_residual_[ix(slot)] <= tolerance && (first < 0 || order_[ix(v)] < order_[ix(first)]))
+    if (slot_residual_[ix(slot)] <= tolerance && (!first.valid() || order_[v] < order_[first]))
       first = v;
     ++work_;
   }
-  if (first >= 0) {
-    const Index slot = reached_by_[ix(first)];
+  if (first.valid()) {
+    const Index slot = reached_by_[first];
     resume_slot_ = slot;
-    resume_head_ = ix(order_[ix(adj_from_[ix(slot)])]);
-    resume_tail_ = ix(order_[ix(first)]);
+    resume_head_ = ix(order_[adj_from_[ix(slot)]]);
+    resume_tail_ = ix(order_[first]);
   }
   return amount;
 }
 
-double BoundedFlow::augment(Index source, Index sink, Index frozen, double tolerance) {
-  const auto f = ix(frozen);
+double BoundedFlow::augment(FlowNode source, FlowNode sink, FlowArc frozen, double tolerance) {
+  PERSEUS_EXPECT(finalized_, "BoundedFlow: augment before finalize");
+  PERSEUS_EXPECT(has_node(source) && has_node(sink) && source != sink,
+                 "BoundedFlow: source and sink must be two nodes of the network");
+  PERSEUS_EXPECT(
+      frozen.index() < tail_.size() && tail_[frozen.index()] == sink && head_[frozen.index()] == source,
+      "BoundedFlow: the frozen arc must run from the sink to the source");
+  const auto f = frozen.index();
   lower_[f] = upper_[f] = flow_[f];  // closed: no residual either way
   refresh_residuals(f);
   double total = 0.0;
@@ -344,7 +363,7 @@ double BoundedFlow::augment(Index source, Index sink, Index frozen, double toler
   while (!done) {
     queue_[0] = source;
     const std::size_t reached = levels_from(1, sink, [tolerance](double r) { return r > tolerance; });
-    if (stamp_[ix(sink)] != epoch_) break;
+    if (stamp_[sink] != epoch_) break;
     keep_paths_to(sink, reached, tolerance);
     total += blocking_flow(source, sink, false, kInfinity, tolerance);
   }
@@ -356,10 +375,12 @@ double BoundedFlow::augment(Index source, Index sink, Index frozen, double toler
   return total;
 }
 
-bool BoundedFlow::has_infinite_path(Index source, Index sink) {
+bool BoundedFlow::has_infinite_path(FlowNode source, FlowNode sink) {
+  PERSEUS_EXPECT(finalized_, "BoundedFlow: has_infinite_path before finalize");
+  PERSEUS_EXPECT(has_node(source) && has_node(sink), "BoundedFlow: source or sink is not a node");
   queue_[0] = source;
   levels_from(1, sink, [](double r) { return r == kInfinity; });
-  return stamp_[ix(sink)] == epoch_;
+  return stamp_[sink] == epoch_;
 }
 
 }  // namespace perseus

@@ -42,30 +42,35 @@ class BoundedFlow {
   BoundedFlow& operator=(const BoundedFlow&) = delete;
 
   // Shape, before finalize(): nodes 0..num_nodes-1, arcs with bounds [0, 0].
+  // Preconditions: num_nodes >= 0; both ends of an arc are nodes of the
+  // network; add_arc() only before finalize(), everything below only after.
   void reset(Index num_nodes);
-  Index add_arc(Index from, Index to);
+  FlowArc add_arc(FlowNode from, FlowNode to);
   void finalize();
 
-  // Sets an arc's bounds (lower <= upper, lower finite), clamping its flow
-  // into them and booking the change as imbalance at its ends.
-  void set_bounds(Index arc, double lower, double upper);
+  // Sets an arc's bounds (precondition: 0 <= lower <= upper, lower finite),
+  // clamping its flow into them and booking the change as imbalance at its ends.
+  void set_bounds(FlowArc arc, double lower, double upper);
   // Every flow back to zero within [0, upper], lower bounds booked as
   // imbalance (a cold start).
   void clear_flows();
   // Routes every imbalance above tolerance from surplus to deficit nodes;
   // false if some cannot be routed (then no flow meets the bounds).
   bool restore_balance(double tolerance);
-  // Augments a maximum flow from source to sink, with arc `frozen` (the sink
-  // -> source return arc) closed; returns the amount added and books it on
-  // `frozen`, so the flow stays a circulation. `frozen` stays closed (bounds
-  // equal to its flow) until set_bounds opens it again. Afterwards marked()
-  // holds the nodes the source still reaches: the source side of a minimum cut.
-  double augment(Index source, Index sink, Index frozen, double tolerance);
+  // Augments a maximum flow from source to sink (precondition: two different
+  // nodes, `frozen` an arc from sink to source), with arc `frozen` closed; returns the amount added and
+  // books it on `frozen`, so the flow stays a circulation. `frozen` stays closed (bounds equal to its
+  // flow) until set_bounds opens it again. Afterwards marked() holds the nodes the source still
+  // reaches: the source side of a minimum cut.
+  double augment(FlowNode source, FlowNode sink, FlowArc frozen, double tolerance);
   // Whether the sink is reachable from the source through infinite residuals.
-  bool has_infinite_path(Index source, Index sink);
+  bool has_infinite_path(FlowNode source, FlowNode sink);
   // Whether the last search reached the node.
-  bool marked(Index node) const { return stamp_[ix(node)] == epoch_; }
-  double flow(Index arc) const { return flow_[ix(arc)]; }
+  bool marked(FlowNode node) const { return stamp_[node] == epoch_; }
+  double flow(FlowArc arc) const {
+    PERSEUS_EXPECT(arc.index() < flow_.size(), "BoundedFlow: no such arc");
+    return flow_[arc.index()];
+  }
   Index num_nodes() const { return num_nodes_; }
   // Searches and arc visits so far (machine-independent effort).
   std::int64_t work() const { return work_; }
@@ -76,29 +81,34 @@ class BoundedFlow {
   // node it leads to from two arrays walked front to back; residuals are
   // kept per slot for that reason, and a push writes both of an arc's slots.
   void refresh_residuals(std::size_t arc);
+  // A node's slots are [first_slot(v), end_slot(v)).
+  Index first_slot(FlowNode v) const { return adj_offset_[v.index()]; }
+  Index end_slot(FlowNode v) const { return adj_offset_[v.index() + 1]; }
+  // Whether v is a node of the network (precondition checks).
+  bool has_node(FlowNode v) const { return v.valid() && v.value() < num_nodes_; }
   void push_slot(Index slot, double amount);
-  void book(Index node, double amount);  // imbalance: + surplus, - deficit
+  void book(FlowNode node, double amount);  // imbalance: + surplus, - deficit
   // A fresh epoch for the stamps: nothing is marked any more.
   void new_search();
   // Breadth-first levels from the nodes in queue_[0..count) over residuals
-  // `usable` says yes to; stops early once `target` (if >= 0) is reached.
+  // `usable` says yes to; stops early once `target` (if valid) is reached.
   // Returns how many nodes it reached (they are queue_[0..returned)).
   template <typename Usable>
-  std::size_t levels_from(std::size_t count, Index target, Usable usable);
+  std::size_t levels_from(std::size_t count, FlowNode target, Usable usable);
   // Takes out of the level graph every node among queue_[0..reached) that
   // has no path to `sink` in it. Searching from the source, levels stop at
   // the sink's, and on pipelines most of what they reach (thousands of
   // nodes) leads nowhere: without this the blocking flow's search walks all
   // of it before it finds the one or two paths there are.
-  void keep_paths_to(Index sink, std::size_t reached, double tolerance);
+  void keep_paths_to(FlowNode sink, std::size_t reached, double tolerance);
   // One blocking flow of the current level graph from `from`, at most `limit`.
-  double blocking_flow(Index from, Index sink, bool to_deficits, double limit, double tolerance);
+  double blocking_flow(FlowNode from, FlowNode sink, bool to_deficits, double limit, double tolerance);
   // Breadth-first from the source over residuals above tolerance, noting the
   // slot each node was reached by; stops as soon as it reaches the sink.
   // Returns whether it did (if not, the search marked the source side).
   // With `resume`, it starts where the last search first met a slot that
   // push_along_search() then saturated (see there).
-  bool search_to(Index source, Index sink, double tolerance, bool resume);
+  bool search_to(FlowNode source, FlowNode sink, double tolerance, bool resume);
   // Pushes the path's bottleneck along the slots search_to() noted; returns
   // it. Notes where the next search may resume: a search from scratch would
   // visit the same nodes in the same order as the last one up to the first
@@ -106,23 +116,30 @@ class BoundedFlow {
   // the path's slots (which lose residual) and their partners (which lead
   // back to nodes already reached). So the next search keeps the nodes
   // found before that slot, and their work, and scans on from it.
-  double push_along_search(Index source, Index sink, double tolerance);
+  double push_along_search(FlowNode source, FlowNode sink, double tolerance);
 
+  // Arrays per arc are indexed by FlowArc (half-arc ids 2a and 2a + 1 are
+  // its two directions), per node by FlowNode; slots and half-arc ids are
+  // plain Index, used only here.
   Index num_nodes_ = 0;
-  std::vector<Index> tail_, head_;            // per arc (even ids; the reverse is id + 1)
-  std::vector<double> lower_, upper_, flow_;  // per arc, indexed by id / 2
-  std::vector<Index> adj_offset_, adj_;       // CSR: half-arc ids leaving each node, per slot
-  std::vector<Index> adj_to_, adj_from_;      // per slot: the node it leads to, and from
+  bool finalized_ = false;
+  std::vector<FlowNode> tail_, head_;         // per arc
+  std::vector<double> lower_, upper_, flow_;  // per arc
+  std::vector<Index> adj_offset_;             // CSR: num_nodes + 1 offsets into the slots
+  std::vector<Index> adj_;                    // per slot: the half-arc id it holds
+  std::vector<FlowNode> adj_to_, adj_from_;   // per slot: the node it leads to, and from
   std::vector<double> slot_residual_;         // per slot: its half-arc's residual
   std::vector<Index> slot_of_;                // per half-arc id: its slot
-  std::vector<double> imbalance_;
-  std::vector<Index> imbalanced_;  // nodes with a booked imbalance
-  std::vector<char> is_imbalanced_;
-  std::vector<Index> level_, next_arc_, queue_, path_;  // path_: slots
-  std::vector<std::uint32_t> stamp_, reaches_sink_;     // reaches_sink_: epoch when it does
-  std::vector<Index> reached_by_;                       // per node: the slot search_to() came in by
-  std::vector<Index>
-      order_;  // per node: its place in search_to()'s queue (the sink: where it would go)
+  IdVector<FlowNode, double> imbalance_;
+  std::vector<FlowNode> imbalanced_;  // nodes with a booked imbalance
+  IdVector<FlowNode, char> is_imbalanced_;
+  IdVector<FlowNode, Index> level_, next_arc_;              // next_arc_: a slot
+  std::vector<FlowNode> queue_, sink_queue_;                // sink_queue_: keep_paths_to()'s search
+  std::vector<Index> path_;                                 // slots
+  IdVector<FlowNode, std::uint32_t> stamp_, reaches_sink_;  // reaches_sink_: epoch when it does
+  IdVector<FlowNode, Index> reached_by_;                    // per node: the slot search_to() came in by
+  // Per node: its place in search_to()'s queue (the sink: where it would go).
+  IdVector<FlowNode, Index> order_;
   // Where the next search_to() may resume: the node being scanned (a place
   // in queue_), the slot to scan next, and how many nodes were queued then.
   std::size_t resume_head_ = 0, resume_tail_ = 0;

@@ -11,7 +11,8 @@
 namespace perseus {
 namespace {
 
-std::string group_name(Index g) {
+std::string group_name(GroupId group) {
+  const Index g = group.value();
   return "stage " + std::to_string(g / 2) + (g % 2 == 0 ? " forward" : " backward");
 }
 
@@ -56,7 +57,7 @@ OptionTable::OptionTable(Index num_stages, std::vector<Index> offsets, std::vect
       ix(offsets_.back()) != time_s_.size() || time_s_.size() != energy_j_.size())
     throw std::invalid_argument("option table: offsets do not match the option arrays");
   effective_j_.resize(time_s_.size());
-  for (Index g = 0; g < num_groups(); ++g) {
+  for (GroupId g(0); g.value() < num_groups(); ++g) {
     const Index n = num_options(g);
     if (n < 1) throw std::invalid_argument(group_name(g) + " has no options");
     if (n > 65535) throw std::invalid_argument(group_name(g) + " has more than 65535 options");
@@ -68,7 +69,7 @@ OptionTable::OptionTable(Index num_stages, std::vector<Index> offsets, std::vect
       if (!std::isfinite(eff))
         throw std::invalid_argument(group_name(g) +
                                     ": energy minus blocking power times time overflows");
-      effective_j_[ix(offsets_[ix(g)] + k)] = eff;
+      effective_j_[ix(offsets_[g.index()] + k)] = eff;
       if (k > 0 && !(t > time_s(g, k - 1) && eff < effective_j(g, k - 1)))
         throw std::invalid_argument(
             group_name(g) +
@@ -78,7 +79,7 @@ OptionTable::OptionTable(Index num_stages, std::vector<Index> offsets, std::vect
   }
 }
 
-QuantisedGroup::QuantisedGroup(const OptionTable& table, Index group, double unit_time_s) {
+QuantisedGroup::QuantisedGroup(const OptionTable& table, GroupId group, double unit_time_s) {
   const Index n = table.num_options(group);
   quantised_.resize(ix(n));
   for (Index k = 0; k < n; ++k) {

@@ -25,7 +25,9 @@ namespace perseus {
 
 using OptionIndex = std::uint16_t;
 
-inline Index group_of(const Computation& c) { return 2 * c.stage + static_cast<Index>(c.instruction); }
+inline GroupId group_of(const Computation& c) {
+  return GroupId(2 * c.stage + static_cast<Index>(c.instruction));
+}
 
 // Positions (into time_s / energy_j) of the useful options, fastest first:
 // time strictly increasing, effective energy strictly decreasing. Of options
@@ -45,18 +47,24 @@ class OptionTable {
 
   Index num_stages() const { return num_stages_; }
   Index num_groups() const { return 2 * num_stages_; }
-  Index num_options(Index group) const { return offsets_[ix(group + 1)] - offsets_[ix(group)]; }
-  double time_s(Index group, Index option) const { return time_s_[ix(offsets_[ix(group)] + option)]; }
-  double energy_j(Index group, Index option) const {
-    return energy_j_[ix(offsets_[ix(group)] + option)];
+  // Options are numbered 0 .. num_options(group) - 1 within their group,
+  // fastest first (precondition, checked in debug builds: in that range).
+  Index num_options(GroupId group) const {
+    return offsets_[group.index() + 1] - offsets_[group.index()];
   }
+  double time_s(GroupId group, Index option) const { return time_s_[at(group, option)]; }
+  double energy_j(GroupId group, Index option) const { return energy_j_[at(group, option)]; }
   // e - P_block * t of an option (joules).
-  double effective_j(Index group, Index option) const {
-    return effective_j_[ix(offsets_[ix(group)] + option)];
-  }
+  double effective_j(GroupId group, Index option) const { return effective_j_[at(group, option)]; }
   double blocking_power_w() const { return blocking_power_w_; }
 
  private:
+  std::size_t at(GroupId group, Index option) const {
+    PERSEUS_EXPECT(group.value() < num_groups() && option >= 0 && option < num_options(group),
+                   "OptionTable: no such group or option");
+    return ix(offsets_[group.index()] + option);
+  }
+
   Index num_stages_;
   std::vector<Index> offsets_;
   std::vector<double> time_s_, energy_j_, effective_j_;
@@ -76,7 +84,7 @@ class QuantisedGroup {
  public:
   // Throws std::invalid_argument if some t / unit_time does not fit the
   // integer range the loop can count in (2^52 units).
-  QuantisedGroup(const OptionTable& table, Index group, double unit_time_s);
+  QuantisedGroup(const OptionTable& table, GroupId group, double unit_time_s);
 
   std::int64_t min_duration() const { return quantised_.front(); }
   std::int64_t max_duration() const { return quantised_.back(); }

@@ -20,7 +20,10 @@
 // and the adjacency is renumbered to match: on a pipeline most of the DAG
 // moves when a critical computation changes, and then an update walks its
 // arrays front to back (or back to front) with neighbours close by, instead
-// of hopping between ids. The public interface speaks node ids.
+// of hopping between ids. The public interface speaks computation ids
+// (ComputationId, the DAG's node ids) and positions (Position), each its own
+// type; inside, a std::size_t is always a position, and the arrays kept by
+// position are walked with it.
 #pragma once
 
 #include <algorithm>
@@ -124,26 +127,26 @@ class PathTimes {
         dirty_tail_(ix(dag.num_nodes())),
         moved_stamp_(ix(dag.num_nodes()), 0) {
     const auto n = ix(num_nodes_);
-    for (std::size_t k = 0; k < n; ++k) position_[ix(node_[k])] = static_cast<Index>(k);
+    for (std::size_t k = 0; k < n; ++k) position_[node_[k]] = Position(static_cast<Index>(k));
     pred_.reserve(ix(dag.num_edges()));
     succ_.reserve(ix(dag.num_edges()));
     for (std::size_t k = 0; k < n; ++k) {
-      const Index v = node_[k];
-      for (const Index* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
-        pred_.push_back(position_[ix(*p)]);
-      for (const Index* s = dag.successors_begin(v); s != dag.successors_end(v); ++s)
-        succ_.push_back(position_[ix(*s)]);
+      const ComputationId v = node_[k];
+      for (const ComputationId* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
+        pred_.push_back(position_[*p]);
+      for (const ComputationId* s = dag.successors_begin(v); s != dag.successors_end(v); ++s)
+        succ_.push_back(position_[*s]);
       pred_offset_[k + 1] = static_cast<Index>(pred_.size());
       succ_offset_[k + 1] = static_cast<Index>(succ_.size());
     }
     moved_.reserve(n);
   }
 
-  // Recomputes every head and tail for these durations (one pass each way).
-  // Afterwards moved() lists every node.
+  // Recomputes every head and tail for these durations, duration[i] for
+  // computation i (one pass each way). Afterwards moved() lists every node.
   void reset(const Value* duration) {
     const auto n = ix(num_nodes_);
-    for (std::size_t p = 0; p < n; ++p) duration_[p] = duration[node_[p]];
+    for (std::size_t p = 0; p < n; ++p) duration_[p] = duration[node_[p].index()];
     for (std::size_t p = 0; p < n; ++p) head_[p] = start_of(p);
     for (std::size_t p = n; p-- > 0;) tail_[p] = duration_[p] + after(p);
     clear_moved();
@@ -152,10 +155,11 @@ class PathTimes {
     work_ += 2 * (num_nodes_ + static_cast<Index>(succ_.size()));
   }
 
-  // Brings heads and tails up to date after duration[v] changed for every v
-  // in `changed` (already written). Afterwards moved() lists the nodes whose
-  // head or tail changed (the changed nodes among them).
-  void update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
+  // Brings heads and tails up to date after duration[i] changed for every
+  // computation i in `changed` (already written). Afterwards moved() lists
+  // the computations whose head or tail changed (the changed ones among them).
+  void update(const Value* duration, const ComputationId* changed_begin,
+              const ComputationId* changed_end) {
     clear_moved();
     // A single change (a reclamation move) is always followed: its region
     // is usually small, and when it is not, following costs about two
@@ -175,29 +179,29 @@ class PathTimes {
   // Whether the next update() of a batch of `size` changes sweeps (tests).
   bool sweeps_next(std::size_t size) const { return size != 1 && sweep_; }
 
-  Value head(Index v) const { return head_[ix(position_[ix(v)])]; }
-  Value tail(Index v) const { return tail_[ix(position_[ix(v)])]; }
+  Value head(ComputationId v) const { return head_[position_[v].index()]; }
+  Value tail(ComputationId v) const { return tail_[position_[v].index()]; }
   // head(v) + tail(v): the longest path through v.
-  Value through(Index v) const {
-    const auto p = ix(position_[ix(v)]);
+  Value through(ComputationId v) const {
+    const auto p = position_[v].index();
     return head_[p] + tail_[p];
   }
-  const std::vector<Index>& moved() const { return moved_; }
+  const std::vector<ComputationId>& moved() const { return moved_; }
 
   // The same times by topological position, for callers that sweep every
   // node front to back: position p holds node node_at(p), and its
   // successors are the positions successor_positions()[k] for k in
   // [successors_begin(p), successors_end(p)).
-  Index node_at(std::size_t p) const { return node_[p]; }
-  Index position_of(Index v) const { return position_[ix(v)]; }
-  Value head_at(std::size_t p) const { return head_[p]; }
-  Value tail_at(std::size_t p) const { return tail_[p]; }
-  Value duration_at(std::size_t p) const { return duration_[p]; }
-  Index successors_begin(std::size_t p) const { return succ_offset_[p]; }
-  Index successors_end(std::size_t p) const { return succ_offset_[p + 1]; }
-  Index predecessors_begin(std::size_t p) const { return pred_offset_[p]; }
-  Index predecessors_end(std::size_t p) const { return pred_offset_[p + 1]; }
-  const std::vector<Index>& successor_positions() const { return succ_; }
+  ComputationId node_at(Position p) const { return node_[p.index()]; }
+  Position position_of(ComputationId v) const { return position_[v]; }
+  Value head_at(Position p) const { return head_[p.index()]; }
+  Value tail_at(Position p) const { return tail_[p.index()]; }
+  Value duration_at(Position p) const { return duration_[p.index()]; }
+  Index successors_begin(Position p) const { return succ_offset_[p.index()]; }
+  Index successors_end(Position p) const { return succ_offset_[p.index() + 1]; }
+  Index predecessors_begin(Position p) const { return pred_offset_[p.index()]; }
+  Index predecessors_end(Position p) const { return pred_offset_[p.index() + 1]; }
+  const std::vector<Position>& successor_positions() const { return succ_; }
   // The same arrays as raw pointers, for sweeps that store flags as they go
   // (a char store may alias a vector's insides, so the accessors above
   // reload them after each one).
@@ -205,26 +209,29 @@ class PathTimes {
   const Value* tails_by_position() const { return tail_.data(); }
   const Value* durations_by_position() const { return duration_.data(); }
   const Index* successor_offsets() const { return succ_offset_.data(); }  // n + 1 entries
+  const ComputationId* nodes_by_position() const { return node_.data(); }
   // Effort so far, machine-independent: a reset() costs two passes over
   // nodes and edges, an update() one unit plus the nodes it moved.
   std::int64_t work() const { return work_; }
 
  private:
   // update() by following the moves: only dirty nodes are visited.
-  void follow_update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
+  void follow_update(const Value* duration, const ComputationId* changed_begin,
+                     const ComputationId* changed_end) {
     bool slower = true;
-    for (const Index* it = changed_begin; it != changed_end && slower; ++it)
-      slower = duration[*it] >= duration_[ix(position_[ix(*it)])];
+    for (const ComputationId* it = changed_begin; it != changed_end && slower; ++it)
+      slower = duration[it->index()] >= duration_[position_[*it].index()];
     if (slower) {
       update_slower(duration, changed_begin, changed_end);
       return;
     }
-    for (const Index* it = changed_begin; it != changed_end; ++it) {
-      const auto p = ix(position_[ix(*it)]);
-      duration_[p] = duration[*it];
+    for (const ComputationId* it = changed_begin; it != changed_end; ++it) {
+      const auto p = position_[*it].index();
+      duration_[p] = duration[it->index()];
       move(p);  // its tail includes its own duration
       dirty_tail_.mark(p);
-      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty_head_.mark(ix(succ_[ix(k)]));
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k)
+        dirty_head_.mark(succ_[ix(k)].index());
     }
     // Heads, forward: a node whose head moved dirties its successors.
     dirty_head_.drain_forward([&](std::size_t p, DirtyPositions::Marker& dirty) {
@@ -232,7 +239,7 @@ class PathTimes {
       if (start == head_[p]) return;
       head_[p] = start;
       move(p);
-      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty.mark(ix(succ_[ix(k)]));
+      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) dirty.mark(succ_[ix(k)].index());
     });
     // Tails, backward: a node whose tail moved dirties its predecessors.
     dirty_tail_.drain_backward([&](std::size_t p, DirtyPositions::Marker& dirty) {
@@ -240,7 +247,7 @@ class PathTimes {
       if (tail == tail_[p]) return;
       tail_[p] = tail;
       move(p);
-      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) dirty.mark(ix(pred_[ix(k)]));
+      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) dirty.mark(pred_[ix(k)].index());
     });
   }
   // update() by sweeping: every head forward, every tail backward, in two
@@ -249,14 +256,15 @@ class PathTimes {
   // it). Times and moved() come out as following gives them, in the same
   // order: the changed nodes, then moved heads forward, then moved tails
   // backward.
-  void sweep_update(const Value* duration, const Index* changed_begin, const Index* changed_end) {
+  void sweep_update(const Value* duration, const ComputationId* changed_begin,
+                    const ComputationId* changed_end) {
     const auto n = ix(num_nodes_);
     // Heads before the first changed position and tails after the last one
     // cannot move: the passes start there.
     std::size_t first = n, last = 0;
-    for (const Index* it = changed_begin; it != changed_end; ++it) {
-      const auto p = ix(position_[ix(*it)]);
-      duration_[p] = duration[*it];
+    for (const ComputationId* it = changed_begin; it != changed_end; ++it) {
+      const auto p = position_[*it].index();
+      duration_[p] = duration[it->index()];
       move(p);
       first = std::min(first, p);
       last = std::max(last, p);
@@ -280,10 +288,11 @@ class PathTimes {
   // dirty node scanning all of its neighbours. A bit in dirty_head_ here
   // means "push my finish on", in dirty_tail_ "push my tail back"; the
   // result equals update()'s, which is the same maximum taken in another order.
-  void update_slower(const Value* duration, const Index* changed_begin, const Index* changed_end) {
-    for (const Index* it = changed_begin; it != changed_end; ++it) {
-      const auto p = ix(position_[ix(*it)]);
-      duration_[p] = duration[*it];
+  void update_slower(const Value* duration, const ComputationId* changed_begin,
+                     const ComputationId* changed_end) {
+    for (const ComputationId* it = changed_begin; it != changed_end; ++it) {
+      const auto p = position_[*it].index();
+      duration_[p] = duration[it->index()];
       tail_[p] = duration_[p] + after(p);  // its successors' tails may still grow it below
       move(p);
       dirty_head_.mark(p);
@@ -293,7 +302,7 @@ class PathTimes {
       move(p);  // a changed node is listed already; a raised one is listed when it comes up
       const Value finish = head_[p] + duration_[p];
       for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) {
-        const auto s = ix(succ_[ix(k)]);
+        const auto s = succ_[ix(k)].index();
         if (finish <= head_[s]) continue;
         head_[s] = finish;
         dirty.mark(s);
@@ -303,7 +312,7 @@ class PathTimes {
       move(p);
       const Value from_here = tail_[p];
       for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
-        const auto q = ix(pred_[ix(k)]);
+        const auto q = pred_[ix(k)].index();
         const Value t = duration_[q] + from_here;
         if (t <= tail_[q]) continue;
         tail_[q] = t;
@@ -315,7 +324,7 @@ class PathTimes {
   Value start_of(std::size_t p) const {
     Value start{};
     for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
-      const auto q = ix(pred_[ix(k)]);
+      const auto q = pred_[ix(k)].index();
       start = std::max(start, head_[q] + duration_[q]);
     }
     return start;
@@ -324,7 +333,7 @@ class PathTimes {
   Value after(std::size_t p) const {
     Value longest{};
     for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k)
-      longest = std::max(longest, tail_[ix(succ_[ix(k)])]);
+      longest = std::max(longest, tail_[succ_[ix(k)].index()]);
     return longest;
   }
   // Empties moved(): a new epoch, so no flag needs clearing.
@@ -343,13 +352,14 @@ class PathTimes {
   }
 
   Index num_nodes_;
-  std::vector<Index> node_;      // per position: the node there (a topological order)
-  std::vector<Index> position_;  // per node: its position
-  // Adjacency by position, CSR: positions of each position's neighbours.
-  std::vector<Index> pred_offset_, pred_, succ_offset_, succ_;
+  std::vector<ComputationId> node_;             // per position: the node there (a topological order)
+  IdVector<ComputationId, Position> position_;  // per node: its position
+  // Adjacency by position, CSR: offsets, and positions of each position's neighbours.
+  std::vector<Index> pred_offset_, succ_offset_;
+  std::vector<Position> pred_, succ_;
   std::vector<Value> head_, tail_, duration_;  // per position
   DirtyPositions dirty_head_, dirty_tail_;
-  std::vector<Index> moved_;                // node ids
+  std::vector<ComputationId> moved_;        // computation ids
   std::vector<std::uint32_t> moved_stamp_;  // per position: moved_epoch_ when listed in moved_
   std::uint32_t moved_epoch_ = 1;
   bool sweep_ = false;  // update()'s mode for batches of several changes

@@ -11,34 +11,35 @@ namespace {
 
 using Units = PhillipsDessouky::Units;
 
-constexpr Index kSource = 0, kSink = 1;
-Index node_a(Index i) { return 2 + 2 * i; }
-Index node_b(Index i) { return 3 + 2 * i; }
+constexpr FlowNode kSource{0}, kSink{1};
+FlowNode node_a(Position p) { return FlowNode(2 + 2 * p.value()); }
+FlowNode node_b(Position p) { return FlowNode(3 + 2 * p.value()); }
 
-std::vector<QuantisedGroup> quantise(const OptionTable& table, double unit_time_s) {
-  std::vector<QuantisedGroup> groups;
+IdVector<GroupId, QuantisedGroup> quantise(const OptionTable& table, double unit_time_s) {
+  IdVector<GroupId, QuantisedGroup> groups;
   groups.reserve(ix(table.num_groups()));
-  for (Index g = 0; g < table.num_groups(); ++g) groups.emplace_back(table, g, unit_time_s);
+  for (GroupId g(0); g.value() < table.num_groups(); ++g) groups.emplace_back(table, g, unit_time_s);
   return groups;
 }
 
-std::vector<Index> groups_of(const Pipeline& pipeline) {
-  std::vector<Index> group(ix(pipeline.size()));
-  for (Index i = 0; i < pipeline.size(); ++i) group[ix(i)] = group_of(pipeline.computation(i));
+IdVector<ComputationId, GroupId> groups_of(const Pipeline& pipeline) {
+  IdVector<ComputationId, GroupId> group(ix(pipeline.size()));
+  for (Index i = 0; i < pipeline.size(); ++i)
+    group[ComputationId(i)] = group_of(pipeline.computation(i));
   return group;
 }
 
 // Makespan of the DAG for durations picked per group by `pick`.
 template <typename Pick>
-Units makespan(const Dag& dag, const std::vector<Index>& group, Pick pick) {
+Units makespan(const Dag& dag, const IdVector<ComputationId, GroupId>& group, Pick pick) {
   std::vector<Units> finish(ix(dag.num_nodes()));
   Units longest = 0;
-  for (const Index v : dag.topological_order()) {
+  for (const ComputationId v : dag.topological_order()) {
     Units start = 0;
-    for (const Index* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
-      start = std::max(start, finish[ix(*p)]);
-    finish[ix(v)] = start + pick(group[ix(v)]);
-    longest = std::max(longest, finish[ix(v)]);
+    for (const ComputationId* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
+      start = std::max(start, finish[p->index()]);
+    finish[v.index()] = start + pick(group[v]);
+    longest = std::max(longest, finish[v.index()]);
   }
   return longest;
 }
@@ -51,8 +52,8 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
       groups_(quantise(table, unit_time_s)),
       group_(groups_of(pipeline)),
       duration_(ix(pipeline.size())),
-      min_units_(makespan(dag, group_, [&](Index g) { return groups_[ix(g)].min_duration(); })),
-      max_units_(makespan(dag, group_, [&](Index g) { return groups_[ix(g)].max_duration(); })),
+      min_units_(makespan(dag, group_, [&](GroupId g) { return groups_[g].min_duration(); })),
+      max_units_(makespan(dag, group_, [&](GroupId g) { return groups_[g].max_duration(); })),
       paths_(dag, min_units_, max_units_) {
   bool any_range = false;
   double scale = 0.0;
@@ -64,7 +65,7 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
   }
   if (!any_range) {
     double closest = kInfinity;
-    for (Index g = 0; g < table.num_groups(); ++g)
+    for (GroupId g(0); g.value() < table.num_groups(); ++g)
       for (Index k = 1; k < table.num_options(g); ++k)
         closest = std::min(closest, table.time_s(g, k) - table.time_s(g, k - 1));
     if (closest == kInfinity)
@@ -81,22 +82,22 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
   tolerance_ = 1e-10 * std::max(scale, 1e-300);
 
   const Index n = pipeline.size();
-  for (Index i = 0; i < n; ++i) duration_[ix(i)] = groups_[ix(group_[ix(i)])].max_duration();
+  for (ComputationId i(0); i.value() < n; ++i) duration_[i] = quant(i).max_duration();
   paths_.reset(duration_);
   const PathTimes<Units>& times = paths_.times();
   flow_.reset(2 + 2 * n);
-  work_arc_.assign(ix(n), -1);
-  source_arc_.assign(ix(n), -1);
-  sink_arc_.assign(ix(n), -1);
-  const std::vector<Index>& successor = times.successor_positions();
-  dep_arc_.assign(successor.size(), -1);
-  for (Index p = 0; p < n; ++p) {
-    work_arc_[ix(p)] = flow_.add_arc(node_a(p), node_b(p));
-    if (times.predecessors_begin(ix(p)) == times.predecessors_end(ix(p)))
-      source_arc_[ix(p)] = flow_.add_arc(kSource, node_a(p));
-    if (times.successors_begin(ix(p)) == times.successors_end(ix(p)))
-      sink_arc_[ix(p)] = flow_.add_arc(node_b(p), kSink);
-    for (Index k = times.successors_begin(ix(p)); k < times.successors_end(ix(p)); ++k)
+  work_arc_.assign(ix(n), FlowArc::none());
+  source_arc_.assign(ix(n), FlowArc::none());
+  sink_arc_.assign(ix(n), FlowArc::none());
+  const std::vector<Position>& successor = times.successor_positions();
+  dep_arc_.assign(successor.size(), FlowArc::none());
+  for (Position p(0); p.value() < n; ++p) {
+    work_arc_[p.index()] = flow_.add_arc(node_a(p), node_b(p));
+    if (times.predecessors_begin(p) == times.predecessors_end(p))
+      source_arc_[p.index()] = flow_.add_arc(kSource, node_a(p));
+    if (times.successors_begin(p) == times.successors_end(p))
+      sink_arc_[p.index()] = flow_.add_arc(node_b(p), kSink);
+    for (Index k = times.successors_begin(p); k < times.successors_end(p); ++k)
       dep_arc_[ix(k)] = flow_.add_arc(node_b(p), node_a(successor[ix(k)]));
   }
   dep_tight_.assign(dep_arc_.size(), 0);
@@ -130,7 +131,8 @@ void PhillipsDessouky::sync_network() {
   const Units* tail = times.tails_by_position();
   const Units* duration = times.durations_by_position();
   const Index* first_successor = times.successor_offsets();
-  const Index* successor = times.successor_positions().data();
+  const Position* successor = times.successor_positions().data();
+  const ComputationId* node = times.nodes_by_position();
   char* is_critical = is_critical_.data();
   char* arcs_open = arcs_open_.data();
   char* dep_tight = dep_tight_.data();
@@ -149,12 +151,12 @@ void PhillipsDessouky::sync_network() {
     arcs_open[p] = critical;
     const Units d = duration[p];
     if (critical) {
-      critical_.push_back(static_cast<Index>(p));
+      critical_.push_back(Position(static_cast<Index>(p)));
       if (!was || bounds_duration[p] != d) {
         bounds_duration[p] = d;
         // Lower: the refund for lengthening by one unit; upper: the cost of
         // shortening by one (infinite at the shortest duration).
-        const QuantisedGroup& q = quant(times.node_at(p));
+        const QuantisedGroup& q = quant(node[p]);
         const double lower = d < q.max_duration() ? q.cost(d) - q.cost(d + 1) : 0.0;
         const double upper = d > q.min_duration() ? q.cost(d - 1) - q.cost(d) : kInfinity;
         flow_.set_bounds(work_arc_[p], std::max(lower, 0.0), std::max(upper, std::max(lower, 0.0)));
@@ -164,14 +166,14 @@ void PhillipsDessouky::sync_network() {
     }
     if (critical != was) {
       const double open = critical ? kInfinity : 0.0;
-      if (source_arc_[p] >= 0) flow_.set_bounds(source_arc_[p], 0.0, open);
-      if (sink_arc_[p] >= 0) flow_.set_bounds(sink_arc_[p], 0.0, open);
+      if (source_arc_[p].valid()) flow_.set_bounds(source_arc_[p], 0.0, open);
+      if (sink_arc_[p].valid()) flow_.set_bounds(sink_arc_[p], 0.0, open);
     }
     // A dependency p -> s is critical when both ends are and s starts as p ends.
     const Units finish = head[p] + d;
     const Index begin = first_successor[p], end = first_successor[p + 1];
     for (Index k = begin; k < end; ++k) {
-      const auto s = ix(successor[ix(k)]);
+      const auto s = successor[ix(k)].index();
       const bool tight = critical && is_critical[s] != 0 && finish == head[s];
       if ((dep_tight[ix(k)] != 0) != tight) set_dependency(ix(k), tight);
     }
@@ -198,12 +200,12 @@ StepStatus PhillipsDessouky::step() {
   cut_.clear();
   cut_direction_.clear();
   Units run = budgets_.multi_unit_steps ? T - min_units_ : 1;
-  for (const Index p : critical_) {
+  for (const Position p : critical_) {
     const bool a_in = flow_.marked(node_a(p));
     const bool b_in = flow_.marked(node_b(p));
-    const Index i = paths_.times().node_at(ix(p));
+    const ComputationId i = paths_.times().node_at(p);
     const QuantisedGroup& q = quant(i);
-    const Units d = duration_[ix(i)];
+    const Units d = duration_[i];
     if (a_in && !b_in) {
       if (d <= q.min_duration()) return StepStatus::kInternalError;  // a finite cut cannot cross it
       cut_.push_back(i);
@@ -248,9 +250,9 @@ StepStatus PhillipsDessouky::step() {
       undone = false;
       changed_.clear();
       for (std::size_t k = 0; k < cut_.size(); ++k) {
-        const Index i = cut_[k];
+        const ComputationId i = cut_[k];
         if (cut_direction_[k] > 0 && paths_.head(i) + paths_.tail(i) > T - 1) {
-          --duration_[ix(i)];
+          --duration_[i];
           cut_direction_[k] = 0;
           changed_.push_back(i);
           undone = true;
@@ -266,7 +268,7 @@ StepStatus PhillipsDessouky::step() {
   run_direction_.clear();
   for (std::size_t k = 0; k < cut_.size(); ++k) {
     if (cut_direction_[k] == 0) continue;
-    run_computation_.push_back(cut_[k]);
+    run_computation_.push_back(cut_[k].value());
     run_direction_.push_back(cut_direction_[k]);
   }
   log_.append(run, run_computation_.data(), run_direction_.data(), run_computation_.size());
@@ -277,7 +279,7 @@ StepStatus PhillipsDessouky::step() {
 void PhillipsDessouky::apply_cut(Units units) {
   changed_.clear();
   for (std::size_t k = 0; k < cut_.size(); ++k) {
-    duration_[ix(cut_[k])] += units * cut_direction_[k];
+    duration_[cut_[k]] += units * cut_direction_[k];
     changed_.push_back(cut_[k]);
   }
   update_paths();
@@ -313,7 +315,7 @@ StopReason PhillipsDessouky::run(const std::function<void(Units, Units)>& tick) 
 void PhillipsDessouky::first_plan(std::vector<Units>& durations, Cursor& cursor) const {
   durations.resize(duration_.size());
   for (std::size_t i = 0; i < duration_.size(); ++i)
-    durations[i] = groups_[ix(group_[i])].max_duration();
+    durations[i] = quant(ComputationId(static_cast<Index>(i))).max_duration();
   cursor = Cursor{};
 }
 

@@ -110,15 +110,19 @@ class PhillipsDessouky {
   void first_plan(std::vector<Units>& durations, Cursor& cursor) const;
   bool has_next(Cursor& cursor) const;
   void advance(Cursor& cursor, std::vector<Units>& durations, std::vector<Index>& changed) const;
-  OptionIndex option_for(Index computation, Units d) const { return quant(computation).option_for(d); }
+  OptionIndex option_for(Index computation, Units d) const {
+    return quant(ComputationId(computation)).option_for(d);
+  }
   // The convex model's cost of one computation at duration d (effective joules).
-  double model_cost(Index computation, Units d) const { return quant(computation).cost(d); }
+  double model_cost(Index computation, Units d) const {
+    return quant(ComputationId(computation)).cost(d);
+  }
   OptionIndex option_at_least(Index computation, Units d) const {
-    return quant(computation).option_at_least(d);
+    return quant(ComputationId(computation)).option_at_least(d);
   }
 
  private:
-  const QuantisedGroup& quant(Index i) const { return groups_[ix(group_[ix(i)])]; }
+  const QuantisedGroup& quant(ComputationId i) const { return groups_[group_[i]]; }
   // Brings the flow bounds up to date with the durations and the critical
   // set: one sweep over the topological positions (see sync_network()).
   void sync_network();
@@ -128,9 +132,9 @@ class PhillipsDessouky {
   void update_paths();
 
   const SolverBudgets& budgets_;
-  std::vector<QuantisedGroup> groups_;
-  std::vector<Index> group_;
-  std::vector<Units> duration_;
+  IdVector<GroupId, QuantisedGroup> groups_;
+  IdVector<ComputationId, GroupId> group_;  // per computation: its option group
+  IdVector<ComputationId, Units> duration_;
   Units min_units_ = 0, max_units_ = 0, units_done_ = 0;
   double tolerance_ = 0.0;
   LongestPaths paths_;
@@ -139,24 +143,24 @@ class PhillipsDessouky {
   // (LongestPaths' order, so that searches and sweeps walk memory forward):
   // s = 0, t = 1, a_p = 2 + 2p, b_p = 3 + 2p. Arcs of non-critical
   // computations and dependencies have bounds [0, 0]. Everything below is
-  // indexed by position, and dependencies by their index in
+  // indexed by position (a std::size_t in the sweeps), and dependencies by their index in
   // PathTimes::successor_positions().
   BoundedFlow flow_;
-  std::vector<Index> work_arc_, source_arc_, sink_arc_;  // per position (-1: none)
-  std::vector<Index> dep_arc_;                           // per dependency
-  std::vector<char> dep_tight_;                          // per dependency: its arc is open
-  Index return_arc_ = -1;                                // t -> s
+  std::vector<FlowArc> work_arc_, source_arc_, sink_arc_;  // per position (none() if absent)
+  std::vector<FlowArc> dep_arc_;                           // per dependency
+  std::vector<char> dep_tight_;                            // per dependency: its arc is open
+  FlowArc return_arc_ = FlowArc::none();                   // t -> s
   // The critical positions (topological order), whether each is critical
   // now, whether its arcs were last set as critical, and the duration its
   // work-arc bounds were set for.
-  std::vector<Index> critical_;
+  std::vector<Position> critical_;
   std::vector<char> is_critical_;
   std::vector<char> arcs_open_;
   std::vector<Units> bounds_duration_;
   // The cut: computations and direction (-1 shorten, +1 lengthen).
-  std::vector<Index> cut_;
+  std::vector<ComputationId> cut_;
   std::vector<std::int8_t> cut_direction_;
-  std::vector<Index> changed_;  // scratch for LongestPaths::update
+  std::vector<ComputationId> changed_;  // scratch for LongestPaths::update
 
   // Step log: per run, its units and its (computation, direction) pairs;
   // the scratch arrays gather one run's pairs.

@@ -34,7 +34,7 @@ PlanImprover::PlanImprover(const Pipeline& pipeline, const Dag& dag, const Optio
     duration_[ix(i)] = time_of(i, 0);
     effective_sum_ += effective_of(i, 0);
   }
-  for (Index g = 0; g < table.num_groups(); ++g) {
+  for (GroupId g(0); g.value() < table.num_groups(); ++g) {
     first_option_.push_back(static_cast<Index>(steepest_.size()));
     const Index count = table.num_options(g);
     for (Index j = 0; j < count; ++j) {
@@ -51,7 +51,7 @@ PlanImprover::PlanImprover(const Pipeline& pipeline, const Dag& dag, const Optio
       steepest_.push_back(steep);
     }
   }
-  for (Index v = 0; v < dag.num_nodes(); ++v)
+  for (ComputationId v(0); v.value() < dag.num_nodes(); ++v)
     if (dag.successors_begin(v) == dag.successors_end(v)) sinks_.push_back(v);
   times_.reset(duration_.data());
   pending_.reserve(n);
@@ -68,14 +68,14 @@ void PlanImprover::set_option(Index i, Index option) {
   duration_[s] = time_of(i, option);
   if (!is_pending_[s]) {
     is_pending_[s] = 1;
-    pending_.push_back(i);
+    pending_.push_back(ComputationId(i));
   }
 }
 
 void PlanImprover::commit() {
   if (pending_.empty()) return;
   times_.update(duration_.data(), pending_.data(), pending_.data() + pending_.size());
-  for (const Index i : pending_) is_pending_[ix(i)] = 0;
+  for (const ComputationId i : pending_) is_pending_[i.index()] = 0;
   pending_.clear();
 }
 
@@ -89,7 +89,7 @@ void PlanImprover::undo(std::size_t mark) {
     duration_[s] = time_of(i, option);
     if (!is_pending_[s]) {
       is_pending_[s] = 1;
-      pending_.push_back(i);
+      pending_.push_back(ComputationId(i));
     }
   }
 }
@@ -105,7 +105,7 @@ void PlanImprover::assign(const OptionIndex* choice) {
 double PlanImprover::makespan() const {
   if (!pending_.empty()) throw std::logic_error("PlanImprover: times read before commit()");
   double longest = 0.0;
-  for (const Index v : sinks_) longest = std::max(longest, times_.through(v));
+  for (const ComputationId v : sinks_) longest = std::max(longest, times_.through(v));
   return longest;
 }
 
@@ -115,9 +115,10 @@ double PlanImprover::energy_at(double deadline_s) const {
 
 double PlanImprover::best_move(Index i, double limit_s, ReclaimOrder order, Index& option) {
   const auto s = ix(i);
-  const Index g = group_[s];
+  const GroupId g = group_[s];
   const Index current = choice_[s];
-  const double room = limit_s - times_.through(i) + duration_[s];  // longest time i may take
+  const double room =
+      limit_s - times_.through(ComputationId(i)) + duration_[s];  // longest time i may take
   // Options are sorted by time: the slowest one that fits, by bisection
   // (most computations have no room at all: one look settles those).
   ++work_;
@@ -142,7 +143,7 @@ double PlanImprover::best_move(Index i, double limit_s, ReclaimOrder order, Inde
   };
   // The steepest saving overall, if it fits; otherwise scan what fits (few
   // options, since the steepest one is usually the next).
-  const Index steep = steepest_[ix(first_option_[ix(g)] + current)];
+  const Index steep = steepest_[ix(first_option_[g] + current)];
   if (steep <= lo) {
     option = steep;
     return rate(steep);
@@ -230,13 +231,14 @@ bool PlanImprover::tighten_to(double deadline_s, Index frozen, TightenOrder orde
   auto key = [&](Index i) {
     const Index k = choice_[ix(i)];
     const double saved = time_of(i, k) - time_of(i, k - 1);
-    const double useful =
-        order == TightenOrder::kUsefulSecond ? std::min(saved, times_.through(i) - deadline_s) : saved;
+    const double useful = order == TightenOrder::kUsefulSecond
+                              ? std::min(saved, times_.through(ComputationId(i)) - deadline_s)
+                              : saved;
     return (effective_of(i, k - 1) - effective_of(i, k)) / useful;
   };
   heap_.clear();
   for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
-    if (i != frozen && choice_[ix(i)] > 0 && times_.through(i) > deadline_s)
+    if (i != frozen && choice_[ix(i)] > 0 && times_.through(ComputationId(i)) > deadline_s)
       heap_.push_back({-key(i), i});
   std::make_heap(heap_.begin(), heap_.end());
   work_ += static_cast<std::int64_t>(choice_.size());
@@ -247,7 +249,7 @@ bool PlanImprover::tighten_to(double deadline_s, Index frozen, TightenOrder orde
     heap_.pop_back();
     ++work_;
     // Paths only get shorter while tightening: a node that fits now always will.
-    if (times_.through(i) <= deadline_s || choice_[ix(i)] == 0) continue;
+    if (times_.through(ComputationId(i)) <= deadline_s || choice_[ix(i)] == 0) continue;
     const double now = -key(i);
     if (!heap_.empty() && now < heap_.front().score) {  // stale: file it anew
       heap_.push_back({now, i});
@@ -256,7 +258,7 @@ bool PlanImprover::tighten_to(double deadline_s, Index frozen, TightenOrder orde
     }
     set_option(i, choice_[ix(i)] - 1);
     commit();
-    if (choice_[ix(i)] > 0 && times_.through(i) > deadline_s) {
+    if (choice_[ix(i)] > 0 && times_.through(ComputationId(i)) > deadline_s) {
       heap_.push_back({-key(i), i});
       std::push_heap(heap_.begin(), heap_.end());
     }
@@ -284,7 +286,8 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     const std::size_t mark = journal_.size();
     change();
     commit();
-    seeds_.assign(times_.moved().begin(), times_.moved().end());
+    seeds_.clear();
+    for (const ComputationId v : times_.moved()) seeds_.push_back(v.value());
     reclaim_both(deadline, &seeds_);
     return keep_if_better(mark, deadline, best);
   };
@@ -296,7 +299,8 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     critical_.clear();
     const double longest = makespan(), tolerance = kCriticalShare * deadline;
     for (Index i = 0; i < static_cast<Index>(choice_.size()); ++i)
-      if (choice_[ix(i)] > 0 && longest - times_.through(i) <= tolerance) critical_.push_back(i);
+      if (choice_[ix(i)] > 0 && longest - times_.through(ComputationId(i)) <= tolerance)
+        critical_.push_back(i);
     std::sort(critical_.begin(), critical_.end(), [&](Index a, Index b) {
       const double cost_a = speedup_cost(a), cost_b = speedup_cost(b);
       return cost_a < cost_b || (cost_a == cost_b && a < b);  // strict: same order in every library
@@ -317,9 +321,9 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     if (!improved) {
       pushes_.clear();
       for (Index j = 0; j < static_cast<Index>(choice_.size()); ++j) {
-        const Index g = group_[ix(j)];
+        const GroupId g = group_[ix(j)];
         if (choice_[ix(j)] + 1 >= table_.num_options(g)) continue;
-        const Index steep = steepest_[ix(first_option_[ix(g)] + choice_[ix(j)])];
+        const Index steep = steepest_[ix(first_option_[g] + choice_[ix(j)])];
         pushes_.push_back({(effective_of(j, choice_[ix(j)]) - effective_of(j, steep)) /
                                (time_of(j, steep) - duration_[ix(j)]),
                            j});
@@ -329,7 +333,7 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
       for (std::size_t a = 0; a < pushes_.size() && !improved && work() < limit; ++a) {
         const Index j = pushes_[a].computation;
         const std::size_t mark = journal_.size();
-        set_option(j, steepest_[ix(first_option_[ix(group_[ix(j)])] + choice_[ix(j)])]);
+        set_option(j, steepest_[ix(first_option_[group_[ix(j)]] + choice_[ix(j)])]);
         commit();
         if (!tighten_to(deadline, j, TightenOrder::kUsefulSecond)) {  // j stays where it was pushed
           rollback(mark);

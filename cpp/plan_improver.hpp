@@ -132,18 +132,19 @@ class PlanImprover {
 
   const Dag& dag_;
   const OptionTable& table_;
-  double blocking_w_;  // G * P_block
-  std::vector<Index> group_;
+  double blocking_w_;           // G * P_block
+  std::vector<GroupId> group_;  // per computation
   // Per option of every group (flat; group g starts at first_option_[g]):
   // the slower option with the steepest effective saving per second.
-  std::vector<Index> first_option_, steepest_;
-  std::vector<Index> sinks_;
+  IdVector<GroupId, Index> first_option_;
+  std::vector<Index> steepest_;
+  std::vector<ComputationId> sinks_;
 
   std::vector<OptionIndex> choice_;
   std::vector<double> duration_;
   double effective_sum_ = 0.0;
   PathTimes<double> times_;
-  std::vector<Index> pending_;
+  std::vector<ComputationId> pending_;
   std::vector<char> is_pending_;
   // Journal of (computation, option it had) since the checkpoint.
   std::vector<std::pair<Index, OptionIndex>> journal_;

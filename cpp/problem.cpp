@@ -26,7 +26,7 @@ Problem::Problem(const Pipeline& pipeline, std::vector<Index> offsets, std::vect
   const Evaluation fastest = evaluator_.evaluate(choice.data());
   double effective = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
-    const Index g = evaluator_.group(static_cast<Index>(i));
+    const GroupId g = evaluator_.group(static_cast<Index>(i));
     choice[i] = static_cast<OptionIndex>(table_.num_options(g) - 1);
     effective += std::abs(table_.effective_j(g, 0)) + std::abs(table_.effective_j(g, choice[i]));
   }
@@ -45,7 +45,7 @@ std::vector<Evaluation> Problem::evaluate(const OptionIndex* choices, std::size_
   const auto n = ix(pipeline_.size());
   for (std::size_t k = 0; k < plans; ++k)
     for (std::size_t i = 0; i < n; ++i) {
-      const Index g = evaluator_.group(static_cast<Index>(i));
+      const GroupId g = evaluator_.group(static_cast<Index>(i));
       if (choices[k * n + i] >= table_.num_options(g))
         throw std::invalid_argument("plan " + std::to_string(k) + ": computation " + std::to_string(i) +
                                     " chooses option " + std::to_string(choices[k * n + i]) + " of " +

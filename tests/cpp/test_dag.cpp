@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -17,11 +18,16 @@ namespace {
 
 using Edges = std::set<std::pair<Index, Index>>;
 
+// Nodes are computation ids: a position or a raw int is refused.
+static_assert(std::is_invocable_v<decltype(&Dag::successors_begin), const Dag&, ComputationId>);
+static_assert(!std::is_invocable_v<decltype(&Dag::successors_begin), const Dag&, Position>);
+static_assert(!std::is_invocable_v<decltype(&Dag::predecessors_begin), const Dag&, Index>);
+
 Edges edges_of(const Dag& dag) {
   Edges edges;
-  for (Index v = 0; v < dag.num_nodes(); ++v)
-    for (const Index* s = dag.successors_begin(v); s != dag.successors_end(v); ++s)
-      edges.emplace(v, *s);
+  for (ComputationId v(0); v.value() < dag.num_nodes(); ++v)
+    for (const ComputationId* s = dag.successors_begin(v); s != dag.successors_end(v); ++s)
+      edges.emplace(v.value(), s->value());
   return edges;
 }
 
@@ -76,7 +82,7 @@ TEST(Dag, OneGpuOneMicrobatchIsAChain) {
   const Dag dag(p);
   EXPECT_EQ(dag.num_nodes(), 2);
   EXPECT_EQ(dag.num_edges(), 1);  // data and order edge F -> B, merged
-  EXPECT_EQ(dag.topological_order(), (std::vector<Index>{0, 1}));
+  EXPECT_EQ(dag.topological_order(), (std::vector<ComputationId>{ComputationId(0), ComputationId(1)}));
 }
 
 TEST(Dag, EdgesAreDataAndOrderMergedAndPredecessorsMirrorThem) {
@@ -92,9 +98,9 @@ TEST(Dag, EdgesAreDataAndOrderMergedAndPredecessorsMirrorThem) {
     EXPECT_EQ(edges, expected_edges(p)) << schedule_name(kind);
     EXPECT_EQ(static_cast<std::size_t>(dag.num_edges()), edges.size());  // no duplicates
     Edges mirrored;
-    for (Index v = 0; v < dag.num_nodes(); ++v)
-      for (const Index* q = dag.predecessors_begin(v); q != dag.predecessors_end(v); ++q)
-        mirrored.emplace(*q, v);
+    for (ComputationId v(0); v.value() < dag.num_nodes(); ++v)
+      for (const ComputationId* q = dag.predecessors_begin(v); q != dag.predecessors_end(v); ++q)
+        mirrored.emplace(q->value(), v.value());
     EXPECT_EQ(mirrored, edges);
   }
 }
@@ -106,8 +112,8 @@ TEST(Dag, TopologicalOrderPutsEveryEdgeForward) {
   ASSERT_EQ(order.size(), ix(dag.num_nodes()));
   std::vector<Index> position(order.size(), -1);
   for (std::size_t k = 0; k < order.size(); ++k) {
-    ASSERT_EQ(position[ix(order[k])], -1) << "node " << order[k] << " twice";
-    position[ix(order[k])] = static_cast<Index>(k);
+    ASSERT_EQ(position[order[k].index()], -1) << "node " << order[k].value() << " twice";
+    position[order[k].index()] = static_cast<Index>(k);
   }
   for (const auto& [u, v] : edges_of(dag)) EXPECT_LT(position[ix(u)], position[ix(v)]);
 }

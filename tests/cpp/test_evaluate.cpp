@@ -79,7 +79,7 @@ TEST(Evaluator, EvaluateIsReplayOfTheChosenOptions) {
     std::vector<double> t(choice.size()), e(choice.size());
     double effective = 0.0;
     for (Index i = 0; i < p.size(); ++i) {
-      const Index g = evaluator.group(i);
+      const GroupId g = evaluator.group(i);
       EXPECT_EQ(g, group_of(p.computation(i)));
       choice[ix(i)] = static_cast<OptionIndex>(rng() % ix(table.num_options(g)));
       t[ix(i)] = table.time_s(g, choice[ix(i)]);

@@ -28,7 +28,7 @@ struct Flat {
 
 Flat flatten(const OptionTable& table) {
   Flat flat;
-  for (Index g = 0; g < table.num_groups(); ++g) {
+  for (GroupId g(0); g.value() < table.num_groups(); ++g) {
     for (Index k = 0; k < table.num_options(g); ++k) {
       flat.time_s.push_back(table.time_s(g, k));
       flat.energy_j.push_back(table.energy_j(g, k));

@@ -29,8 +29,8 @@ class Network {
   Network(Index num_nodes, std::vector<Arc> arcs, Index source, Index sink)
       : arcs_(std::move(arcs)), source_(source), sink_(sink) {
     flow_.reset(num_nodes);
-    for (const Arc& a : arcs_) ids_.push_back(flow_.add_arc(a.from, a.to));
-    return_arc_ = flow_.add_arc(sink, source);
+    for (const Arc& a : arcs_) ids_.push_back(flow_.add_arc(FlowNode(a.from), FlowNode(a.to)));
+    return_arc_ = flow_.add_arc(FlowNode(sink), FlowNode(source));
     flow_.finalize();
     for (std::size_t k = 0; k < arcs_.size(); ++k)
       flow_.set_bounds(ids_[k], arcs_[k].lower, arcs_[k].upper);
@@ -41,7 +41,7 @@ class Network {
   double solve() {
     flow_.set_bounds(return_arc_, 0.0, kInfinity);
     if (!flow_.restore_balance(kTol)) return -1.0;
-    flow_.augment(source_, sink_, return_arc_, kTol);
+    flow_.augment(FlowNode(source_), FlowNode(sink_), return_arc_, kTol);
     return flow_.flow(return_arc_);
   }
 
@@ -74,7 +74,7 @@ class Network {
   double marked_cut_capacity() const {
     double capacity = 0.0;
     for (const Arc& a : arcs_) {
-      const bool from_in = flow_.marked(a.from), to_in = flow_.marked(a.to);
+      const bool from_in = flow_.marked(FlowNode(a.from)), to_in = flow_.marked(FlowNode(a.to));
       if (from_in && !to_in) capacity += a.upper;
       if (!from_in && to_in) capacity -= a.lower;
     }
@@ -83,12 +83,13 @@ class Network {
 
   BoundedFlow& flow() { return flow_; }
   const BoundedFlow& flow() const { return flow_; }
-  Index return_arc() const { return return_arc_; }
+  FlowArc return_arc() const { return return_arc_; }
 
  private:
   std::vector<Arc> arcs_;
-  std::vector<Index> ids_;
-  Index source_, sink_, return_arc_ = -1;
+  std::vector<FlowArc> ids_;
+  Index source_, sink_;
+  FlowArc return_arc_ = FlowArc::none();
   BoundedFlow flow_;
 };
 
@@ -135,7 +136,8 @@ TEST(BoundedFlow, KnownMaximumFlowAndMinimumCut) {
   net.expect_valid();
   // marked(): the source side of a minimum cut.
   const std::vector<bool> source_side{true, true, true, false, true, false};
-  for (Index v = 0; v < 6; ++v) EXPECT_EQ(net.flow().marked(v), source_side[ix(v)]) << "node " << v;
+  for (Index v = 0; v < 6; ++v)
+    EXPECT_EQ(net.flow().marked(FlowNode(v)), source_side[ix(v)]) << "node " << v;
   EXPECT_DOUBLE_EQ(net.marked_cut_capacity(), 23.0);
   EXPECT_GT(net.flow().work(), 0);
 }
@@ -157,14 +159,14 @@ TEST(BoundedFlow, ManyDisjointPathsAreAllAugmented) {
   EXPECT_NEAR(net.solve(), expected, 1e-9 * expected);
   net.expect_valid();
   EXPECT_NEAR(net.marked_cut_capacity(), expected, 1e-9 * expected);
-  for (Index i = 0; i < paths; ++i) EXPECT_FALSE(net.flow().marked(2 + i)) << "middle " << i;
+  for (Index i = 0; i < paths; ++i) EXPECT_FALSE(net.flow().marked(FlowNode(2 + i))) << "middle " << i;
 }
 
 TEST(BoundedFlow, AugmentClosesTheReturnArcUntilItIsOpenedAgain) {
   Network net(6, clrs_arcs(), 0, 5);
   ASSERT_DOUBLE_EQ(net.solve(), 23.0);
   // Closed: a second augment finds nothing more and leaves the flow as it is.
-  EXPECT_DOUBLE_EQ(net.flow().augment(0, 5, net.return_arc(), kTol), 0.0);
+  EXPECT_DOUBLE_EQ(net.flow().augment(FlowNode(0), FlowNode(5), net.return_arc(), kTol), 0.0);
   EXPECT_DOUBLE_EQ(net.flow().flow(net.return_arc()), 23.0);
   net.expect_valid();
 }
@@ -200,7 +202,7 @@ TEST(BoundedFlow, LowerBoundsAreMet) {
   Network net(4, {{0, 1, 0, 10}, {1, 3, 3, 5}, {0, 2, 0, 1}, {2, 3, 0, 10}}, 0, 3);
   EXPECT_DOUBLE_EQ(net.solve(), 6.0);
   net.expect_valid();
-  EXPECT_GE(net.flow().flow(1), 3.0 - kTol);
+  EXPECT_GE(net.flow().flow(FlowArc(1)), 3.0 - kTol);
 }
 
 TEST(BoundedFlow, CutCapacityCountsLowerBoundsOfArcsIntoTheSourceSide) {
@@ -210,7 +212,8 @@ TEST(BoundedFlow, CutCapacityCountsLowerBoundsOfArcsIntoTheSourceSide) {
   EXPECT_DOUBLE_EQ(net.solve(), 3.0);
   net.expect_valid();
   const std::vector<bool> source_side{true, true, false, false};
-  for (Index v = 0; v < 4; ++v) EXPECT_EQ(net.flow().marked(v), source_side[ix(v)]) << "node " << v;
+  for (Index v = 0; v < 4; ++v)
+    EXPECT_EQ(net.flow().marked(FlowNode(v)), source_side[ix(v)]) << "node " << v;
   EXPECT_DOUBLE_EQ(net.marked_cut_capacity(), 3.0);
 }
 
@@ -225,7 +228,7 @@ TEST(BoundedFlow, ClearFlowsThenRestoreIsAColdStart) {
   ASSERT_DOUBLE_EQ(net.solve(), 23.0);
   net.set_upper(8, 1.0);
   net.flow().clear_flows();
-  for (Index a = 0; a < 9; ++a) EXPECT_EQ(net.flow().flow(a), 0.0);
+  for (Index a = 0; a < 9; ++a) EXPECT_EQ(net.flow().flow(FlowArc(a)), 0.0);
   EXPECT_DOUBLE_EQ(net.solve(), 20.0);
   net.expect_valid();
 }
@@ -233,30 +236,31 @@ TEST(BoundedFlow, ClearFlowsThenRestoreIsAColdStart) {
 TEST(BoundedFlow, InfinitePaths) {
   // s -> a -> t with a -> t infinite and s -> a finite: no infinite path.
   Network finite(3, {{0, 1, 0, 5}, {1, 2, 0, kInfinity}}, 0, 2);
-  EXPECT_FALSE(finite.flow().has_infinite_path(0, 2));
+  EXPECT_FALSE(finite.flow().has_infinite_path(FlowNode(0), FlowNode(2)));
   EXPECT_DOUBLE_EQ(finite.solve(), 5.0);
   finite.expect_valid();
 
   Network infinite(3, {{0, 1, 0, kInfinity}, {1, 2, 0, kInfinity}, {0, 2, 0, 1}}, 0, 2);
-  EXPECT_TRUE(infinite.flow().has_infinite_path(0, 2));
-  EXPECT_TRUE(infinite.flow().marked(1));
+  EXPECT_TRUE(infinite.flow().has_infinite_path(FlowNode(0), FlowNode(2)));
+  EXPECT_TRUE(infinite.flow().marked(FlowNode(1)));
   // The min-cut loop asks first; augmenting along an infinite path is a bug.
   infinite.flow().set_bounds(infinite.return_arc(), 0.0, kInfinity);
   ASSERT_TRUE(infinite.flow().restore_balance(kTol));
-  EXPECT_THROW(infinite.flow().augment(0, 2, infinite.return_arc(), kTol), std::logic_error);
+  EXPECT_THROW(infinite.flow().augment(FlowNode(0), FlowNode(2), infinite.return_arc(), kTol),
+               std::logic_error);
 }
 
 TEST(BoundedFlow, ResidualsWithinToleranceCountAsZero) {
   Network net(3, {{0, 1, 0, 1e-12}, {1, 2, 0, 1}}, 0, 2);
   EXPECT_EQ(net.solve(), 0.0);
-  EXPECT_TRUE(net.flow().marked(0));
-  EXPECT_FALSE(net.flow().marked(1));
+  EXPECT_TRUE(net.flow().marked(FlowNode(0)));
+  EXPECT_FALSE(net.flow().marked(FlowNode(1)));
 }
 
 TEST(BoundedFlow, ZeroBoundArcsAreAbsent) {
   Network net(4, {{0, 1, 0, 3}, {1, 3, 0, 0}, {0, 2, 0, 2}, {2, 3, 0, 2}}, 0, 3);
   EXPECT_DOUBLE_EQ(net.solve(), 2.0);
-  EXPECT_TRUE(net.flow().marked(1));
+  EXPECT_TRUE(net.flow().marked(FlowNode(1)));
 }
 
 // Random integer networks: the value matches Edmonds-Karp, the marked side's
@@ -291,6 +295,38 @@ TEST(BoundedFlow, RandomNetworksMatchTheReferenceWarmAndCold) {
       EXPECT_DOUBLE_EQ(warm.marked_cut_capacity(), expected);
     }
   }
+}
+
+// The stated preconditions are checked in debug builds (PERSEUS_EXPECT
+// throws std::logic_error; the sanitize CI job builds Debug) and cost
+// nothing in release builds, where this test has nothing to check.
+TEST(BoundedFlow, ViolatedPreconditionsThrowInDebugBuilds) {
+  if (!kPreconditionsChecked) GTEST_SKIP() << "an NDEBUG build: preconditions compile away";
+  BoundedFlow flow;
+  flow.reset(3);
+  EXPECT_THROW(flow.add_arc(FlowNode(0), FlowNode(3)), std::logic_error);  // past the last node
+  EXPECT_THROW(flow.add_arc(FlowNode::none(), FlowNode(1)), std::logic_error);
+  const FlowArc arc = flow.add_arc(FlowNode(0), FlowNode(1));
+  const FlowArc back = flow.add_arc(FlowNode(1), FlowNode(0));
+  EXPECT_THROW(flow.set_bounds(arc, 0.0, 1.0), std::logic_error);  // before finalize()
+  flow.finalize();
+  EXPECT_THROW(flow.add_arc(FlowNode(1), FlowNode(2)), std::logic_error);  // after finalize()
+  EXPECT_THROW(flow.set_bounds(arc, 2.0, 1.0), std::logic_error);          // lower > upper
+  EXPECT_THROW(flow.set_bounds(arc, -1.0, 1.0), std::logic_error);         // lower < 0
+  EXPECT_THROW(flow.set_bounds(arc, kInfinity, kInfinity), std::logic_error);
+  EXPECT_THROW(flow.set_bounds(FlowArc(2), 0.0, 1.0), std::logic_error);  // no such arc
+  EXPECT_THROW(flow.flow(FlowArc(7)), std::logic_error);
+  EXPECT_THROW(flow.augment(FlowNode(0), FlowNode(0), back, kTol), std::logic_error);
+  EXPECT_THROW(flow.augment(FlowNode(0), FlowNode(1), arc, kTol),
+               std::logic_error);  // not sink -> source
+  EXPECT_THROW(flow.has_infinite_path(FlowNode(0), FlowNode(5)), std::logic_error);
+  EXPECT_THROW((void)flow.marked(FlowNode::none()), std::logic_error);
+  // The checks reject only what is wrong: the same calls, right, go through.
+  flow.set_bounds(arc, 0.0, 1.0);
+  flow.set_bounds(back, 0.0, kInfinity);
+  ASSERT_TRUE(flow.restore_balance(kTol));
+  EXPECT_DOUBLE_EQ(flow.augment(FlowNode(0), FlowNode(1), back, kTol), 1.0);
+  EXPECT_DOUBLE_EQ(flow.flow(arc), 1.0);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "options.hpp"
@@ -98,16 +99,25 @@ OptionTable one_stage(std::vector<double> t, std::vector<double> e, double p = 0
   return OptionTable(1, {0, n, n + 1}, t, e, p);
 }
 
+// A group id and an option index do not swap: groups are GroupIds.
+static_assert(std::is_invocable_v<decltype(&OptionTable::time_s), const OptionTable&, GroupId, Index>);
+static_assert(!std::is_invocable_v<decltype(&OptionTable::time_s), const OptionTable&, Index, Index>);
+static_assert(!std::is_invocable_v<decltype(&OptionTable::num_options), const OptionTable&, Index>);
+
 TEST(OptionTable, KeepsTimesEnergiesAndEffectiveEnergies) {
   const OptionTable table = one_stage({1, 2}, {10, 9}, 2.0);
   EXPECT_EQ(table.num_stages(), 1);
   EXPECT_EQ(table.num_groups(), 2);
-  EXPECT_EQ(table.num_options(0), 2);
-  EXPECT_EQ(table.num_options(1), 1);
-  EXPECT_EQ(table.time_s(0, 1), 2.0);
-  EXPECT_EQ(table.energy_j(0, 1), 9.0);
-  EXPECT_EQ(table.effective_j(0, 0), 8.0);
-  EXPECT_EQ(table.effective_j(0, 1), 5.0);
+  EXPECT_EQ(table.num_options(GroupId(0)), 2);
+  EXPECT_EQ(table.num_options(GroupId(1)), 1);
+  EXPECT_EQ(table.time_s(GroupId(0), 1), 2.0);
+  EXPECT_EQ(table.energy_j(GroupId(0), 1), 9.0);
+  EXPECT_EQ(table.effective_j(GroupId(0), 0), 8.0);
+  EXPECT_EQ(table.effective_j(GroupId(0), 1), 5.0);
+  if (kPreconditionsChecked) {  // an option past its group's last: caught in debug builds
+    EXPECT_THROW((void)table.time_s(GroupId(1), 1), std::logic_error);
+    EXPECT_THROW((void)table.time_s(GroupId(2), 0), std::logic_error);
+  }
   EXPECT_EQ(table.blocking_power_w(), 2.0);
 }
 
@@ -206,7 +216,7 @@ OptionTable hull_table() { return one_stage({1, 2, 3, 4}, {10, 9, 2, 1.5}); }
 
 TEST(QuantisedGroup, HullPointsAndCost) {
   const OptionTable table = hull_table();
-  const QuantisedGroup q(table, 0, 1.0);
+  const QuantisedGroup q(table, GroupId(0), 1.0);
   EXPECT_EQ(q.min_duration(), 1);
   EXPECT_EQ(q.max_duration(), 4);
   EXPECT_DOUBLE_EQ(q.cost(1), 10.0);
@@ -221,9 +231,9 @@ TEST(QuantisedGroup, HullPointsAndCost) {
 // by bisection over the hull; it must agree with the same hull tabulated.
 TEST(QuantisedGroup, BisectedCostMatchesTheTable) {
   const OptionTable table = hull_table();
-  const QuantisedGroup small(table, 0, 1.0);
+  const QuantisedGroup small(table, GroupId(0), 1.0);
   const double unit = 1e-7;  // 1e7 .. 4e7 units: too wide to tabulate
-  const QuantisedGroup wide(table, 0, unit);
+  const QuantisedGroup wide(table, GroupId(0), unit);
   ASSERT_EQ(wide.min_duration(), 10000000);
   ASSERT_EQ(wide.max_duration(), 40000000);
   for (std::int64_t d = 1; d <= 4; ++d) {
@@ -237,7 +247,7 @@ TEST(QuantisedGroup, BisectedCostMatchesTheTable) {
 
 TEST(QuantisedGroup, OptionForAndOptionAtLeast) {
   const OptionTable table = hull_table();
-  const QuantisedGroup q(table, 0, 1.0);
+  const QuantisedGroup q(table, GroupId(0), 1.0);
   // The slowest option that fits d ...
   EXPECT_EQ(q.option_for(0), 0);  // none fits: the fastest
   EXPECT_EQ(q.option_for(1), 0);
@@ -253,7 +263,7 @@ TEST(QuantisedGroup, OptionForAndOptionAtLeast) {
 
 TEST(QuantisedGroup, Breakpoints) {
   const OptionTable table = hull_table();
-  const QuantisedGroup q(table, 0, 1.0);
+  const QuantisedGroup q(table, GroupId(0), 1.0);
   EXPECT_EQ(q.breakpoint_below(1), 1);  // none below: min_duration
   EXPECT_EQ(q.breakpoint_below(2), 1);
   EXPECT_EQ(q.breakpoint_below(3), 1);  // strictly below
@@ -266,7 +276,7 @@ TEST(QuantisedGroup, Breakpoints) {
 
 TEST(QuantisedGroup, RoundsToTheNearestUnitHalvesUp) {
   const OptionTable table = hull_table();
-  const QuantisedGroup q(table, 0, 2.0);  // 0.5, 1, 1.5, 2 units: 1, 1, 2, 2
+  const QuantisedGroup q(table, GroupId(0), 2.0);  // 0.5, 1, 1.5, 2 units: 1, 1, 2, 2
   EXPECT_EQ(q.min_duration(), 1);
   EXPECT_EQ(q.max_duration(), 2);
   EXPECT_EQ(q.option_for(1), 1);  // the slowest of those that round to 1
@@ -275,7 +285,7 @@ TEST(QuantisedGroup, RoundsToTheNearestUnitHalvesUp) {
   EXPECT_DOUBLE_EQ(q.cost(1), 9.0);  // one point per duration: its slowest option's
   EXPECT_DOUBLE_EQ(q.cost(2), 1.5);
   // A unit coarser than every option: one duration, never 0.
-  const QuantisedGroup coarse(table, 0, 10.0);
+  const QuantisedGroup coarse(table, GroupId(0), 10.0);
   EXPECT_EQ(coarse.min_duration(), 1);
   EXPECT_EQ(coarse.max_duration(), 1);
   EXPECT_DOUBLE_EQ(coarse.cost(1), 1.5);
@@ -285,8 +295,8 @@ TEST(QuantisedGroup, RoundsToTheNearestUnitHalvesUp) {
 
 TEST(QuantisedGroup, RejectsMoreUnitsThanTheLoopCountsIn) {
   const OptionTable table = hull_table();
-  EXPECT_THROW(QuantisedGroup(table, 0, 1e-16), std::invalid_argument);  // 4e16 > 2^52 units
-  EXPECT_NO_THROW(QuantisedGroup(table, 0, 1e-15));                      // 4e15 < 2^52
+  EXPECT_THROW(QuantisedGroup(table, GroupId(0), 1e-16), std::invalid_argument);  // 4e16 > 2^52 units
+  EXPECT_NO_THROW(QuantisedGroup(table, GroupId(0), 1e-15));                      // 4e15 < 2^52
 }
 
 TEST(QuantisedGroup, RandomHullsAreConvexAndBelowEveryOption) {
@@ -295,7 +305,7 @@ TEST(QuantisedGroup, RandomHullsAreConvexAndBelowEveryOption) {
     const OptionTable table =
         table_from_raw(1, test_support::random_sweeps(1, 2 + static_cast<int>(rng() % 10), rng), 40.0);
     const double unit = std::uniform_real_distribution<double>(0.005, 0.2)(rng);
-    for (Index g = 0; g < table.num_groups(); ++g) {
+    for (GroupId g(0); g.value() < table.num_groups(); ++g) {
       const QuantisedGroup q(table, g, unit);
       for (Index k = 0; k < table.num_options(g); ++k) {
         const auto d =

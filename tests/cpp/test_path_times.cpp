@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <random>
 #include <set>
+#include <type_traits>
 #include <vector>
 
 #include "dag.hpp"
@@ -25,6 +26,18 @@ std::vector<Pipeline> pipelines() {
           Pipeline(ScheduleKind::Interleaved1F1B, 8, 3, 16)};  // 768 nodes: several bitset words
 }
 
+// Computation ids and positions do not mix: each accessor takes its own role.
+static_assert(
+    std::is_invocable_v<decltype(&PathTimes<double>::head), const PathTimes<double>&, ComputationId>);
+static_assert(
+    !std::is_invocable_v<decltype(&PathTimes<double>::head), const PathTimes<double>&, Position>);
+static_assert(!std::is_invocable_v<decltype(&PathTimes<double>::head_at), const PathTimes<double>&,
+                                   ComputationId>);
+static_assert(!std::is_invocable_v<decltype(&PathTimes<double>::node_at), const PathTimes<double>&,
+                                   ComputationId>);
+static_assert(
+    !std::is_invocable_v<decltype(&PathTimes<double>::head), const PathTimes<double>&, Index>);
+
 TEST(PathTimes, HandComputedChain) {
   // One GPU, two microbatches of 1F1B: F0 -> B0 -> F1 -> B1 (ids 0, 1, 2, 3).
   const Pipeline p(ScheduleKind::OneFOneB, 1, 1, 2);
@@ -32,13 +45,13 @@ TEST(PathTimes, HandComputedChain) {
   PathTimes<double> times(dag);
   const std::vector<double> duration{1.0, 2.0, 3.0, 4.0};
   times.reset(duration.data());
-  EXPECT_EQ(times.head(0), 0.0);
-  EXPECT_EQ(times.head(1), 1.0);
-  EXPECT_EQ(times.head(2), 3.0);
-  EXPECT_EQ(times.head(3), 6.0);
-  EXPECT_EQ(times.tail(0), 10.0);
-  EXPECT_EQ(times.tail(3), 4.0);
-  for (Index v = 0; v < 4; ++v) EXPECT_EQ(times.through(v), 10.0);
+  EXPECT_EQ(times.head(ComputationId(0)), 0.0);
+  EXPECT_EQ(times.head(ComputationId(1)), 1.0);
+  EXPECT_EQ(times.head(ComputationId(2)), 3.0);
+  EXPECT_EQ(times.head(ComputationId(3)), 6.0);
+  EXPECT_EQ(times.tail(ComputationId(0)), 10.0);
+  EXPECT_EQ(times.tail(ComputationId(3)), 4.0);
+  for (Index v = 0; v < 4; ++v) EXPECT_EQ(times.through(ComputationId(v)), 10.0);
   EXPECT_EQ(times.moved().size(), 4u);
 }
 
@@ -55,46 +68,49 @@ void check_against_recompute(const Pipeline& p, Draw draw, std::mt19937& rng, bo
   for (int round = 0; round < 60; ++round) {
     std::vector<Value> head_before(n), tail_before(n);
     for (std::size_t v = 0; v < n; ++v) {
-      head_before[v] = incremental.head(static_cast<Index>(v));
-      tail_before[v] = incremental.tail(static_cast<Index>(v));
+      head_before[v] = incremental.head(ComputationId(static_cast<Index>(v)));
+      tail_before[v] = incremental.tail(ComputationId(static_cast<Index>(v)));
     }
     // A batch of 1..8 changes (repeats and no-op changes included); every
     // third batch only slows nodes down (update()'s path for reclamation);
     // every seventh redraws most nodes, so that most times move and the
     // next batches sweep; every other batch after a redraw is empty (nothing
     // may move, in either mode).
-    std::vector<Index> changed;
+    std::vector<ComputationId> changed;
     const auto batch = round % 7 == 6 ? 2 * n : round % 14 == 7 ? 0 : 1 + rng() % 8;
     const bool slower_only = round % 3 == 0;
     for (std::size_t k = 0; k < batch; ++k) {
       const auto v = static_cast<Index>(rng() % n);
       const Value drawn = draw(rng);
       if (rng() % 5 != 0) duration[ix(v)] = slower_only ? std::max(duration[ix(v)], drawn) : drawn;
-      if (std::find(changed.begin(), changed.end(), v) == changed.end()) changed.push_back(v);
+      if (std::find(changed.begin(), changed.end(), ComputationId(v)) == changed.end())
+        changed.push_back(ComputationId(v));
     }
     mode_seen[incremental.sweeps_next(changed.size())] = true;
     incremental.update(duration.data(), changed.data(), changed.data() + changed.size());
     PathTimes<Value> scratch(dag);
     scratch.reset(duration.data());
     for (Index v = 0; v < p.size(); ++v) {
-      ASSERT_EQ(incremental.head(v), scratch.head(v)) << "head of " << v << " in round " << round;
-      ASSERT_EQ(incremental.tail(v), scratch.tail(v)) << "tail of " << v << " in round " << round;
+      ASSERT_EQ(incremental.head(ComputationId(v)), scratch.head(ComputationId(v)))
+          << "head of " << v << " in round " << round;
+      ASSERT_EQ(incremental.tail(ComputationId(v)), scratch.tail(ComputationId(v)))
+          << "tail of " << v << " in round " << round;
     }
     // moved(): the changed nodes as given, then the nodes whose head moved
     // in topological order, then those whose tail alone moved, in reverse.
-    std::vector<Index> expected(changed);
+    std::vector<ComputationId> expected(changed);
     std::vector<char> listed(n, 0);
-    for (const Index v : changed) listed[ix(v)] = 1;
-    for (std::size_t q = 0; q < n; ++q) {
-      const Index v = scratch.node_at(q);
-      if (!listed[ix(v)] && scratch.head(v) != head_before[ix(v)]) {
-        listed[ix(v)] = 1;
+    for (const ComputationId v : changed) listed[v.index()] = 1;
+    for (Position q(0); q.index() < n; ++q) {
+      const ComputationId v = scratch.node_at(q);
+      if (!listed[v.index()] && scratch.head(v) != head_before[v.index()]) {
+        listed[v.index()] = 1;
         expected.push_back(v);
       }
     }
     for (std::size_t q = n; q-- > 0;) {
-      const Index v = scratch.node_at(q);
-      if (!listed[ix(v)] && scratch.tail(v) != tail_before[ix(v)]) expected.push_back(v);
+      const ComputationId v = scratch.node_at(Position(static_cast<Index>(q)));
+      if (!listed[v.index()] && scratch.tail(v) != tail_before[v.index()]) expected.push_back(v);
     }
     ASSERT_EQ(incremental.moved(), expected) << "round " << round;
   }
@@ -128,7 +144,7 @@ TEST(LongestPaths, TimesFollowTheChangesInBothModes) {
     constexpr std::int64_t kShortest = 1, kLongest = 6;
     // A path has 1 to n nodes: its length lies in [kShortest, n * kLongest].
     LongestPaths paths(dag, kShortest, static_cast<std::int64_t>(n) * kLongest);
-    std::vector<std::int64_t> duration(n);
+    IdVector<ComputationId, std::int64_t> duration(n);
     for (auto& d : duration) d = kShortest + static_cast<std::int64_t>(rng() % kLongest);
     paths.reset(duration);
     bool followed = false, swept = false;
@@ -136,18 +152,18 @@ TEST(LongestPaths, TimesFollowTheChangesInBothModes) {
       // Thirty rounds of a few random changes, thirty that redraw every
       // duration (most times move: the sweeping mode), thirty that rewrite
       // one duration with its own value (nothing moves: back to following).
-      std::vector<Index> changed;
+      std::vector<ComputationId> changed;
       if (round / 30 == 1) {
-        for (Index v = 0; v < p.size(); ++v) {
-          duration[ix(v)] = kShortest + static_cast<std::int64_t>(rng() % kLongest);
+        for (ComputationId v(0); v.value() < p.size(); ++v) {
+          duration[v] = kShortest + static_cast<std::int64_t>(rng() % kLongest);
           changed.push_back(v);
         }
       } else if (round / 30 == 2) {
-        changed.push_back(static_cast<Index>(rng() % n));
+        changed.push_back(ComputationId(static_cast<Index>(rng() % n)));
       } else {
         for (std::size_t k = 0; k < 1 + rng() % 6; ++k) {
-          const auto v = static_cast<Index>(rng() % n);
-          duration[ix(v)] = kShortest + static_cast<std::int64_t>(rng() % kLongest);
+          const ComputationId v(static_cast<Index>(rng() % n));
+          duration[v] = kShortest + static_cast<std::int64_t>(rng() % kLongest);
           if (std::find(changed.begin(), changed.end(), v) == changed.end()) changed.push_back(v);
         }
       }
@@ -156,20 +172,21 @@ TEST(LongestPaths, TimesFollowTheChangesInBothModes) {
       PathTimes<std::int64_t> scratch(dag);
       scratch.reset(duration.data());
       std::int64_t makespan = 0;
-      for (Index v = 0; v < p.size(); ++v) makespan = std::max(makespan, scratch.through(v));
+      for (Index v = 0; v < p.size(); ++v)
+        makespan = std::max(makespan, scratch.through(ComputationId(v)));
       ASSERT_EQ(paths.makespan(), makespan) << "round " << round;
       for (Index v = 0; v < p.size(); ++v) {
-        ASSERT_EQ(paths.head(v), scratch.head(v)) << "round " << round;
-        ASSERT_EQ(paths.tail(v), scratch.tail(v)) << "round " << round;
+        ASSERT_EQ(paths.head(ComputationId(v)), scratch.head(ComputationId(v))) << "round " << round;
+        ASSERT_EQ(paths.tail(ComputationId(v)), scratch.tail(ComputationId(v))) << "round " << round;
       }
       // The position view agrees with the node view.
       const PathTimes<std::int64_t>& times = paths.times();
-      for (std::size_t q = 0; q < n; ++q) {
-        const Index v = times.node_at(q);
-        ASSERT_EQ(times.position_of(v), static_cast<Index>(q));
+      for (Position q(0); q.index() < n; ++q) {
+        const ComputationId v = times.node_at(q);
+        ASSERT_EQ(times.position_of(v), q);
         ASSERT_EQ(times.head_at(q), scratch.head(v));
         ASSERT_EQ(times.tail_at(q), scratch.tail(v));
-        ASSERT_EQ(times.duration_at(q), duration[ix(v)]);
+        ASSERT_EQ(times.duration_at(q), duration[v]);
       }
     }
     EXPECT_TRUE(followed && swept) << "both update modes should have run";

@@ -77,12 +77,12 @@ double model_cost(const PhillipsDessouky& pd, const std::vector<Units>& duration
 Units makespan(const Dag& dag, const std::vector<Units>& durations) {
   std::vector<Units> finish(ix(dag.num_nodes()), 0);
   Units longest = 0;
-  for (const Index v : dag.topological_order()) {
+  for (const ComputationId v : dag.topological_order()) {
     Units start = 0;
-    for (const Index* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
-      start = std::max(start, finish[ix(*p)]);
-    finish[ix(v)] = start + durations[ix(v)];
-    longest = std::max(longest, finish[ix(v)]);
+    for (const ComputationId* p = dag.predecessors_begin(v); p != dag.predecessors_end(v); ++p)
+      start = std::max(start, finish[p->index()]);
+    finish[v.index()] = start + durations[v.index()];
+    longest = std::max(longest, finish[v.index()]);
   }
   return longest;
 }
