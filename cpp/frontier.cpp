@@ -348,7 +348,9 @@ class ParetoSet {
   const std::vector<double>& time_s() const { return time_s_; }
 
   void move_into(FrontierResult& result) {
-    result.choices = std::move(rows_);
+    result.choices = PlanRows(static_cast<Index>(n_));
+    for (std::size_t k = 0; k < time_s_.size(); ++k) result.choices.append(rows_.data() + k * n_);
+    rows_ = {};
     result.iteration_time_s = std::move(time_s_);
     result.energy_j = std::move(energy_j_);
     result.energy_before_reclaim_j = std::move(before_j_);
