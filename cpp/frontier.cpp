@@ -348,8 +348,7 @@ class ParetoSet {
   const std::vector<double>& time_s() const { return time_s_; }
 
   void move_into(FrontierResult& result) {
-    result.choices = PlanRows(static_cast<Index>(n_));
-    for (std::size_t k = 0; k < time_s_.size(); ++k) result.choices.append(rows_.data() + k * n_);
+    result.choices = PlanRows::from_rows(rows_.data(), time_s_.size(), static_cast<Index>(n_));
     rows_ = {};
     result.iteration_time_s = std::move(time_s_);
     result.energy_j = std::move(energy_j_);

@@ -23,12 +23,39 @@ void PlanLog::record(const OptionIndex* choice, Evaluation evaluation, double en
 PlanRows::PlanRows(Index num_computations)
     : num_computations_(num_computations), last_(ix(num_computations), 0) {}
 
+std::size_t PlanRows::changes(const OptionIndex* row) const {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < last_.size(); ++i) count += row[i] != last_[i] ? 1 : 0;
+  return count;
+}
+
+// A change takes an Index and an option; a whole row one option per computation.
+bool PlanRows::stored_whole(std::size_t changes) const {
+  return changes * (sizeof(Index) + sizeof(OptionIndex)) >= last_.size() * sizeof(OptionIndex);
+}
+
+PlanRows PlanRows::from_rows(const OptionIndex* rows, std::size_t count, Index num_computations) {
+  const std::size_t n = ix(num_computations);
+  PlanRows out(num_computations);
+  std::size_t options = 0, changed = 0;
+  for (std::size_t k = 0; k < count; ++k) {  // sizes first, from the same comparisons
+    const std::size_t c = out.changes(rows + k * n);
+    options += out.stored_whole(c) ? n : c;
+    changed += out.stored_whole(c) ? 0 : c;
+    std::copy(rows + k * n, rows + (k + 1) * n, out.last_.begin());
+  }
+  std::fill(out.last_.begin(), out.last_.end(), OptionIndex{0});
+  out.option_.reserve(options);
+  out.changed_.reserve(changed);
+  out.end_.reserve(count);
+  out.whole_.reserve(count);
+  for (std::size_t k = 0; k < count; ++k) out.append(rows + k * n);
+  return out;
+}
+
 void PlanRows::append(const OptionIndex* row) {
   const std::size_t n = last_.size();
-  std::size_t changes = 0;
-  for (std::size_t i = 0; i < n; ++i) changes += row[i] != last_[i] ? 1 : 0;
-  // A change takes an Index and an option; a whole row one option per computation.
-  const bool whole = changes * (sizeof(Index) + sizeof(OptionIndex)) >= n * sizeof(OptionIndex);
+  const bool whole = stored_whole(changes(row));
   if (whole) {
     option_.insert(option_.end(), row, row + n);
   } else {

@@ -66,6 +66,10 @@ class PlanRows {
  public:
   explicit PlanRows(Index num_computations = 0);
 
+  // `count` plans given as rows, held in buffers of exactly their size (a
+  // buffer grown by appends holds up to twice what it uses).
+  static PlanRows from_rows(const OptionIndex* rows, std::size_t count, Index num_computations);
+
   void append(const OptionIndex* row);
   std::size_t size() const { return whole_.size(); }
   Index num_computations() const { return num_computations_; }
@@ -93,6 +97,10 @@ class PlanRows {
   std::vector<OptionIndex> dense() const;
 
  private:
+  // Changes of `row` from last_, and whether it is stored whole.
+  std::size_t changes(const OptionIndex* row) const;
+  bool stored_whole(std::size_t changes) const;
+
   Index num_computations_;
   std::vector<OptionIndex> last_;  // the plan appended last
   // Per plan: whether it is stored whole, and where its entries in option_

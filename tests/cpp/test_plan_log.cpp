@@ -1,6 +1,6 @@
 // Compact plan storage (cpp/plan_log.hpp): PlanRows gives back every plan
-// exactly as appended, whether stored as changes or whole (a plan that
-// changes most computations), and holds a run of plans that each change a
+// exactly as appended (or given as rows to from_rows), whether stored as
+// changes or whole (a plan that changes most computations), and holds a run of plans that each change a
 // few computations in far less than their rows; PlanLog rebuilds the plans
 // asked for.
 #include <gtest/gtest.h>
@@ -73,6 +73,21 @@ TEST(PlanRows, HoldsPlansThatChangeLittleInLessThanTheirRowsAndNeverMuchMore) {
     unrelated.append(plan.data());
   }
   EXPECT_LT(unrelated.retained_bytes(), 2 * rows_bytes + 64 * 1024);
+}
+
+TEST(PlanRows, FromRowsHoldsTheSamePlansInExactlyTheirSize) {
+  const std::size_t n = 500;
+  const auto plans = sample_plans(n, 60);
+  std::vector<OptionIndex> dense;
+  PlanRows appended(static_cast<Index>(n));
+  for (const auto& plan : plans) {
+    dense.insert(dense.end(), plan.begin(), plan.end());
+    appended.append(plan.data());
+  }
+  const PlanRows built = PlanRows::from_rows(dense.data(), plans.size(), static_cast<Index>(n));
+  ASSERT_EQ(built.size(), plans.size());
+  EXPECT_EQ(built.dense(), dense);
+  EXPECT_LE(built.retained_bytes(), appended.retained_bytes());
 }
 
 TEST(PlanRows, EmptyHasNoPlans) {
