@@ -210,9 +210,10 @@ void register_problem(py::module_& m) {
   py::class_<FrontierResult>(m, "SolveResult", "What a solve returns (cpp/frontier.hpp).")
       .def_property_readonly("choices",
                              [](const FrontierResult& r) {
-                               std::vector<OptionIndex> rows(r.choices);
-                               return to_numpy(std::move(rows), {r.num_plans(), r.num_computations});
+                               return to_numpy(r.choices.dense(), {r.num_plans(), r.num_computations});
                              })
+      .def_property_readonly("retained_plan_bytes",
+                             [](const FrontierResult& r) { return r.choices.retained_bytes(); })
       .def_property_readonly("iteration_time_s",
                              [](const FrontierResult& r) { return copy_of(r.iteration_time_s); })
       .def_property_readonly("energy_j", [](const FrontierResult& r) { return copy_of(r.energy_j); })

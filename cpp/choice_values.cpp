@@ -16,11 +16,14 @@ std::vector<std::int32_t> choice_values(const FrontierResult& result,
     if (first_option[i] < 0)
       throw std::out_of_range("choice_values: computation " + std::to_string(i) +
                               " has a negative first option (" + std::to_string(first_option[i]) + ")");
+  if (result.choices.size() > 0 && ix(result.choices.num_computations()) != n)
+    throw std::invalid_argument("choice_values: the result's plans have " +
+                                std::to_string(result.choices.num_computations()) +
+                                " computations, not " + std::to_string(n));
   const auto size = static_cast<std::int64_t>(count);
-  std::vector<std::int32_t> out(result.choices.size());
-  const OptionIndex* choice = result.choices.data();
-  std::int32_t* row = out.data();
-  for (std::size_t k = 0; n > 0 && k < result.choices.size(); k += n, choice += n, row += n)
+  std::vector<std::int32_t> out(result.choices.size() * n);
+  result.choices.for_each([&](std::size_t k, const OptionIndex* choice) {
+    std::int32_t* row = out.data() + k * n;
     for (std::size_t i = 0; i < n; ++i) {
       const std::int64_t at = std::int64_t{first_option[i]} + choice[i];
       if (at >= size)
@@ -28,6 +31,7 @@ std::vector<std::int32_t> choice_values(const FrontierResult& result,
                                 std::to_string(at) + " of " + std::to_string(count));
       row[i] = values[at];
     }
+  });
   return out;
 }
 

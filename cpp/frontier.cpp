@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "phillips_dessouky.hpp"
 #include "plan_improver.hpp"
@@ -264,6 +265,14 @@ WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionT
 }
 
 // The plans kept so far, replayed once more on measured times, fastest first.
+// Only the kept plans are held as rows (the local search reads them); a
+// candidate added since the last selection is held as its log and index and
+// rebuilt from the log if selection keeps it. Holding every added candidate
+// as a row cost 2 bytes x computations each, for several times the plans
+// that survive (at 16 x 128 refined: about 16,000 rows for 1,947 plans,
+// most of a solve's peak memory); the logs' replay costs far less than the
+// evaluation each candidate gets anyway. Every add() must be followed by
+// select() while its log is alive.
 class ParetoSet {
  public:
   ParetoSet(Evaluator& evaluator, Index num_computations, double blocking_w, double resolution_j,
@@ -286,7 +295,7 @@ class ParetoSet {
     log.rebuild(wanted, [&](std::size_t k, const OptionIndex* choice) {
       pacer_.tick(phase, static_cast<std::int64_t>(k), static_cast<std::int64_t>(wanted.size()));
       const Evaluation e = evaluator_.evaluate(choice);
-      rows_.insert(rows_.end(), choice, choice + n_);
+      pending_.push_back(Source{&log, wanted[k]});
       time_s_.push_back(e.iteration_time_s);
       energy_j_.push_back(e.energy_j);
       before_j_.push_back(log.energy_before_j(wanted[k]) +
@@ -296,16 +305,40 @@ class ParetoSet {
 
   // Keeps only the Pareto plans of everything added, fastest first.
   void select() {
-    std::vector<OptionIndex> rows;
+    const std::size_t kept_before = time_s_.size() - pending_.size();
+    const std::vector<std::size_t> chosen = frontier_of(time_s_, energy_j_, blocking_w_, resolution_j_);
+    std::vector<OptionIndex> rows(chosen.size() * n_);
     std::vector<double> time_s, energy_j, before_j;
-    for (const std::size_t k : frontier_of(time_s_, energy_j_, blocking_w_, resolution_j_)) {
-      rows.insert(rows.end(), rows_.begin() + static_cast<std::ptrdiff_t>(k * n_),
-                  rows_.begin() + static_cast<std::ptrdiff_t>((k + 1) * n_));
+    // Rows rebuilt from each log, in the log's order: (index in the log, row).
+    std::vector<std::pair<const PlanLog*, std::vector<std::pair<std::size_t, std::size_t>>>> from_logs;
+    for (std::size_t j = 0; j < chosen.size(); ++j) {
+      const std::size_t k = chosen[j];
+      if (k < kept_before) {
+        std::copy(rows_.begin() + static_cast<std::ptrdiff_t>(k * n_),
+                  rows_.begin() + static_cast<std::ptrdiff_t>((k + 1) * n_),
+                  rows.begin() + static_cast<std::ptrdiff_t>(j * n_));
+      } else {
+        const Source& source = pending_[k - kept_before];
+        auto it = std::find_if(from_logs.begin(), from_logs.end(),
+                               [&](const auto& entry) { return entry.first == source.log; });
+        if (it == from_logs.end()) it = from_logs.insert(from_logs.end(), {source.log, {}});
+        it->second.emplace_back(source.index, j);
+      }
       time_s.push_back(time_s_[k]);
       energy_j.push_back(energy_j_[k]);
       before_j.push_back(std::max(before_j_[k], energy_j_[k]));
     }
+    for (auto& [log, wanted_rows] : from_logs) {
+      std::sort(wanted_rows.begin(), wanted_rows.end());
+      std::vector<std::size_t> wanted(wanted_rows.size());
+      for (std::size_t w = 0; w < wanted.size(); ++w) wanted[w] = wanted_rows[w].first;
+      log->rebuild(wanted, [&](std::size_t w, const OptionIndex* choice) {
+        std::copy(choice, choice + n_,
+                  rows.begin() + static_cast<std::ptrdiff_t>(wanted_rows[w].second * n_));
+      });
+    }
     rows_ = std::move(rows);
+    pending_.clear();
     time_s_ = std::move(time_s);
     energy_j_ = std::move(energy_j);
     before_j_ = std::move(before_j);
@@ -315,18 +348,25 @@ class ParetoSet {
   const std::vector<double>& time_s() const { return time_s_; }
 
   void move_into(FrontierResult& result) {
-    result.choices = std::move(rows_);
+    result.choices = PlanRows::from_rows(rows_.data(), time_s_.size(), static_cast<Index>(n_));
+    rows_ = {};
     result.iteration_time_s = std::move(time_s_);
     result.energy_j = std::move(energy_j_);
     result.energy_before_reclaim_j = std::move(before_j_);
   }
 
  private:
+  // Where an added, not yet selected candidate is rebuilt from.
+  struct Source {
+    const PlanLog* log;
+    std::size_t index;
+  };
   Evaluator& evaluator_;  // its replay scratch is reused
   std::size_t n_;
   double blocking_w_, resolution_j_;
   Pacer& pacer_;
-  std::vector<OptionIndex> rows_;
+  std::vector<OptionIndex> rows_;  // the kept plans (the first entries below)
+  std::vector<Source> pending_;    // the added ones (the last entries below)
   std::vector<double> time_s_, energy_j_, before_j_;
 };
 

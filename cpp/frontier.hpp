@@ -14,7 +14,8 @@
 //
 // Cost: O(cuts x critical subgraph) for the min cut, O(units x (n + moves x
 // region)) for the candidates, the local search's budget; memory
-// O(n + changes) during the solve plus plans x n for the result.
+// O(n + changes) during the solve plus kept plans x n while selecting; the
+// result holds its plans as changes (PlanRows).
 #pragma once
 
 #include <array>
@@ -26,6 +27,7 @@
 #include "options.hpp"
 #include "pacer.hpp"
 #include "pipeline.hpp"
+#include "plan_log.hpp"
 #include "solver_options.hpp"
 
 namespace perseus {
@@ -33,8 +35,11 @@ namespace perseus {
 struct FrontierResult {
   Index num_computations = 0;
   // Plans, fastest first: strictly increasing time, strictly decreasing
-  // effective energy (energy - G * P_block * time).
-  std::vector<OptionIndex> choices;      // [num_plans * num_computations]
+  // effective energy (energy - G * P_block * time); each plan's option per
+  // computation, stored as changes (plan_log.hpp: dense rows of a large
+  // refine=False frontier took 2 bytes x plans x computations, 300+ MB at
+  // 16 x 512, on top of the clocks the caller builds from them).
+  PlanRows choices{};
   std::vector<double> iteration_time_s;  // replayed on measured times
   std::vector<double> energy_j;          // replayed
   // The plan each one was improved from, replayed, over an iteration of this
@@ -50,9 +55,7 @@ struct FrontierResult {
   std::array<double, 4> phase_seconds{};  // wall time per Phase
   std::int64_t candidates = 0;            // plans considered before selection
 
-  Index num_plans() const {
-    return num_computations == 0 ? 0 : static_cast<Index>(choices.size() / ix(num_computations));
-  }
+  Index num_plans() const { return static_cast<Index>(choices.size()); }
 };
 
 // Throws std::invalid_argument if unit_time_s <= 0, the profile does not fit

@@ -9,6 +9,7 @@
 // rebuild any subset.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -51,6 +52,65 @@ class PlanLog {
   std::vector<OptionIndex> option_;
   std::vector<std::size_t> end_;  // per plan, end of its changes
   std::vector<double> time_s_, energy_j_, before_j_;
+};
+
+// A frontier's plans, in order, stored as the changes from the plan before
+// (or whole, when a plan changes so much that its changes would take more
+// room than a row). Consecutive frontier plans usually differ in a few
+// computations, so this holds a refine=False frontier of 10,000+ plans in a
+// few bytes per plan and computation less than the rows would; it lets the
+// rows a caller builds from the plans (clocks, 4 bytes each) be the only
+// dense copy. Cost: O(n) per append, O(changes + n) per plan to read back in
+// order.
+class PlanRows {
+ public:
+  explicit PlanRows(Index num_computations = 0);
+
+  // `count` plans given as rows, held in buffers of exactly their size (a
+  // buffer grown by appends holds up to twice what it uses).
+  static PlanRows from_rows(const OptionIndex* rows, std::size_t count, Index num_computations);
+
+  void append(const OptionIndex* row);
+  std::size_t size() const { return whole_.size(); }
+  Index num_computations() const { return num_computations_; }
+  // Bytes held (capacity of every buffer, the last-row scratch included).
+  std::size_t retained_bytes() const;
+
+  // Calls visit(k, row) for every plan in order; `row` is valid during the call.
+  template <typename Visit>
+  void for_each(Visit visit) const {
+    const std::size_t n = ix(num_computations_);
+    std::vector<OptionIndex> row(n, 0);
+    std::size_t changed = 0;  // where the next changed plan's computations start
+    for (std::size_t k = 0; k < size(); ++k) {
+      const std::size_t begin = k == 0 ? 0 : end_[k - 1];
+      if (whole_[k]) {
+        std::copy(option_.begin() + static_cast<std::ptrdiff_t>(begin),
+                  option_.begin() + static_cast<std::ptrdiff_t>(end_[k]), row.begin());
+      } else {
+        for (std::size_t c = begin; c < end_[k]; ++c) row[ix(changed_[changed++])] = option_[c];
+      }
+      visit(k, static_cast<const OptionIndex*>(row.data()));
+    }
+  }
+  // Every plan's row, plans x computations.
+  std::vector<OptionIndex> dense() const;
+
+ private:
+  // Changes of `row` from last_, and whether it is stored whole.
+  std::size_t changes(const OptionIndex* row) const;
+  bool stored_whole(std::size_t changes) const;
+
+  Index num_computations_;
+  std::vector<OptionIndex> last_;  // the plan appended last
+  // Per plan: whether it is stored whole, and where its entries in option_
+  // end. A whole plan's entries are its row; a changed plan's are the new
+  // options of the computations it changes, which changed_ lists (changed
+  // plans only, in order).
+  std::vector<bool> whole_;
+  std::vector<std::size_t> end_;
+  std::vector<OptionIndex> option_;
+  std::vector<Index> changed_;
 };
 
 }  // namespace perseus

@@ -48,7 +48,7 @@ MAX_WORK = 2e11  # computations x min-cut steps (about an hour on one core)
 MAX_STEPS = 1e7
 MAX_MEMORY_BYTES = 16 * 2**30
 _BYTES_PER_COMPUTATION = 400  # pipeline, DAG, solver and improver arrays
-_BYTES_PER_PLAN_COMPUTATION = 6  # a frontier plan: uint16 in the core, int32 in Python
+_BYTES_PER_PLAN_COMPUTATION = 4  # a frontier plan: int32 clocks in Python (the core keeps changes)
 _EXPECTED_PLANS = 4096
 
 

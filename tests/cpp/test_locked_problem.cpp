@@ -139,7 +139,10 @@ TEST(LockedProblem, ConcurrentCallersGetWhatSequentialOnesGet) {
 TEST(ChoiceValues, GathersEachPlansValuesAndRefusesBadIndices) {
   FrontierResult result;
   result.num_computations = 2;
-  result.choices = {0, 1, 1, 0, 2, 1};  // three plans
+  result.choices = PlanRows(2);  // three plans
+  for (const std::vector<OptionIndex>& row :
+       std::vector<std::vector<OptionIndex>>{{0, 1}, {1, 0}, {2, 1}})
+    result.choices.append(row.data());
   // Computation 0's options start at 0, computation 1's at 3.
   const std::vector<std::int32_t> values{1980, 1500, 1200, 1410, 900};
   EXPECT_EQ(choice_values(result, {0, 3}, values.data(), values.size()),

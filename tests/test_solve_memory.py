@@ -1,0 +1,65 @@
+"""Memory a solve keeps for its plans (issue 23): the core's result holds its
+plans as changes from the plan before, and optimize() turns them into one
+matrix of clocks with no other copy of the plans on the Python side.
+
+Byte counts, not timings: the core reports what its plan storage holds
+(``retained_plan_bytes``, every buffer's capacity), and tracemalloc counts
+what Python and numpy allocate while optimize() runs (the clock matrix comes
+from the core, so a per-plan copy made in Python shows up, and nothing
+else of that size does)."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import perseus
+import pytest
+from perseus.optimize import _setup, _spec
+
+GPT3 = Path(__file__).resolve().parents[1] / "bench/data/sosp24/gpt3-175b+a100_sxm_bf16.csv"
+
+
+@pytest.fixture(scope="module")
+def gpt3() -> perseus.Profile:
+    return perseus.Profile.from_csv(GPT3, blocking_power_w=70.0)
+
+
+# refine=False's plans are consecutive min-cut plans (about 4 changes each at
+# 8 x 24, 48 bytes a plan against 768 as rows); refined plans come from
+# several chains and the local search (about 21 changes, 210 bytes).
+@pytest.mark.parametrize(("refine", "share_of_rows"), [(False, 0.15), (True, 0.5)])
+def test_the_result_holds_its_plans_in_a_fraction_of_their_rows(gpt3, refine, share_of_rows):
+    spec = _spec(gpt3, 24, "1f1b", 1)
+    problem, _, _ = _setup(gpt3, spec)
+    result = problem.solve(1e-3, refine, perseus.SolverBudgets())
+    rows = result.choices  # rebuilt from the stored changes
+    plans, n = rows.shape
+    assert plans > 500
+    assert n == spec.num_computations
+    assert result.retained_plan_bytes <= share_of_rows * rows.nbytes
+    # The compact storage gives back plans that are the frontier's: each
+    # replays to its reported time and energy.
+    times, energies = problem.evaluate(rows)
+    np.testing.assert_allclose(times, result.iteration_time_s, rtol=1e-12)
+    np.testing.assert_allclose(energies, result.energy_j, rtol=1e-12)
+
+
+@pytest.mark.parametrize("refine", [False, True])
+def test_optimize_makes_no_python_copy_of_the_plans_clocks(gpt3, refine):
+    tracemalloc.start()
+    try:
+        frontier = perseus.optimize(gpt3, microbatches=48, refine=refine)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    n = frontier[0].frequencies_mhz.size
+    # What Python allocates per plan (a Plan and its floats: about 340 bytes
+    # at 8 x 48) against one row of clocks, 4 bytes x 768 computations.
+    assert peak <= len(frontier) * 1024 + 256 * 1024 < len(frontier) * 4 * n
+    # Every plan's clocks are a row of one read-only matrix, not a copy.
+    base = frontier[0].frequencies_mhz.base
+    assert base is not None
+    assert all(plan.frequencies_mhz.base is base for plan in frontier)
+    assert not frontier[0].frequencies_mhz.flags.writeable
