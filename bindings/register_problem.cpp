@@ -154,6 +154,24 @@ py::array_t<std::int32_t> gather_choice_values(const FrontierResult& r,
   return to_numpy(std::move(out), {r.num_plans(), r.num_computations});
 }
 
+// (first row, change counts, changed ids, their values): choice_values.hpp's
+// choice_value_changes, converted.
+py::tuple gather_choice_value_changes(const FrontierResult& r, const CArray<std::int32_t>& first_option,
+                                      const CArray<std::int32_t>& values) {
+  if (first_option.ndim() != 1)
+    throw std::invalid_argument("first_option must have one entry per computation (" +
+                                std::to_string(r.num_computations) + ")");
+  if (values.ndim() != 1) throw std::invalid_argument("values must be 1-D");
+  const std::vector<std::int32_t> first(first_option.data(), first_option.data() + first_option.size());
+  ValueChanges out;
+  {
+    py::gil_scoped_release release;
+    out = choice_value_changes(r, first, values.data(), static_cast<std::size_t>(values.size()));
+  }
+  return py::make_tuple(to_numpy(std::move(out.first)), to_numpy(std::move(out.counts)),
+                        to_numpy(std::move(out.ids)), to_numpy(std::move(out.values)));
+}
+
 }  // namespace
 
 void register_problem(py::module_& m) {
@@ -225,6 +243,9 @@ void register_problem(py::module_& m) {
                              [](const FrontierResult& r) { return r.baseline.energy_j; })
       .def("choice_values", &gather_choice_values, "first_option"_a, "values"_a,
            "values[first_option[i] + choice] per plan and computation i, as int32 (plans, n).")
+      .def("choice_value_changes", &gather_choice_value_changes, "first_option"_a, "values"_a,
+           "choice_values as (plan 0's row, per plan the count of values that change, which "
+           "computations, their new values).")
       .def_readonly("steps", &FrontierResult::steps)
       .def_readonly("cuts", &FrontierResult::cuts)
       .def_readonly("unit_time_s", &FrontierResult::unit_time_s)

@@ -145,6 +145,11 @@ class SolveResult:
     def choice_values(
         self, first_option: npt.ArrayLike, values: npt.ArrayLike
     ) -> npt.NDArray[np.int32]: ...
+    def choice_value_changes(
+        self, first_option: npt.ArrayLike, values: npt.ArrayLike
+    ) -> tuple[
+        npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.uint32], npt.NDArray[np.int32]
+    ]: ...
     @property
     def steps(self) -> int: ...
     @property

@@ -50,6 +50,11 @@ def changes_of(rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.n
     )
 
 
+def _fits_uint16(*arrays: np.ndarray) -> bool:
+    limit = np.iinfo(np.uint16).max
+    return all(len(a) == 0 or (int(np.min(a)) >= 0 and int(np.max(a)) <= limit) for a in arrays)
+
+
 def _last_writes(ids: np.ndarray, mhz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The final value of each id written in order `ids` -> `mhz` (later writes win)."""
     if len(ids) == 0:
@@ -81,10 +86,13 @@ class PlanStore:
         checker: Optional[PlanChecker] = None,
     ) -> None:
         self.spec = spec
-        self.first_mhz = np.asarray(first_mhz, dtype=np.uint16)
+        # uint16 holds every real GPU's clocks; a profile may name up to
+        # MAX_CLOCK_MHZ (100,000), which needs 32 bits rather than wrapping.
+        clock = np.uint16 if _fits_uint16(first_mhz, change_mhz) else np.uint32
+        self.first_mhz = np.asarray(first_mhz, dtype=clock)
         self.counts = np.asarray(counts, dtype=np.int64)
         self.change_ids = np.asarray(change_ids, dtype=np.uint32)
-        self.change_mhz = np.asarray(change_mhz, dtype=np.uint16)
+        self.change_mhz = np.asarray(change_mhz, dtype=clock)
         self.offsets = np.concatenate(([0], np.cumsum(self.counts)))
         self.times_s = times_s
         self.energies_j = energies_j
@@ -98,7 +106,7 @@ class PlanStore:
 
     def _build_checkpoints(self) -> np.ndarray:
         count = (len(self.counts) + CHECKPOINT_EVERY - 1) // CHECKPOINT_EVERY
-        out = np.empty((count, len(self.first_mhz)), dtype=np.uint16)
+        out = np.empty((count, len(self.first_mhz)), dtype=self.first_mhz.dtype)
         row = self.first_mhz.copy()
         for c in range(count):
             if c:

@@ -15,7 +15,8 @@ import numpy as np
 
 from . import _core
 from ._deprecation import warn_renamed
-from ._replay import _of_profile, _setup, _spec, measured_rows
+from ._plan_store import PlanStore
+from ._replay import _of_profile, _OptionTable, _setup, _spec, measured_rows
 from ._validate import is_integer, is_real
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
@@ -300,19 +301,8 @@ def optimize(
     finally:
         if bar is not None:
             bar.close(completed=sys.exc_info()[0] is None)  # no "done" after Ctrl-C
-    first_option = table.offsets[pipeline.group].astype(np.int32)
-    frequencies = result.choice_values(first_option, table.frequency_mhz.astype(np.int32))
-    # Every entry is a clock the profile measured (and checked when it was
-    # read): each plan gets a read-only row of one matrix, not a checked copy.
-    frequencies.setflags(write=False)
-    plans = [
-        Plan._from_solver(spec, frequencies[k], t, e, eb, profile.blocking_power_w, profile)
-        for k, (t, e, eb) in enumerate(
-            zip(result.iteration_time_s, result.energy_j, result.energy_before_reclaim_j)
-        )
-    ]
     return Frontier(
-        plans,
+        _plans_of(result, table, pipeline, spec, profile),
         baseline=Evaluation(result.baseline_time_s, result.baseline_energy_j),
         spec=spec,
         unit_time_s=unit,
@@ -325,6 +315,38 @@ def optimize(
         phase_times_s=result.phase_seconds,
         profile=profile,
         fingerprint=checked_fingerprint,
+    )
+
+
+def _plans_of(
+    result: _core.SolveResult,
+    table: _OptionTable,
+    pipeline: _core.Pipeline,
+    spec: PipelineSpec,
+    profile: Profile,
+) -> PlanStore:
+    """The solve's plans as a `PlanStore`: the first plan's clocks and each next plan's changes.
+
+    Consecutive plans differ in a few computations, so this is the size of
+    the changes, where one int32 row per plan took 5 GB at 16 x 1024; a
+    `Plan` is made when asked for. Every clock is one the profile measured
+    (checked when it was read), so the plans need no checker.
+    """
+    first_option = table.offsets[pipeline.group].astype(np.int32)
+    first, counts, ids, mhz = result.choice_value_changes(
+        first_option, table.frequency_mhz.astype(np.int32)
+    )
+    return PlanStore(
+        spec,
+        first,
+        counts,
+        ids,
+        mhz,
+        result.iteration_time_s,
+        result.energy_j,
+        result.energy_before_reclaim_j,
+        profile.blocking_power_w,
+        profile,
     )
 
 
