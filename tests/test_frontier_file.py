@@ -673,3 +673,59 @@ def test_a_version_2_file_too_large_to_load_is_refused_before_it_is_built(
     assert not (tmp_path / "f.json").exists()
     frontier.save(tmp_path / "f.json", version=2)  # under the real cap it is written
     assert len(Frontier.load(tmp_path / "f.json")) == len(frontier)
+
+
+def _profile_above_16_bits():
+    """Clocks up to 80,000 MHz: inside LIMITS (MAX_CLOCK_MHZ), beyond what 16 bits hold."""
+    rows = []
+    for stage in range(2):
+        for instruction, base_s in (("forward", 0.01), ("backward", 0.02)):
+            for mhz in (60000, 65000, 70000, 80000):
+                time_s = base_s * 80000 / mhz
+                rows.append(
+                    (stage, instruction, mhz, time_s, time_s * (50 + 300 * (mhz / 80000) ** 2))
+                )
+    return Profile.from_records(rows, blocking_power_w=40.0)
+
+
+@pytest.mark.parametrize("built_by", ["solver", "user"])
+def test_clocks_above_16_bits_survive_a_round_trip(tmp_path, built_by):
+    """Whatever perseus can solve it can save and read back: clocks above 65,535 MHz are
+    written in 32 bits (and said so), not wrapped into clocks never measured. A frontier a user
+    builds from Plans goes through the same writer."""
+    solved = perseus.optimize(_profile_above_16_bits(), microbatches=4, progress=False)
+    frontier = solved
+    if built_by == "user":
+        frontier = Frontier(
+            list(solved),
+            baseline=solved.baseline,
+            spec=solved.spec,
+            unit_time_s=solved.unit_time_s,
+            blocking_power_w=solved.blocking_power_w,
+            solve_time_s=solved.solve_time_s,
+        )
+    assert max(int(p.frequencies_mhz.max()) for p in frontier) == 80000
+    path = tmp_path / "frontier.json"
+    frontier.save(path)
+    assert json.loads(path.read_text())["plans"]["mhz_bits"] == 32
+    loaded = Frontier.load(path)
+    assert len(loaded) == len(frontier)
+    for k in (0, len(frontier) // 2, len(frontier) - 1):
+        np.testing.assert_array_equal(loaded[k].frequencies_mhz, frontier[k].frequencies_mhz)
+
+
+def test_clocks_that_fit_16_bits_are_written_in_16(tmp_path, frontier):
+    path = tmp_path / "frontier.json"
+    frontier.save(path)
+    assert "mhz_bits" not in json.loads(path.read_text())["plans"]
+
+
+@pytest.mark.parametrize("bits", [8, 64, "32", True, None])
+def test_an_unknown_clock_width_is_refused(tmp_path, frontier, bits):
+    path = tmp_path / "frontier.json"
+    frontier.save(path)
+    document = json.loads(path.read_text())
+    document["plans"]["mhz_bits"] = bits
+    path.write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=r"plans\.mhz_bits"):
+        Frontier.load(path)

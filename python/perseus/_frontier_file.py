@@ -10,6 +10,8 @@ computations)::
               "change_counts": <u4 x P>,   computations that change in plan k (0 for k = 0)
               "change_ids": <u4 x C>,      which, plan after plan, C = sum of the counts
               "change_mhz": <u2 x C>,      and their new MHz
+              "mhz_bits": 32}              (optional) clocks as <u4 instead: only
+                                           written when one is above 65,535 MHz
               "sha256": "<64 hex digits>"} (optional) the digest, see below
 
 where ``<f8 x P>`` is the base64 text of P little-endian IEEE doubles
@@ -118,6 +120,7 @@ _TOP_OPTIONAL = {
 }
 _TOP_REQUIRED[3] = _TOP_REQUIRED[2]
 _TOP_OPTIONAL[3] = _TOP_OPTIONAL[2]
+_U16_MAX = 65535
 _PLAN_ARRAYS = {  # v3 "plans" field -> little-endian dtype, length: "plans" or "changes"
     "iteration_time_s": ("<f8", "plans"),
     "energy_j": ("<f8", "plans"),
@@ -211,16 +214,23 @@ def _encode_plans(frontier: Frontier) -> dict[str, Any]:
         rows = [p.frequencies_mhz for p in store]
         first = rows[0]
         counts, ids, mhz = changes_of(rows)
-    return {
+    # 16 bits hold every real GPU's clocks; a profile may name up to
+    # MAX_CLOCK_MHZ, and such a clock must not wrap into one never measured.
+    wide = max(int(np.max(first)), int(np.max(mhz)) if len(mhz) else 0) > _U16_MAX
+    clock = "<u4" if wide else "<u2"
+    out: dict[str, Any] = {
         "count": len(frontier),
         "iteration_time_s": _b64(frontier.iteration_times_s, "<f8"),
         "energy_j": _b64(frontier.energies_j, "<f8"),
         "energy_before_reclaim_j": _b64(frontier.energies_before_reclaim_j, "<f8"),
-        "first_mhz": _b64(first, "<u2"),
+        "first_mhz": _b64(first, clock),
         "change_counts": _b64(counts, "<u4"),
         "change_ids": _b64(ids, "<u4"),
-        "change_mhz": _b64(mhz, "<u2"),
+        "change_mhz": _b64(mhz, clock),
     }
+    if wide:
+        out["mhz_bits"] = 32
+    return out
 
 
 def _encode_profile(profile: Profile) -> dict[str, Any]:
@@ -480,8 +490,12 @@ def _array(value: Any, field: str, dtype: str, length: int) -> np.ndarray:
 
 
 def _compact_plans(value: Any, spec: PipelineSpec, blocking_power_w: float) -> PlanStore:
-    value = _object(value, "plans", ("count", *_PLAN_ARRAYS), ("sha256",))
+    value = _object(value, "plans", ("count", *_PLAN_ARRAYS), ("sha256", "mhz_bits"))
     count = _integer(value["count"], "plans.count", 1, _MAX_COUNT)
+    bits = value.get("mhz_bits", 16)
+    if type(bits) is not int or bits not in (16, 32):
+        _fail("plans.mhz_bits", f"expected 16 or 32, got {_kind(bits)}")
+    clock = "<u2" if bits == 16 else "<u4"
     n = spec.num_computations
     lengths = {"plans": count, "computations": n}
     arrays: dict[str, np.ndarray] = {}
@@ -491,6 +505,8 @@ def _compact_plans(value: Any, spec: PipelineSpec, blocking_power_w: float) -> P
             if counts[0] != 0:
                 _fail("plans.change_counts[0]", f"the first plan has no changes, got {counts[0]}")
             lengths["changes"] = int(counts.sum(dtype=np.int64))
+        if key.endswith("_mhz"):
+            dtype = clock
         arrays[key] = _array(value[key], f"plans.{key}", dtype, lengths[length])
     for key in ("iteration_time_s", "energy_j", "energy_before_reclaim_j"):
         numbers_ = arrays[key]

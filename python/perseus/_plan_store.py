@@ -41,8 +41,8 @@ def changes_of(rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.n
         changed = np.flatnonzero(rows[k] != rows[k - 1])
         counts[k] = len(changed)
         ids.append(changed.astype(np.uint32))
-        mhz.append(np.asarray(rows[k])[changed].astype(np.uint16))
-    empty_ids, empty_mhz = np.zeros(0, np.uint32), np.zeros(0, np.uint16)
+        mhz.append(np.asarray(rows[k])[changed].astype(np.uint32))  # clocks may pass 65,535
+    empty_ids, empty_mhz = np.zeros(0, np.uint32), np.zeros(0, np.uint32)
     return (
         counts,
         np.concatenate(ids) if ids else empty_ids,
