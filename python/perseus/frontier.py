@@ -140,8 +140,8 @@ class Frontier(Sequence[Plan]):
         profile: Optional[Profile] = None,
         fingerprint: Optional[Mapping[str, FingerprintValue]] = None,
     ) -> None:
-        # `plans` is a list of Plans (the solver, a user) or a `PlanStore`
-        # (a version 3 file, kept compact: plans are rebuilt when asked for).
+        # `plans` is a list of Plans (a user) or a `PlanStore` (the solver, a
+        # version 3 file; kept compact: plans are rebuilt when asked for).
         self._fingerprint = check_fingerprint(fingerprint)
         if not len(plans):
             raise ValueError("a frontier needs at least one plan")
