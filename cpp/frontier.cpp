@@ -265,23 +265,24 @@ WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionT
 }
 
 // The plans kept so far, replayed once more on measured times, fastest first.
-// Only the kept plans are held as rows (the local search reads them); a
-// candidate added since the last selection is held as its log and index and
-// rebuilt from the log if selection keeps it. Holding every added candidate
-// as a row cost 2 bytes x computations each, for several times the plans
-// that survive (at 16 x 128 refined: about 16,000 rows for 1,947 plans,
-// most of a solve's peak memory); the logs' replay costs far less than the
-// evaluation each candidate gets anyway. Every add() must be followed by
-// select() while its log is alive.
+// Every plan is held as changes: the kept ones in a PlanRows (the local
+// search reads them through its own Reader), a candidate added since the
+// last selection as its log and index, rebuilt from the log if selection
+// keeps it. Holding them as rows cost 2 bytes x computations per plan, twice
+// over while a selection built the next set (2.6 GB at 16 x 1024 with
+// refine=False, most of a solve's peak); the logs' replay costs far less
+// than the evaluation each candidate gets anyway. Every add() must be
+// followed by select() while its log is alive.
 class ParetoSet {
  public:
   ParetoSet(Evaluator& evaluator, Index num_computations, double blocking_w, double resolution_j,
             Pacer& pacer)
       : evaluator_(evaluator),
-        n_(ix(num_computations)),
+        n_(num_computations),
         blocking_w_(blocking_w),
         resolution_j_(resolution_j),
-        pacer_(pacer) {}
+        pacer_(pacer),
+        plans_(num_computations) {}
 
   // Replays the plans worth keeping from `log` and adds them (not yet selected).
   void add(const PlanLog& log, Phase phase) {
@@ -307,49 +308,70 @@ class ParetoSet {
   void select() {
     const std::size_t kept_before = time_s_.size() - pending_.size();
     const std::vector<std::size_t> chosen = frontier_of(time_s_, energy_j_, blocking_w_, resolution_j_);
-    std::vector<OptionIndex> rows(chosen.size() * n_);
-    std::vector<double> time_s, energy_j, before_j;
-    // Rows rebuilt from each log, in the log's order: (index in the log, row).
-    std::vector<std::pair<const PlanLog*, std::vector<std::pair<std::size_t, std::size_t>>>> from_logs;
+    // The chosen candidates of each log, rebuilt in the log's order into
+    // changes of their own (one replay per log); `where[j]` is chosen plan
+    // j's (log's store, or none for a kept plan; plan in that store).
+    struct FromLog {
+      const PlanLog* log;
+      std::vector<std::pair<std::size_t, std::size_t>> wanted;  // (index in the log, j)
+      PlanRows rows;
+    };
+    std::vector<FromLog> from_logs;
+    std::vector<std::pair<std::size_t, std::size_t>> where(chosen.size());
+    constexpr std::size_t kKept = static_cast<std::size_t>(-1);
     for (std::size_t j = 0; j < chosen.size(); ++j) {
       const std::size_t k = chosen[j];
       if (k < kept_before) {
-        std::copy(rows_.begin() + static_cast<std::ptrdiff_t>(k * n_),
-                  rows_.begin() + static_cast<std::ptrdiff_t>((k + 1) * n_),
-                  rows.begin() + static_cast<std::ptrdiff_t>(j * n_));
-      } else {
-        const Source& source = pending_[k - kept_before];
-        auto it = std::find_if(from_logs.begin(), from_logs.end(),
-                               [&](const auto& entry) { return entry.first == source.log; });
-        if (it == from_logs.end()) it = from_logs.insert(from_logs.end(), {source.log, {}});
-        it->second.emplace_back(source.index, j);
+        where[j] = {kKept, k};
+        continue;
       }
+      const Source& source = pending_[k - kept_before];
+      auto it = std::find_if(from_logs.begin(), from_logs.end(),
+                             [&](const FromLog& entry) { return entry.log == source.log; });
+      if (it == from_logs.end())
+        it = from_logs.insert(from_logs.end(), FromLog{source.log, {}, PlanRows(n_)});
+      it->wanted.emplace_back(source.index, j);
+    }
+    for (std::size_t f = 0; f < from_logs.size(); ++f) {
+      FromLog& from = from_logs[f];
+      std::sort(from.wanted.begin(), from.wanted.end());
+      std::vector<std::size_t> wanted(from.wanted.size());
+      for (std::size_t w = 0; w < wanted.size(); ++w) wanted[w] = from.wanted[w].first;
+      from.log->rebuild(wanted, [&](std::size_t w, const OptionIndex* choice) {
+        where[from.wanted[w].second] = {f, from.rows.size()};
+        from.rows.append(choice);
+      });
+    }
+    // The next set, in the chosen (time) order, read from the kept plans and
+    // the logs' stores.
+    PlanRows plans(n_);
+    PlanRows::Reader kept(plans_);
+    std::vector<PlanRows::Reader> logged;
+    logged.reserve(from_logs.size());
+    for (const FromLog& from : from_logs) logged.emplace_back(from.rows);
+    std::vector<double> time_s, energy_j, before_j;
+    for (std::size_t j = 0; j < chosen.size(); ++j) {
+      const auto [store, index] = where[j];
+      plans.append(store == kKept ? kept.row(index) : logged[store].row(index));
+      const std::size_t k = chosen[j];
       time_s.push_back(time_s_[k]);
       energy_j.push_back(energy_j_[k]);
       before_j.push_back(std::max(before_j_[k], energy_j_[k]));
     }
-    for (auto& [log, wanted_rows] : from_logs) {
-      std::sort(wanted_rows.begin(), wanted_rows.end());
-      std::vector<std::size_t> wanted(wanted_rows.size());
-      for (std::size_t w = 0; w < wanted.size(); ++w) wanted[w] = wanted_rows[w].first;
-      log->rebuild(wanted, [&](std::size_t w, const OptionIndex* choice) {
-        std::copy(choice, choice + n_,
-                  rows.begin() + static_cast<std::ptrdiff_t>(wanted_rows[w].second * n_));
-      });
-    }
-    rows_ = std::move(rows);
+    plans.shrink_to_fit();
+    plans_ = std::move(plans);
     pending_.clear();
     time_s_ = std::move(time_s);
     energy_j_ = std::move(energy_j);
     before_j_ = std::move(before_j);
   }
 
-  const std::vector<OptionIndex>& rows() const { return rows_; }
+  const PlanRows& plans() const { return plans_; }
   const std::vector<double>& time_s() const { return time_s_; }
 
   void move_into(FrontierResult& result) {
-    result.choices = PlanRows::from_rows(rows_.data(), time_s_.size(), static_cast<Index>(n_));
-    rows_ = {};
+    result.choices = std::move(plans_);
+    plans_ = PlanRows(n_);
     result.iteration_time_s = std::move(time_s_);
     result.energy_j = std::move(energy_j_);
     result.energy_before_reclaim_j = std::move(before_j_);
@@ -362,11 +384,11 @@ class ParetoSet {
     std::size_t index;
   };
   Evaluator& evaluator_;  // its replay scratch is reused
-  std::size_t n_;
+  Index n_;
   double blocking_w_, resolution_j_;
   Pacer& pacer_;
-  std::vector<OptionIndex> rows_;  // the kept plans (the first entries below)
-  std::vector<Source> pending_;    // the added ones (the last entries below)
+  PlanRows plans_;               // the kept plans (the first entries below)
+  std::vector<Source> pending_;  // the added ones (the last entries below)
   std::vector<double> time_s_, energy_j_, before_j_;
 };
 
@@ -404,10 +426,10 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
     };
     {
       Worker other(solver_threads(options) >= 2, [&](const Ticker& worker_tick) {
-        search_deadlines(kept.rows(), kept.time_s(), grid, share, Share{1, 2}, second, found_second,
+        search_deadlines(kept.plans(), kept.time_s(), grid, share, Share{1, 2}, second, found_second,
                          worker_tick);
       });
-      search_deadlines(kept.rows(), kept.time_s(), grid, share, Share{0, 2}, improver, found, report);
+      search_deadlines(kept.plans(), kept.time_s(), grid, share, Share{0, 2}, improver, found, report);
       other.finish(pacer, report);  // the other half's progress
     }
     searched += static_cast<std::int64_t>(found.size() + found_second.size());

@@ -1,6 +1,7 @@
 #include "plan_log.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace perseus {
 
@@ -51,33 +52,59 @@ std::size_t PlanRows::changes(const OptionIndex* row) const {
   return count;
 }
 
-// A change takes an Index and an option; a whole row one option per computation.
+// A change takes an Index and an option; a whole row one option per
+// computation. A plan is also stored whole once the changes since the last
+// whole one reach kChangesPerWholeRow rows, so that a reader never replays
+// more than that to reach any plan.
 bool PlanRows::stored_whole(std::size_t changes) const {
-  return changes * (sizeof(Index) + sizeof(OptionIndex)) >= last_.size() * sizeof(OptionIndex);
+  const std::size_t n = last_.size();
+  return changes * (sizeof(Index) + sizeof(OptionIndex)) >= n * sizeof(OptionIndex) ||
+         changes_since_whole_ + changes >= kChangesPerWholeRow * n;
+}
+
+void PlanRows::note_stored(bool whole, std::size_t changes) {
+  whole_.push_back(whole);
+  if (whole) {
+    whole_plans_.push_back(whole_.size() - 1);
+    changed_after_whole_.push_back(changed_.size());
+    changes_since_whole_ = 0;
+  } else {
+    changes_since_whole_ += changes;
+  }
 }
 
 PlanRows PlanRows::from_rows(const OptionIndex* rows, std::size_t count, Index num_computations) {
   const std::size_t n = ix(num_computations);
-  PlanRows out(num_computations);
   const std::vector<OptionIndex> zeros(n, 0);  // what the first plan changes from
   const auto before = [&](std::size_t k) { return k == 0 ? zeros.data() : rows + (k - 1) * n; };
-  // Sizes first, so that every buffer is allocated once at its size.
-  std::size_t options = 0, changed = 0;
-  out.whole_.reserve(count);
-  for (std::size_t k = 0; k < count; ++k) {
+  const auto num_changes = [&](std::size_t k) {
     std::size_t c = 0;
     for_each_change(rows + k * n, before(k), n, [&c](std::size_t) { ++c; });
-    const bool whole = out.stored_whole(c);
-    out.whole_.push_back(whole);
+    return c;
+  };
+  // Sizes first (with a scratch copy that makes the same decisions), so that
+  // every buffer is allocated once at its size.
+  PlanRows sizing(num_computations);
+  std::size_t options = 0, changed = 0;
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::size_t c = num_changes(k);
+    const bool whole = sizing.stored_whole(c);
     options += whole ? n : c;
     changed += whole ? 0 : c;
+    sizing.note_stored(whole, c);
   }
+  PlanRows out(num_computations);
+  out.whole_.reserve(count);
+  out.end_.reserve(count);
   out.option_.reserve(options);
   out.changed_.reserve(changed);
-  out.end_.reserve(count);
+  out.whole_plans_.reserve(sizing.whole_plans_.size());
+  out.changed_after_whole_.reserve(sizing.whole_plans_.size());
   for (std::size_t k = 0; k < count; ++k) {
     const OptionIndex* row = rows + k * n;
-    if (out.whole_[k]) {
+    const std::size_t changed_before = out.changed_.size();
+    const bool whole = sizing.whole_[k];
+    if (whole) {
       out.option_.insert(out.option_.end(), row, row + n);
     } else {
       for_each_change(row, before(k), n, [&](std::size_t i) {
@@ -86,6 +113,7 @@ PlanRows PlanRows::from_rows(const OptionIndex* rows, std::size_t count, Index n
       });
     }
     out.end_.push_back(out.option_.size());
+    out.note_stored(whole, out.changed_.size() - changed_before);
   }
   if (count > 0) std::copy(rows + (count - 1) * n, rows + count * n, out.last_.begin());
   return out;
@@ -93,7 +121,8 @@ PlanRows PlanRows::from_rows(const OptionIndex* rows, std::size_t count, Index n
 
 void PlanRows::append(const OptionIndex* row) {
   const std::size_t n = last_.size();
-  const bool whole = stored_whole(changes(row));
+  const std::size_t c = changes(row);
+  const bool whole = stored_whole(c);
   if (whole) {
     option_.insert(option_.end(), row, row + n);
     std::copy(row, row + n, last_.begin());
@@ -104,14 +133,58 @@ void PlanRows::append(const OptionIndex* row) {
       last_[i] = row[i];
     });
   }
-  whole_.push_back(whole);
   end_.push_back(option_.size());
+  note_stored(whole, c);
 }
 
 std::size_t PlanRows::retained_bytes() const {
   return last_.capacity() * sizeof(OptionIndex) + whole_.capacity() / 8 +
          end_.capacity() * sizeof(std::size_t) + option_.capacity() * sizeof(OptionIndex) +
-         changed_.capacity() * sizeof(Index);
+         changed_.capacity() * sizeof(Index) +
+         (whole_plans_.capacity() + changed_after_whole_.capacity()) * sizeof(std::size_t);
+}
+
+void PlanRows::shrink_to_fit() {
+  whole_.shrink_to_fit();
+  end_.shrink_to_fit();
+  option_.shrink_to_fit();
+  changed_.shrink_to_fit();
+  whole_plans_.shrink_to_fit();
+  changed_after_whole_.shrink_to_fit();
+}
+
+PlanRows::Reader::Reader(const PlanRows& rows) : rows_(&rows), row_(ix(rows.num_computations()), 0) {}
+
+const OptionIndex* PlanRows::Reader::row(std::size_t k) {
+  const PlanRows& r = *rows_;
+  if (k >= r.size()) throw std::out_of_range("PlanRows::Reader: no such plan");
+  if (next_ == k + 1) return row_.data();
+  // The last whole plan at or before k: replaying from it is never longer
+  // than kChangesPerWholeRow rows' changes, so start there unless this
+  // reader is already past it and before k.
+  const auto after = std::upper_bound(r.whole_plans_.begin(), r.whole_plans_.end(), k);
+  if (after != r.whole_plans_.begin()) {
+    const std::size_t w = *(after - 1);
+    if (next_ <= w || next_ > k) {
+      next_ = w;
+      changed_ = r.changed_after_whole_[static_cast<std::size_t>(after - 1 - r.whole_plans_.begin())];
+    }
+  } else if (next_ > k) {  // no whole plan before k: replay from the zeros before plan 0
+    std::fill(row_.begin(), row_.end(), OptionIndex{0});
+    next_ = 0;
+    changed_ = 0;
+  }
+  for (; next_ <= k; ++next_) {
+    const std::size_t begin = next_ == 0 ? 0 : r.end_[next_ - 1];
+    const auto first = r.option_.begin() + static_cast<std::ptrdiff_t>(begin);
+    const auto last = r.option_.begin() + static_cast<std::ptrdiff_t>(r.end_[next_]);
+    if (r.whole_[next_]) {
+      std::copy(first, last, row_.begin());
+    } else {
+      for (auto option = first; option != last; ++option) row_[ix(r.changed_[changed_++])] = *option;
+    }
+  }
+  return row_.data();
 }
 
 std::vector<OptionIndex> PlanRows::dense() const {

@@ -60,8 +60,11 @@ class PlanLog {
 // computations, so this holds a refine=False frontier of 10,000+ plans in a
 // few bytes per plan and computation less than the rows would; it lets the
 // rows a caller builds from the plans (clocks, 4 bytes each) be the only
-// dense copy. Cost: O(n) per append, O(changes + n) per plan to read back in
-// order.
+// dense copy. Any plan can be read back (Reader): a plan is also stored whole
+// once the changes since the last whole one add up to kChangesPerWholeRow
+// rows, so reading one out of order replays at most that many rows' worth of
+// changes, for at most 1/kChangesPerWholeRow more memory than the changes.
+// Cost: O(n) per append, O(changes + n) per plan read in order.
 class PlanRows {
  public:
   explicit PlanRows(Index num_computations = 0);
@@ -73,33 +76,48 @@ class PlanRows {
   void append(const OptionIndex* row);
   std::size_t size() const { return whole_.size(); }
   Index num_computations() const { return num_computations_; }
+  // Plans stored whole (changed too much, or bound a reader's replay).
+  std::size_t num_whole() const { return whole_plans_.size(); }
   // Bytes held (capacity of every buffer, the last-row scratch included).
   std::size_t retained_bytes() const;
+  // Gives back what appends reserved beyond what is used.
+  void shrink_to_fit();
+
+  // Reads plans in any order; reading them in increasing order costs only
+  // their changes. Each reader has its own row, so several threads may read
+  // one PlanRows at once (none appending).
+  class Reader {
+   public:
+    explicit Reader(const PlanRows& rows);
+    // Plan k's row, valid until the next call.
+    const OptionIndex* row(std::size_t k);
+
+   private:
+    const PlanRows* rows_;
+    std::vector<OptionIndex> row_;
+    std::size_t next_ = 0;     // the plan after the one in row_ (0: row_ is all zeros)
+    std::size_t changed_ = 0;  // where plan next_'s changed computations start
+  };
 
   // Calls visit(k, row) for every plan in order; `row` is valid during the call.
   template <typename Visit>
   void for_each(Visit visit) const {
-    const std::size_t n = ix(num_computations_);
-    std::vector<OptionIndex> row(n, 0);
-    std::size_t changed = 0;  // where the next changed plan's computations start
-    for (std::size_t k = 0; k < size(); ++k) {
-      const std::size_t begin = k == 0 ? 0 : end_[k - 1];
-      if (whole_[k]) {
-        std::copy(option_.begin() + static_cast<std::ptrdiff_t>(begin),
-                  option_.begin() + static_cast<std::ptrdiff_t>(end_[k]), row.begin());
-      } else {
-        for (std::size_t c = begin; c < end_[k]; ++c) row[ix(changed_[changed++])] = option_[c];
-      }
-      visit(k, static_cast<const OptionIndex*>(row.data()));
-    }
+    Reader reader(*this);
+    for (std::size_t k = 0; k < size(); ++k) visit(k, reader.row(k));
   }
   // Every plan's row, plans x computations.
   std::vector<OptionIndex> dense() const;
+
+  // Changes since the last whole plan, in rows, after which a plan is stored
+  // whole even if it changes little: bounds an out-of-order read at about
+  // this many rows' work, and the whole rows at 1/this of the changes' size.
+  static constexpr std::size_t kChangesPerWholeRow = 4;
 
  private:
   // Changes of `row` from last_, and whether it is stored whole.
   std::size_t changes(const OptionIndex* row) const;
   bool stored_whole(std::size_t changes) const;
+  void note_stored(bool whole, std::size_t changes);
 
   Index num_computations_;
   std::vector<OptionIndex> last_;  // the plan appended last
@@ -111,6 +129,11 @@ class PlanRows {
   std::vector<std::size_t> end_;
   std::vector<OptionIndex> option_;
   std::vector<Index> changed_;
+  // The whole plans, increasing, with where the changed plans after each
+  // start in changed_ (a reader starts from the last one at or before the
+  // plan it wants), and the changes appended since the last whole plan.
+  std::vector<std::size_t> whole_plans_, changed_after_whole_;
+  std::size_t changes_since_whole_ = 0;
 };
 
 }  // namespace perseus

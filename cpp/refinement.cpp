@@ -151,9 +151,9 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
   }
 }
 
-void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
-                      std::size_t max_grid, std::int64_t max_work, Share share_of,
-                      PlanImprover& improver, PlanLog& log, const Ticker& tick) {
+void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, std::size_t max_grid,
+                      std::int64_t max_work, Share share_of, PlanImprover& improver, PlanLog& log,
+                      const Ticker& tick) {
   if (max_work <= 0 || time_s.empty()) return;
   const std::size_t n = improver.choice().size();
   // Deadlines: every plan's own time, and a grid over the frontier's range
@@ -178,6 +178,7 @@ void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<do
   const std::int64_t end = improver.work() + max_work;
   const std::vector<OptionIndex> fastest(n, 0);
   std::vector<OptionIndex> best(n);
+  PlanRows::Reader rows(plans);  // starts are read near each deadline, in increasing order
   for (std::size_t d = 0; d < deadlines.size(); ++d) {
     if (improver.work() >= end) return;
     tick(static_cast<std::int64_t>(d), static_cast<std::int64_t>(deadlines.size()));
@@ -207,11 +208,11 @@ void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<do
     const std::int64_t starts_end =
         improver.work() +
         (end - improver.work()) / static_cast<std::int64_t>(2 * (deadlines.size() - d));
-    consider(rows.data() + k * n, false);
-    if (k + 1 < time_s.size()) consider(rows.data() + (k + 1) * n, true);
+    consider(rows.row(k), false);
+    if (k + 1 < time_s.size()) consider(rows.row(k + 1), true);
     for (std::size_t step = 1; step < kStartsPerSide && improver.work() < starts_end; ++step) {
-      if (step <= k) consider(rows.data() + (k - step) * n, false);
-      if (k + 1 + step < time_s.size()) consider(rows.data() + (k + 1 + step) * n, true);
+      if (step <= k) consider(rows.row(k - step), false);
+      if (k + 1 + step < time_s.size()) consider(rows.row(k + 1 + step), true);
     }
     consider(fastest.data(), false);
     if (best_j == kInfinity) continue;

@@ -93,13 +93,13 @@ struct Share {
   std::size_t parts = 1;
 };
 
-// The local-search phase (see above) on a frontier given as rows of options
-// with their times, fastest first; the grid spreads max_grid deadlines
+// The local-search phase (see above) on a frontier's plans with their
+// times, fastest first; the grid spreads max_grid deadlines
 // evenly over the frontier's range, of which the job takes its share; stops
 // when max_work is spent. Records into `log`.
-void search_deadlines(const std::vector<OptionIndex>& rows, const std::vector<double>& time_s,
-                      std::size_t max_grid, std::int64_t max_work, Share share, PlanImprover& improver,
-                      PlanLog& log, const Ticker& tick);
+void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, std::size_t max_grid,
+                      std::int64_t max_work, Share share, PlanImprover& improver, PlanLog& log,
+                      const Ticker& tick);
 
 // Indices of the plans worth keeping, fastest first: strictly increasing
 // time, and effective energy (energy_j - blocking_w * time_s) falling by more

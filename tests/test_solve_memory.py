@@ -71,3 +71,32 @@ def test_optimize_makes_no_python_copy_of_the_plans_clocks(gpt3, refine):
         replayed = perseus.evaluate(gpt3, plan)
         assert replayed.iteration_time_s == pytest.approx(plan.iteration_time_s, rel=1e-12)
         assert replayed.energy_j == pytest.approx(plan.energy_j, rel=1e-12)
+
+
+def test_peak_powers_replay_the_frontier_in_bounded_blocks(gpt3, monkeypatch):
+    # Replaying a frontier takes about 40 bytes per plan and computation; at
+    # 16 x 1024 with refine=False (41,000 plans x 32,768) that was 50 GB at
+    # once. Blocks of REPLAY_BLOCK_VALUES clocks bound it, and give the same
+    # peaks as each plan's own power timeline.
+    frontier = perseus.optimize(gpt3, microbatches=48, refine=False)
+    store = frontier._plans
+    n = frontier[0].frequencies_mhz.size
+    seen = []
+    for plans, rows in store.row_blocks(max_values=10 * n + 1):
+        assert rows.shape == (len(plans), n)
+        assert len(plans) <= 10
+        for k, row in zip(plans, rows):
+            np.testing.assert_array_equal(row, frontier[int(k)].frequencies_mhz)
+        seen.extend(plans.tolist())
+    assert seen == list(range(len(frontier)))
+    # The knob at 1/20 of this frontier: the replay below takes 20 blocks.
+    monkeypatch.setattr(perseus._plan_store, "REPLAY_BLOCK_VALUES", len(frontier) * n // 20)
+    tracemalloc.start()
+    try:
+        peaks = frontier.peak_powers_w()
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak_bytes < 0.25 * len(frontier) * n * 40  # 1/20 of it, with room
+    for k in range(0, len(frontier), len(frontier) // 25):
+        assert peaks[k] == pytest.approx(frontier[k].power_timeline().peak_w, rel=1e-12)

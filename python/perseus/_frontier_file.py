@@ -63,7 +63,7 @@ import numpy as np
 
 from . import _core
 from ._fingerprint import check_fingerprint
-from ._plan_store import PlanStore, changes_of
+from ._plan_store import REPLAY_BLOCK_VALUES, PlanStore, changes_of
 from ._replay import _setup, measured_rows, problem_replay
 from ._strict_json import JsonError, loads_strict, read_bounded
 from ._validate import is_integer, is_real
@@ -90,7 +90,6 @@ _STOP_REASONS = tuple(_core.stop_reason_name(r) for r in _core.StopReason.__memb
 _ID_RULE = "(stage * microbatches + microbatch) * 2 + (0 forward | 1 backward)"
 _MAX_COUNT = 2**30  # GPUs, chunks, microbatches, steps: far beyond any real pipeline
 _REPLAY_RTOL = 1e-9  # stored vs replayed time and energy (both are the core's replay)
-_REPLAY_BLOCK_VALUES = 1 << 21  # plans x computations replayed at once (about 50 MB)
 # A version 3 file whose digest matches is not replayed whole at load (12 CPU s
 # at 39,000 plans x 8,192 computations): this many plans, spread evenly, are,
 # and every other plan is replayed the first time it is used.
@@ -599,7 +598,7 @@ def _check_store_against(
         rows = np.stack([store._row(int(k)) for k in sample])
         _compare_replay(store, sample, *problem_replay(problem, profile, spec, rows), which)
         return
-    block = max(1, _REPLAY_BLOCK_VALUES // max(1, spec.num_computations))
+    block = max(1, REPLAY_BLOCK_VALUES // max(1, spec.num_computations))
     for start in range(0, len(store), block):
         plans = np.arange(start, min(start + block, len(store)))
         rows = np.stack([store._row(int(k)) for k in plans])

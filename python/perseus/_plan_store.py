@@ -25,10 +25,17 @@ from .pipeline_spec import PipelineSpec
 from .plan import Plan
 from .profile import Profile
 
-__all__ = ["CHECKPOINT_EVERY", "PlanStore", "changes_of"]
+__all__ = ["CHECKPOINT_EVERY", "REPLAY_BLOCK_VALUES", "PlanStore", "changes_of"]
 
 CHECKPOINT_EVERY = 64
 """Plans between dense checkpoints: rebuilding a plan replays at most this many plans' changes."""
+REPLAY_BLOCK_VALUES = 1 << 21
+"""Clocks (plans x computations) rebuilt at once when every plan is replayed.
+
+A replay holds about 40 bytes per clock (the row, times, energies, starts and
+ends), so a whole 16 x 1024 frontier at once would take 50 GB; blocks of this
+size take about 80 MB and cost no measurable time per plan.
+"""
 _CACHED_PLANS = 256  # Plan objects kept, so `frontier[k] is frontier[k]` for recent k
 
 
@@ -134,6 +141,20 @@ class PlanStore:
         order = np.argsort(wanted, kind="stable")
         row[order[np.searchsorted(wanted[order], ids)]] = mhz
         return row
+
+    def row_blocks(
+        self, max_values: Optional[int] = None
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Every plan's MHz row, in order, as (plan indices, rows) blocks of at most
+        `max_values` clocks (default `REPLAY_BLOCK_VALUES`).
+
+        Each row is checked as `frequencies_mhz` checks it.
+        """
+        limit = REPLAY_BLOCK_VALUES if max_values is None else max_values
+        block = max(1, limit // max(1, len(self.first_mhz)))
+        for start in range(0, len(self), block):
+            plans = np.arange(start, min(start + block, len(self)))
+            yield plans, np.stack([self.frequencies_mhz(int(k)) for k in plans])
 
     def _changes_since_checkpoint(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         low = self.offsets[index // CHECKPOINT_EVERY * CHECKPOINT_EVERY + 1]

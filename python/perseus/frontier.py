@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, overload
 import numpy as np
 import numpy.typing as npt
 
-from . import _frontier_file
+from . import _frontier_file, _plan_store
 from ._deprecation import warn_renamed
 from ._files import replace_user_file
 from ._fingerprint import FingerprintValue, check_fingerprint
@@ -297,17 +297,27 @@ class Frontier(Sequence[Plan]):
     def peak_powers_w(self) -> FloatArray:
         """Highest power of all GPUs together during each plan's iteration, watts.
 
-        Replays every plan on the frontier's profile (computed once, then kept).
+        Replays every plan on the frontier's profile (computed once, then kept),
+        a block of plans at a time so that memory does not grow with the frontier.
         """
         if self._peak_powers_w is None:
             profile = self._require_profile("peak powers")
-            rows = np.stack([p.frequencies_mhz for p in self._plans])
-            peaks = np.array(
-                [t.power().peak_w for t in timelines(profile, self._spec, rows)], dtype=np.float64
-            )
+            peaks = np.empty(len(self._plans), dtype=np.float64)
+            for plans, rows in self._row_blocks():
+                peaks[plans] = [t.power().peak_w for t in timelines(profile, self._spec, rows)]
             peaks.setflags(write=False)
             self._peak_powers_w = peaks
         return self._peak_powers_w
+
+    def _row_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(plan indices, MHz rows) of every plan, a bounded block at a time."""
+        if isinstance(self._plans, PlanStore):
+            yield from self._plans.row_blocks()
+            return
+        block = max(1, _plan_store.REPLAY_BLOCK_VALUES // max(1, self._spec.num_computations))
+        for start in range(0, len(self._plans), block):
+            plans = np.arange(start, min(start + block, len(self._plans)))
+            yield plans, np.stack([self._plans[int(k)].frequencies_mhz for k in plans])
 
     def _require_profile(self, what: str) -> Profile:
         if self._profile is None:

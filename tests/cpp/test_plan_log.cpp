@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "plan_log.hpp"
@@ -88,6 +89,76 @@ TEST(PlanRows, FromRowsHoldsTheSamePlansInExactlyTheirSize) {
   ASSERT_EQ(built.size(), plans.size());
   EXPECT_EQ(built.dense(), dense);
   EXPECT_LE(built.retained_bytes(), appended.retained_bytes());
+}
+
+// A reader gives back any plan in any order (the local search reads the
+// plans on both sides of each deadline, so its reads go back and forth),
+// and several readers of one store do not disturb one another.
+TEST(PlanRows, ReaderGivesBackAnyPlanInAnyOrder) {
+  const std::size_t n = 50;
+  // 400 plans of 1-3 changes: about 800 changes, so whole rows are stored
+  // every kChangesPerWholeRow * n = 200 changes even though no plan is big.
+  auto plans = sample_plans(n, 400);
+  for (std::size_t k = 0; k < plans.size(); ++k)
+    if (k % 7 == 3) plans[k] = plans[k - 1];  // no random rows: only the budget forces whole ones
+  PlanRows rows(static_cast<Index>(n));
+  for (const auto& plan : plans) rows.append(plan.data());
+  std::mt19937 random(11);
+  std::uniform_int_distribution<std::size_t> any(0, plans.size() - 1);
+  PlanRows::Reader first(rows), second(rows);
+  for (int read = 0; read < 2000; ++read) {
+    const std::size_t k = read % 3 == 0 ? any(random) : (read * 7) % plans.size();
+    const OptionIndex* row = first.row(k);
+    const std::size_t other = plans.size() - 1 - k;
+    EXPECT_EQ(std::vector<OptionIndex>(second.row(other), second.row(other) + n), plans[other]);
+    ASSERT_EQ(std::vector<OptionIndex>(row, row + n), plans[k]) << "plan " << k << " read " << read;
+  }
+  // The local search's pattern: k, k + 1, k - 1, k + 2, ... for rising k.
+  PlanRows::Reader near(rows);
+  for (std::size_t k = 8; k + 8 < plans.size(); k += 5)
+    for (std::size_t step = 0; step < 8; ++step) {
+      const OptionIndex* up = near.row(k + step);
+      ASSERT_EQ(std::vector<OptionIndex>(up, up + n), plans[k + step]);
+      const OptionIndex* down = near.row(k - step);
+      ASSERT_EQ(std::vector<OptionIndex>(down, down + n), plans[k - step]);
+    }
+  EXPECT_THROW(first.row(plans.size()), std::out_of_range);
+  // from_rows makes the same store.
+  std::vector<OptionIndex> dense;
+  for (const auto& plan : plans) dense.insert(dense.end(), plan.begin(), plan.end());
+  const PlanRows built = PlanRows::from_rows(dense.data(), plans.size(), static_cast<Index>(n));
+  PlanRows::Reader from_built(built);
+  for (std::size_t k = plans.size(); k-- > 0;)
+    ASSERT_EQ(std::vector<OptionIndex>(from_built.row(k), from_built.row(k) + n), plans[k]);
+  EXPECT_EQ(built.retained_bytes(), [&] {
+    PlanRows copy = rows;
+    copy.shrink_to_fit();
+    return copy.retained_bytes();
+  }());
+}
+
+// Whole rows stored only to bound a reader's replay cost at most
+// 1 / kChangesPerWholeRow of what the changes take.
+TEST(PlanRows, WholeRowsForReadersCostAFractionOfTheChanges) {
+  const std::size_t n = 4000, count = 20000;
+  std::vector<OptionIndex> plan(n, 1);
+  PlanRows rows(static_cast<Index>(n));
+  for (std::size_t k = 0; k < count; ++k) {
+    plan[(k * 37) % n] = static_cast<OptionIndex>(k % 50 + 1);
+    plan[(k * 91) % n] = static_cast<OptionIndex>(k % 30 + 1);
+    rows.append(plan.data());
+  }
+  rows.shrink_to_fit();
+  const std::size_t change_bytes = 2 * count * (sizeof(Index) + sizeof(OptionIndex));
+  const std::size_t bookkeeping = count * (sizeof(std::size_t) + 1) + n * sizeof(OptionIndex);
+  EXPECT_LE(rows.retained_bytes(),
+            change_bytes + change_bytes / PlanRows::kChangesPerWholeRow + bookkeeping);
+  // ...and they are there: one per kChangesPerWholeRow rows of changes
+  // (2 changes a plan), so the last plan read first replays from one.
+  const std::size_t changes_per_whole = PlanRows::kChangesPerWholeRow * n;
+  EXPECT_EQ(rows.num_whole(), 1 + (2 * count - 1) / changes_per_whole);
+  PlanRows::Reader reader(rows);
+  EXPECT_EQ(std::vector<OptionIndex>(reader.row(count - 1), reader.row(count - 1) + n), plan);
 }
 
 TEST(PlanRows, EmptyHasNoPlans) {

@@ -142,7 +142,8 @@ struct Search {
     PlanImprover improver(pipeline, dag, table);
     PlanLog log(pipeline.size());
     std::vector<std::pair<std::int64_t, std::int64_t>> ticks;
-    search_deadlines(rows, time_s, max_grid, max_work, share, improver, log,
+    const PlanRows plans = PlanRows::from_rows(rows.data(), time_s.size(), pipeline.size());
+    search_deadlines(plans, time_s, max_grid, max_work, share, improver, log,
                      [&](std::int64_t done, std::int64_t total) { ticks.emplace_back(done, total); });
     return {std::move(log), ticks};
   }
@@ -219,7 +220,7 @@ TEST(SearchDeadlines, StopsWhenTheBudgetIsSpentOrAbsent) {
   EXPECT_GT(one.size(), 0u);
   PlanImprover improver(s.pipeline, s.dag, s.table);
   PlanLog empty_log(s.pipeline.size());
-  search_deadlines({}, {}, 8, 1000, Share{}, improver, empty_log,
+  search_deadlines(PlanRows(s.pipeline.size()), {}, 8, 1000, Share{}, improver, empty_log,
                    [](std::int64_t, std::int64_t) { ADD_FAILURE() << "no deadline to tick"; });
   EXPECT_EQ(empty_log.size(), 0u);
 }
