@@ -46,12 +46,6 @@ void for_each_change(const OptionIndex* row, const OptionIndex* before, std::siz
 
 }  // namespace
 
-std::size_t PlanRows::changes(const OptionIndex* row) const {
-  std::size_t count = 0;
-  for_each_change(row, last_.data(), last_.size(), [&count](std::size_t) { ++count; });
-  return count;
-}
-
 // A change takes an Index and an option; a whole row one option per
 // computation. A plan is also stored whole once the changes since the last
 // whole one reach kChangesPerWholeRow rows, so that a reader never replays
@@ -121,17 +115,20 @@ PlanRows PlanRows::from_rows(const OptionIndex* rows, std::size_t count, Index n
 
 void PlanRows::append(const OptionIndex* row) {
   const std::size_t n = last_.size();
-  const std::size_t c = changes(row);
+  // One pass: store the changes, then, if the plan is to be stored whole
+  // after all, replace them by its row.
+  const std::size_t changed_before = changed_.size(), options_before = option_.size();
+  for_each_change(row, last_.data(), n, [&](std::size_t i) {
+    changed_.push_back(static_cast<Index>(i));
+    option_.push_back(row[i]);
+    last_[i] = row[i];
+  });
+  const std::size_t c = changed_.size() - changed_before;
   const bool whole = stored_whole(c);
   if (whole) {
+    changed_.resize(changed_before);
+    option_.resize(options_before);
     option_.insert(option_.end(), row, row + n);
-    std::copy(row, row + n, last_.begin());
-  } else {
-    for_each_change(row, last_.data(), n, [&](std::size_t i) {
-      changed_.push_back(static_cast<Index>(i));
-      option_.push_back(row[i]);
-      last_[i] = row[i];
-    });
   }
   end_.push_back(option_.size());
   note_stored(whole, c);

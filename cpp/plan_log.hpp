@@ -114,8 +114,7 @@ class PlanRows {
   static constexpr std::size_t kChangesPerWholeRow = 4;
 
  private:
-  // Changes of `row` from last_, and whether it is stored whole.
-  std::size_t changes(const OptionIndex* row) const;
+  // Whether a plan of this many changes from last_ is stored whole.
   bool stored_whole(std::size_t changes) const;
   void note_stored(bool whole, std::size_t changes);
 
