@@ -2175,11 +2175,19 @@ def test_a_computation_out_of_the_plans_order_is_caught_before_its_clock():
 
 
 def test_a_forward_backward_function_from_before_attaching_is_refused():
+    """Steps that no wrapped schedule called are refused, naming the step, and never run."""
     attachment = attach(_frontier(), stragglers=False)
-    with pytest.raises(
-        perseus.megatron.MegatronIntegrationError, match="get_forward_backward_func"
+    ran = []
+    for hook, name in (
+        (attachment._loop.on_forward, "forward_step"),
+        (attachment._loop.on_backward, "backward_step"),
     ):
-        attachment._loop.outside(lambda: None, "forward_step", (), {})
+        with pytest.raises(
+            perseus.megatron.MegatronIntegrationError,
+            match=f"called {name} outside.*get_forward_backward_func",
+        ):
+            hook(lambda name=name: ran.append(name), (), {})
+    assert ran == []
 
 
 def test_attachment_attributes_are_read_only():
@@ -2192,47 +2200,25 @@ def test_attachment_attributes_are_read_only():
     assert attachment.iterations == 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="needs mypy")
-def test_attachment_attributes_are_typed_and_read_only_for_mypy(tmp_path):
+def test_attachment_attributes_are_typed_and_read_only_for_mypy(mypy_strict):
     """Each attribute has its real type for mypy --strict, and assigning one is an error."""
-    check = tmp_path / "uses_attachment.py"
-    check.write_text(
-        textwrap.dedent(
-            """
-            from collections import deque
-            from typing import Optional
-            from typing_extensions import assert_type
-            from perseus import Profile
-            from perseus.megatron import Attachment, StragglerDecision
+    errors, output = mypy_strict(
+        "uses_attachment.py",
+        """
+        from collections import deque
+        from typing import Optional
+        from typing_extensions import assert_type
+        from perseus import Profile
+        from perseus.megatron import Attachment, StragglerDecision
 
-            def use(attached: Attachment) -> None:
-                assert_type(attached.iterations, int)
-                assert_type(attached.decisions, deque[StragglerDecision])
-                assert_type(attached.profile, Optional[Profile])
-                attached.iterations = 3
-            """
-        )
+        def use(attached: Attachment) -> None:
+            assert_type(attached.iterations, int)
+            assert_type(attached.decisions, deque[StragglerDecision])
+            assert_type(attached.profile, Optional[Profile])
+            attached.iterations = 3
+        """,
     )
-    package = Path(__file__).resolve().parent.parent / "python"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--no-incremental",
-            "--follow-imports=silent",
-            str(check),
-        ],
-        capture_output=True,
-        text=True,
-        env={"MYPYPATH": str(package), "PATH": "/usr/bin:/bin"},
-        cwd=tmp_path,
-        check=False,
-        timeout=600,
-    )
-    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 1, result.stdout
+    assert len(errors) == 1, output
     assert "uses_attachment.py:12: error: Incompatible types in assignment" in errors[0]
 
 
