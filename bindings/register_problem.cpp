@@ -137,15 +137,23 @@ py::array_t<T> copy_of(const std::vector<T>& values) {
   return to_numpy(std::vector<T>(values));
 }
 
-// Converts and releases the GIL; the gather is choice_values.hpp's.
-py::array_t<std::int32_t> gather_choice_values(const FrontierResult& r,
+// The arguments both gathers take, checked: first_option as a vector (copied
+// while the GIL is held); the core checks their sizes.
+std::vector<std::int32_t> checked_first_option(const FrontierResult& r,
                                                const CArray<std::int32_t>& first_option,
                                                const CArray<std::int32_t>& values) {
   if (first_option.ndim() != 1)
     throw std::invalid_argument("first_option must have one entry per computation (" +
                                 std::to_string(r.num_computations) + ")");
   if (values.ndim() != 1) throw std::invalid_argument("values must be 1-D");
-  const std::vector<std::int32_t> first(first_option.data(), first_option.data() + first_option.size());
+  return std::vector<std::int32_t>(first_option.data(), first_option.data() + first_option.size());
+}
+
+// Converts and releases the GIL; the gather is choice_values.hpp's.
+py::array_t<std::int32_t> gather_choice_values(const FrontierResult& r,
+                                               const CArray<std::int32_t>& first_option,
+                                               const CArray<std::int32_t>& values) {
+  const std::vector<std::int32_t> first = checked_first_option(r, first_option, values);
   std::vector<std::int32_t> out;
   {
     py::gil_scoped_release release;
@@ -158,11 +166,7 @@ py::array_t<std::int32_t> gather_choice_values(const FrontierResult& r,
 // choice_value_changes, converted.
 py::tuple gather_choice_value_changes(const FrontierResult& r, const CArray<std::int32_t>& first_option,
                                       const CArray<std::int32_t>& values) {
-  if (first_option.ndim() != 1)
-    throw std::invalid_argument("first_option must have one entry per computation (" +
-                                std::to_string(r.num_computations) + ")");
-  if (values.ndim() != 1) throw std::invalid_argument("values must be 1-D");
-  const std::vector<std::int32_t> first(first_option.data(), first_option.data() + first_option.size());
+  const std::vector<std::int32_t> first = checked_first_option(r, first_option, values);
   ValueChanges out;
   {
     py::gil_scoped_release release;

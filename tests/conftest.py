@@ -1,4 +1,5 @@
-"""Shared pytest configuration: hypothesis profiles.
+"""Shared pytest configuration: hypothesis profiles, terminal signals, the fake
+NVIDIA libraries, and mypy --strict on a user's snippet (the typing tests).
 
 "ci" (the default) has no per-example deadline, since a solve's time varies
 with the machine, and a bounded example count so the suite stays fast.
@@ -50,8 +51,11 @@ _restore_terminal_signals()
 # PERSEUS_CUDA_LIBRARY, the same code path as the real driver libraries.
 
 import ctypes
+import importlib.util
 import shutil
 import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -186,3 +190,40 @@ class FakeNvml:
 def fake_nvml(fake_libraries, tmp_path, monkeypatch):
     """A fresh fake NVML (2 GPUs, H200-like clocks, nothing locked) logging to tmp_path."""
     return FakeNvml(fake_libraries, tmp_path, monkeypatch)
+
+
+# ---------------------------------------------------------------------------
+# Typing tests: what mypy --strict makes of a user's code that uses perseus
+# (the source tree's python/perseus, its annotations and py.typed).
+
+
+@pytest.fixture
+def mypy_strict(tmp_path):
+    """Writes `source` (dedented) to tmp_path / `name`, runs mypy --strict on it and returns
+    (its error lines, its whole output). Skips where mypy is not installed."""
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("needs mypy")
+
+    def run(name: str, source: str) -> tuple[list[str], str]:
+        check = tmp_path / name
+        check.write_text(textwrap.dedent(source))
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mypy",
+                "--strict",
+                "--no-incremental",
+                "--follow-imports=silent",
+                str(check),
+            ],
+            capture_output=True,
+            text=True,
+            env={"MYPYPATH": str(_TESTS_DIR.parent / "python"), "PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+            check=False,
+            timeout=600,
+        )
+        return [line for line in result.stdout.splitlines() if ": error:" in line], result.stdout
+
+    return run

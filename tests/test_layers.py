@@ -9,13 +9,8 @@ Imports under ``if TYPE_CHECKING:`` are left out: they never run.
 from __future__ import annotations
 
 import ast
-import importlib.util
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
-
-import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "python" / "perseus"
 
@@ -162,44 +157,24 @@ def test_records_know_nothing_of_the_solver_entry():
         assert "perseus.optimize" not in reaches(record), record
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="needs mypy")
-def test_frontier_attributes_are_typed_and_read_only_for_mypy(tmp_path):
+def test_frontier_attributes_are_typed_and_read_only_for_mypy(mypy_strict):
     """`fr.unit_time_s = 3.0` fails under mypy --strict; attributes have real types."""
-    check = tmp_path / "uses_frontier.py"
-    check.write_text(
-        textwrap.dedent(
-            """
-            import numpy as np
-            import numpy.typing as npt
-            from typing_extensions import assert_type
-            from perseus import Frontier
+    errors, output = mypy_strict(
+        "uses_frontier.py",
+        """
+        import numpy as np
+        import numpy.typing as npt
+        from typing_extensions import assert_type
+        from perseus import Frontier
 
-            def use(fr: Frontier) -> None:
-                assert_type(fr.unit_time_s, float)
-                assert_type(fr.steps, int)
-                assert_type(fr.iteration_times_s, npt.NDArray[np.float64])
-                assert_type(fr.energies_j, npt.NDArray[np.float64])
-                fr.unit_time_s = 3.0
-            """
-        )
+        def use(fr: Frontier) -> None:
+            assert_type(fr.unit_time_s, float)
+            assert_type(fr.steps, int)
+            assert_type(fr.iteration_times_s, npt.NDArray[np.float64])
+            assert_type(fr.energies_j, npt.NDArray[np.float64])
+            fr.unit_time_s = 3.0
+        """,
     )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--no-incremental",
-            "--follow-imports=silent",
-            str(check),
-        ],
-        capture_output=True,
-        text=True,
-        env={"MYPYPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"},
-        cwd=tmp_path,
-        check=False,
-    )
-    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 1, result.stdout
-    assert "uses_frontier.py:12" in errors[0], result.stdout
-    assert "read-only" in errors[0], result.stdout
+    assert len(errors) == 1, output
+    assert "uses_frontier.py:12" in errors[0], output
+    assert "read-only" in errors[0], output

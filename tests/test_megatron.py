@@ -16,6 +16,9 @@ timeout.
 The straggler policy, device resolution, options and metrics arithmetic are
 also tested on their own, on recorded traces, without megatron.
 
+``PERSEUS_TEST_MEGATRON_SCENARIOS=straggler,stale`` runs only those scenarios of the
+job (the tests of the others skip): quicker while working on one of them.
+
 Install what these tests need with
 ``pip install --no-deps --ignore-requires-python -r tests/requirements-megatron.txt``;
 without torch and megatron-core they are skipped (the pure-Python tests at
@@ -123,7 +126,7 @@ def _failure(what, codes, logs, results=None):
 #: Scenarios the installed megatron-core runs and the older ones named in
 #: PERSEUS_TEST_MEGATRON_PATHS do not: the straggler policy and the stale-plan
 #: watch are perseus's own logic over the same hooks the other scenarios check
-#: on every version, and they are most of a job's time (52 s and 20 s of 126 s).
+#: on every version, and they are nearly half of a job's time (36 s and 13 s of 107 s).
 INSTALLED_ONLY_SCENARIOS = ("straggler", "stale")
 ALL_SCENARIOS = (
     "pipelines",
@@ -139,6 +142,17 @@ ALL_SCENARIOS = (
     "resume",
 )
 
+#: A developer's subset (comma-separated names) of the scenarios a job runs: the tests
+#: of the others skip. Unset: all of them.
+_CHOSEN = tuple(
+    filter(
+        None, os.environ.get("PERSEUS_TEST_MEGATRON_SCENARIOS", ",".join(ALL_SCENARIOS)).split(",")
+    )
+)
+_UNKNOWN = set(_CHOSEN) - set(ALL_SCENARIOS)
+if _UNKNOWN:
+    raise ValueError(f"PERSEUS_TEST_MEGATRON_SCENARIOS names no scenario: {sorted(_UNKNOWN)}")
+
 
 class RankResults(dict):
     """One rank's results by scenario; a scenario this job did not run skips the test."""
@@ -146,6 +160,8 @@ class RankResults(dict):
     def __missing__(self, scenario):
         if scenario in INSTALLED_ONLY_SCENARIOS:
             pytest.skip(f"the {scenario!r} scenario runs against the installed megatron-core only")
+        if scenario in ALL_SCENARIOS and scenario not in _CHOSEN:
+            pytest.skip(f"the {scenario!r} scenario is not in PERSEUS_TEST_MEGATRON_SCENARIOS")
         raise KeyError(scenario)
 
 
@@ -177,7 +193,11 @@ def job(request, fake_libraries, tmp_path_factory):  # noqa: ARG001 (needs the f
     }
     if path:
         env["PYTHONPATH"] = _pythonpath(path)
-    scenarios = [s for s in ALL_SCENARIOS if path is None or s not in INSTALLED_ONLY_SCENARIOS]
+    scenarios = [
+        s
+        for s in ALL_SCENARIOS
+        if s in _CHOSEN and (path is None or s not in INSTALLED_ONLY_SCENARIOS)
+    ]
     codes, logs = launch(
         4, [str(WORKER), str(out), *scenarios], timeout_s=480, env=env, logs=out / "logs"
     )
@@ -373,10 +393,11 @@ def test_idle_and_evaluation_clocks(job):
 
 
 def test_straggler_followed_and_recovered_with_default_settings(job):
-    """Two replicas, default StragglerOptions; replica 1 is 2.4 s slower in iterations 8-15.
+    """Two replicas, default StragglerOptions; replica 1 is 0.6 s (1.5x) slower in iterations
+    8-14 (after a common 1.2 s).
 
     With the default min_duration (7 of the last 10 iterations) replica 0 follows at the
-    seventh slow iteration (14) and comes back at the seventh fast one (22), each decided
+    seventh slow iteration (14) and comes back at the seventh fast one (21), each decided
     when iteration n + 3 starts (the times are exchanged asynchronously); it runs the
     frontier's plan for the straggler's time in
     between, replica 1 keeps the base plan, and the two ranks of each pipeline agree.
@@ -386,7 +407,7 @@ def test_straggler_followed_and_recovered_with_default_settings(job):
     assert len(healthy) == len(slow) == 2
     for result in slow:
         assert result["switches"] == []  # the straggler keeps the fastest plan
-        assert min(result["times"][8:16]) > 2 * max(result["times"][16:])
+        assert min(result["times"][8:15]) > 1.3 * max(result["times"][15:])
     switches = [result["switches"] for result in healthy]
     assert switches[0] == switches[1]  # both stages of the pipeline agree
     assert healthy[0]["decisions"] == slow[0]["decisions"]  # every replica decides alike
@@ -397,12 +418,12 @@ def test_straggler_followed_and_recovered_with_default_settings(job):
     assert follow["iteration"] == 14
     assert follow["reason"] == "straggler"
     assert follow["straggler"] == 1
-    assert follow["slowdown"] > 2
+    assert 1.35 < follow["slowdown"] < 1.65  # (1.2 s + 0.6 s) / 1.2 s, and CPU noise
     assert follow["from_time_s"] == base
     assert follow["to_time_s"] > base
     assert follow["to_time_s"] == healthy[0]["plan_for"][repr(follow["deadline_s"])]
     assert follow["deadline_s"] == pytest.approx(base * follow["slowdown"])
-    assert back["iteration"] == 22
+    assert back["iteration"] == 21
     assert back["reason"] == "recovered"
     assert back["to_time_s"] == base
     assert "follows straggler replica 1" in healthy[0]["messages"][0]
@@ -2154,11 +2175,19 @@ def test_a_computation_out_of_the_plans_order_is_caught_before_its_clock():
 
 
 def test_a_forward_backward_function_from_before_attaching_is_refused():
+    """Steps that no wrapped schedule called are refused, naming the step, and never run."""
     attachment = attach(_frontier(), stragglers=False)
-    with pytest.raises(
-        perseus.megatron.MegatronIntegrationError, match="get_forward_backward_func"
+    ran = []
+    for hook, name in (
+        (attachment._loop.on_forward, "forward_step"),
+        (attachment._loop.on_backward, "backward_step"),
     ):
-        attachment._loop.outside(lambda: None, "forward_step", (), {})
+        with pytest.raises(
+            perseus.megatron.MegatronIntegrationError,
+            match=f"called {name} outside.*get_forward_backward_func",
+        ):
+            hook(lambda name=name: ran.append(name), (), {})
+    assert ran == []
 
 
 def test_attachment_attributes_are_read_only():
@@ -2171,47 +2200,25 @@ def test_attachment_attributes_are_read_only():
     assert attachment.iterations == 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="needs mypy")
-def test_attachment_attributes_are_typed_and_read_only_for_mypy(tmp_path):
+def test_attachment_attributes_are_typed_and_read_only_for_mypy(mypy_strict):
     """Each attribute has its real type for mypy --strict, and assigning one is an error."""
-    check = tmp_path / "uses_attachment.py"
-    check.write_text(
-        textwrap.dedent(
-            """
-            from collections import deque
-            from typing import Optional
-            from typing_extensions import assert_type
-            from perseus import Profile
-            from perseus.megatron import Attachment, StragglerDecision
+    errors, output = mypy_strict(
+        "uses_attachment.py",
+        """
+        from collections import deque
+        from typing import Optional
+        from typing_extensions import assert_type
+        from perseus import Profile
+        from perseus.megatron import Attachment, StragglerDecision
 
-            def use(attached: Attachment) -> None:
-                assert_type(attached.iterations, int)
-                assert_type(attached.decisions, deque[StragglerDecision])
-                assert_type(attached.profile, Optional[Profile])
-                attached.iterations = 3
-            """
-        )
+        def use(attached: Attachment) -> None:
+            assert_type(attached.iterations, int)
+            assert_type(attached.decisions, deque[StragglerDecision])
+            assert_type(attached.profile, Optional[Profile])
+            attached.iterations = 3
+        """,
     )
-    package = Path(__file__).resolve().parent.parent / "python"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--no-incremental",
-            "--follow-imports=silent",
-            str(check),
-        ],
-        capture_output=True,
-        text=True,
-        env={"MYPYPATH": str(package), "PATH": "/usr/bin:/bin"},
-        cwd=tmp_path,
-        check=False,
-        timeout=600,
-    )
-    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 1, result.stdout
+    assert len(errors) == 1, output
     assert "uses_attachment.py:12: error: Incompatible types in assignment" in errors[0]
 
 

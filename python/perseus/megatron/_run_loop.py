@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from ._conformance import Conformance
 from ._errors import MegatronIntegrationError, ProfilingFinished
 from ._following import PLAN_SCHEDULE, Iteration
 from ._observed import Computation
+from ._patching import SchedulePatch
 from ._runtime import Runtime
 
 __all__ = ["RunLoop"]
@@ -60,14 +61,11 @@ class RunLoop:
     def on_forward(
         self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        rt = self.rt
-        it = rt.current
-        if it is None:
-            return self.outside(original, "forward_step", args, kwargs)
-        if not it.following or rt.life.off:
+        followed = self._followed("forward_step")
+        if followed is None:
             return original(*args, **kwargs)
-        assert rt.patch is not None
-        read = rt.patch.forward_args
+        rt, (it, patch) = self.rt, followed
+        read = patch.forward_args
         microbatch = read.get(args, kwargs, "current_microbatch")
         chunk = int(read.get(args, kwargs, "vp_stage") or 0)
         if microbatch is None:
@@ -87,14 +85,11 @@ class RunLoop:
     def on_backward(
         self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        rt = self.rt
-        it = rt.current
-        if it is None:
-            return self.outside(original, "backward_step", args, kwargs)
-        if not it.following or rt.life.off:
+        followed = self._followed("backward_step")
+        if followed is None:
             return original(*args, **kwargs)
-        assert rt.patch is not None
-        read = rt.patch.backward_args
+        rt, (it, patch) = self.rt, followed
+        read = patch.backward_args
         found = it.outputs.pop(read.get(args, kwargs, "output_tensor"))
         if found is None:
             self.checks.mismatch(
@@ -110,16 +105,24 @@ class RunLoop:
         self.after(it)
         return result
 
-    def outside(self, original: Callable[..., Any], name: str, args: Any, kwargs: Any) -> Any:
-        """A step function called by no schedule perseus wrapped."""
-        if self.rt.passthrough or self.rt.life.off:
-            return original(*args, **kwargs)
-        raise MegatronIntegrationError(
-            f"megatron called {name} outside a forward-backward function perseus wrapped: the "
-            "training loop holds a forward_backward_func obtained before perseus attached. Call "
-            "megatron.core.pipeline_parallel.get_forward_backward_func() inside the "
-            "`with perseus.megatron.attach(...)` block"
-        )
+    def _followed(self, name: str) -> Optional[tuple[Iteration, SchedulePatch]]:
+        """The iteration a step call (`name`) belongs to and the patch that reads its
+        arguments, when perseus clocks it; None when the call runs as it is (perseus let go,
+        or this iteration is not followed). A call from no schedule perseus wrapped is
+        refused unless perseus lets such calls through."""
+        rt = self.rt
+        it = rt.current
+        if it is None and not (rt.passthrough or rt.life.off):
+            raise MegatronIntegrationError(
+                f"megatron called {name} outside a forward-backward function perseus wrapped: "
+                "the training loop holds a forward_backward_func obtained before perseus "
+                "attached. Call megatron.core.pipeline_parallel.get_forward_backward_func() "
+                "inside the `with perseus.megatron.attach(...)` block"
+            )
+        if it is None or not it.following or rt.life.off:
+            return None
+        assert rt.patch is not None
+        return it, rt.patch
 
     # -- forward-only calls ---------------------------------------------------------------
 
