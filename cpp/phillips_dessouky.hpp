@@ -150,11 +150,11 @@ class PhillipsDessouky {
   std::vector<FlowArc> dep_arc_;                           // per dependency
   std::vector<char> dep_tight_;                            // per dependency: its arc is open
   FlowArc return_arc_ = FlowArc::none();                   // t -> s
-  // The critical positions (topological order), whether each is critical
-  // now, whether its arcs were last set as critical, and the duration its
-  // work-arc bounds were set for.
+  // The critical positions (topological order; n slots, the first
+  // num_critical_ in use), whether each position's arcs were last set as
+  // critical, and the duration its work-arc bounds were set for.
   std::vector<Position> critical_;
-  std::vector<char> is_critical_;
+  std::size_t num_critical_ = 0;
   std::vector<char> arcs_open_;
   std::vector<Units> bounds_duration_;
   // The cut: computations and direction (-1 shorten, +1 lengthen).
