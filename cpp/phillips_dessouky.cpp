@@ -108,6 +108,7 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
   arcs_open_.assign(ix(n), 0);
   bounds_duration_.assign(ix(n), 0);
   critical_.assign(ix(n), Position(0));
+  changing_.assign(ix(n), Position(0));
   cut_.reserve(ix(n));
   cut_direction_.reserve(ix(n));
   changed_.reserve(ix(n));
@@ -131,21 +132,22 @@ void PhillipsDessouky::sync_network() {
   const Units* duration = times.durations_by_position();
   const Index* first_successor = times.successor_offsets();
   const Position* successor = times.successor_positions().data();
-  const ComputationId* node = times.nodes_by_position();
-  char* arcs_open = arcs_open_.data();
-  char* dep_tight = dep_tight_.data();
-  Units* bounds_duration = bounds_duration_.data();
+  const char* arcs_open = arcs_open_.data();
+  const char* dep_tight = dep_tight_.data();
+  const Units* bounds_duration = bounds_duration_.data();
   Position* critical = critical_.data();
-  std::size_t num_critical = 0;
+  Position* changing = changing_.data();
+  std::size_t num_critical = 0, num_changing = 0;
   const Units T = paths_.makespan();
   const std::size_t n = duration_.size();
-  // One pass. A dependency p -> s is critical when both ends are and s
-  // starts as p ends; with p critical that is head(p) + d(p) + tail(s) == T
-  // (a longest path runs through the dependency, so s is critical too), so
-  // a position needs no flag of its successors' criticality and the pass
-  // decides each position as it reaches it. Measured at 16 x 64: about 20
-  // positions in 2,048 change anything per cut, so the pass is mostly
-  // reads and compares.
+  // A dependency p -> s is critical when both ends are and s starts as p
+  // ends; with p critical that is head(p) + d(p) + tail(s) == T (a longest
+  // path runs through the dependency, so s is critical too), which needs no
+  // flag of the successor, so one pass in topological order decides every
+  // position as it reaches it. Few positions change anything at a cut
+  // (measured at 16 x 64: about 20 of 2,048), so this pass only reads and
+  // lists them, with no call that would make it keep its pointers on the
+  // stack, and change() then updates the listed ones in the same order.
   std::int64_t visited = 0;
   Index end = first_successor[0];
   for (std::size_t p = 0; p < n; ++p) {
@@ -158,45 +160,53 @@ void PhillipsDessouky::sync_network() {
     // its outgoing dependencies (which need both ends critical) are closed.
     if (!now && !was) continue;
     visited += 1 + (end - begin);
+    const Position position(static_cast<Index>(p));
+    if (now) critical[num_critical++] = position;
     const Units d = duration[p];
-    const Units finish_to_end = T - h - d;  // tail(s) of a successor s it is tight with
-    if (now && was && bounds_duration[p] == d) {
-      // The common case: critical before and after with the same duration,
-      // so only its dependencies may open or close.
-      critical[num_critical++] = Position(static_cast<Index>(p));
-      for (Index k = begin; k < end; ++k) {
-        const bool tight = tail[successor[ix(k)].index()] == finish_to_end;
-        if ((dep_tight[ix(k)] != 0) != tight) set_dependency(ix(k), tight);
-      }
-      continue;
+    bool same = now && was && bounds_duration[p] == d;
+    if (same) {
+      const Units finish_to_end = T - h - d;  // tail(s) of a successor s it is tight with
+      for (Index k = begin; k < end; ++k)
+        same &= (dep_tight[ix(k)] != 0) == (tail[successor[ix(k)].index()] == finish_to_end);
     }
-    arcs_open[p] = now;
-    if (now) {
-      critical[num_critical++] = Position(static_cast<Index>(p));
-      if (!was || bounds_duration[p] != d) {
-        bounds_duration[p] = d;
-        // Lower: the refund for lengthening by one unit; upper: the cost of
-        // shortening by one (infinite at the shortest duration).
-        const QuantisedGroup& q = quant(node[p]);
-        const double lower = d < q.max_duration() ? q.cost(d) - q.cost(d + 1) : 0.0;
-        const double upper = d > q.min_duration() ? q.cost(d - 1) - q.cost(d) : kInfinity;
-        flow_.set_bounds(work_arc_[p], std::max(lower, 0.0), std::max(upper, std::max(lower, 0.0)));
-      }
-    } else {
-      flow_.set_bounds(work_arc_[p], 0.0, 0.0);
-    }
-    if (now != was) {
-      const double open = now ? kInfinity : 0.0;
-      if (source_arc_[p].valid()) flow_.set_bounds(source_arc_[p], 0.0, open);
-      if (sink_arc_[p].valid()) flow_.set_bounds(sink_arc_[p], 0.0, open);
-    }
-    for (Index k = begin; k < end; ++k) {
-      const bool tight = now && tail[successor[ix(k)].index()] == finish_to_end;
-      if ((dep_tight[ix(k)] != 0) != tight) set_dependency(ix(k), tight);
-    }
+    if (!same) changing[num_changing++] = position;
   }
   num_critical_ = num_critical;
+  for (std::size_t c = 0; c < num_changing; ++c) change(changing[c], T);
   work_ += visited + static_cast<std::int64_t>(n);
+}
+
+void PhillipsDessouky::change(Position position, Units T) {
+  const PathTimes<Units>& times = paths_.times();
+  const std::size_t p = position.index();
+  const Units d = times.duration_at(position);
+  const bool now = times.head_at(position) + times.tail_at(position) == T;
+  const bool was = arcs_open_[p] != 0;
+  arcs_open_[p] = now;
+  if (now) {
+    if (!was || bounds_duration_[p] != d) {
+      bounds_duration_[p] = d;
+      // Lower: the refund for lengthening by one unit; upper: the cost of
+      // shortening by one (infinite at the shortest duration).
+      const QuantisedGroup& q = quant(times.node_at(position));
+      const double lower = d < q.max_duration() ? q.cost(d) - q.cost(d + 1) : 0.0;
+      const double upper = d > q.min_duration() ? q.cost(d - 1) - q.cost(d) : kInfinity;
+      flow_.set_bounds(work_arc_[p], std::max(lower, 0.0), std::max(upper, std::max(lower, 0.0)));
+    }
+  } else {
+    flow_.set_bounds(work_arc_[p], 0.0, 0.0);
+  }
+  if (now != was) {
+    const double open = now ? kInfinity : 0.0;
+    if (source_arc_[p].valid()) flow_.set_bounds(source_arc_[p], 0.0, open);
+    if (sink_arc_[p].valid()) flow_.set_bounds(sink_arc_[p], 0.0, open);
+  }
+  const Units finish_to_end = T - times.head_at(position) - d;
+  const std::vector<Position>& successor = times.successor_positions();
+  for (Index k = times.successors_begin(position); k < times.successors_end(position); ++k) {
+    const bool tight = now && times.tail_at(successor[ix(k)]) == finish_to_end;
+    set_dependency(ix(k), tight);
+  }
 }
 
 StepStatus PhillipsDessouky::step() {

@@ -126,6 +126,9 @@ class PhillipsDessouky {
   // Brings the flow bounds up to date with the durations and the critical
   // set: one sweep over the topological positions (see sync_network()).
   void sync_network();
+  // sync_network()'s update of one position whose arcs change: its work
+  // arc's bounds, its source and sink arcs, its dependencies.
+  void change(Position position, Units makespan);
   void set_dependency(std::size_t edge, bool tight);
   // Applies `units` times the cut's direction to the cut computations.
   void apply_cut(Units units);
@@ -155,6 +158,7 @@ class PhillipsDessouky {
   // critical, and the duration its work-arc bounds were set for.
   std::vector<Position> critical_;
   std::size_t num_critical_ = 0;
+  std::vector<Position> changing_;  // n slots: sync_network()'s positions to update
   std::vector<char> arcs_open_;
   std::vector<Units> bounds_duration_;
   // The cut: computations and direction (-1 shorten, +1 lengthen).
