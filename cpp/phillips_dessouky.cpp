@@ -105,8 +105,7 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
   flow_.finalize();
   flow_.set_bounds(return_arc_, 0.0, kInfinity);
 
-  arcs_open_.assign(ix(n), 0);
-  bounds_duration_.assign(ix(n), 0);
+  bounds_duration_.assign(ix(n), kArcsClosed);
   critical_.assign(ix(n), Position(0));
   changing_.assign(ix(n), Position(0));
   cut_.reserve(ix(n));
@@ -132,7 +131,6 @@ void PhillipsDessouky::sync_network() {
   const Units* duration = times.durations_by_position();
   const Index* first_successor = times.successor_offsets();
   const Position* successor = times.successor_positions().data();
-  const char* arcs_open = arcs_open_.data();
   const char* dep_tight = dep_tight_.data();
   const Units* bounds_duration = bounds_duration_.data();
   Position* critical = critical_.data();
@@ -155,15 +153,15 @@ void PhillipsDessouky::sync_network() {
     end = first_successor[p + 1];
     const Units h = head[p];
     const bool now = h + tail[p] == T;
-    const bool was = arcs_open[p] != 0;
+    const Units set_for = bounds_duration[p];
     // Off the critical subgraph now and at the last sync: its work arc and
     // its outgoing dependencies (which need both ends critical) are closed.
-    if (!now && !was) continue;
+    if (!now && set_for == kArcsClosed) continue;
     visited += 1 + (end - begin);
     const Position position(static_cast<Index>(p));
     if (now) critical[num_critical++] = position;
     const Units d = duration[p];
-    bool same = now && was && bounds_duration[p] == d;
+    bool same = now && set_for == d;  // open at the last sync, for this duration
     if (same) {
       const Units finish_to_end = T - h - d;  // tail(s) of a successor s it is tight with
       for (Index k = begin; k < end; ++k)
@@ -181,10 +179,9 @@ void PhillipsDessouky::change(Position position, Units T) {
   const std::size_t p = position.index();
   const Units d = times.duration_at(position);
   const bool now = times.head_at(position) + times.tail_at(position) == T;
-  const bool was = arcs_open_[p] != 0;
-  arcs_open_[p] = now;
+  const bool was = bounds_duration_[p] != kArcsClosed;
   if (now) {
-    if (!was || bounds_duration_[p] != d) {
+    if (bounds_duration_[p] != d) {
       bounds_duration_[p] = d;
       // Lower: the refund for lengthening by one unit; upper: the cost of
       // shortening by one (infinite at the shortest duration).
@@ -194,6 +191,7 @@ void PhillipsDessouky::change(Position position, Units T) {
       flow_.set_bounds(work_arc_[p], std::max(lower, 0.0), std::max(upper, std::max(lower, 0.0)));
     }
   } else {
+    bounds_duration_[p] = kArcsClosed;
     flow_.set_bounds(work_arc_[p], 0.0, 0.0);
   }
   if (now != was) {

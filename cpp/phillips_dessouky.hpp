@@ -154,12 +154,13 @@ class PhillipsDessouky {
   std::vector<char> dep_tight_;                            // per dependency: its arc is open
   FlowArc return_arc_ = FlowArc::none();                   // t -> s
   // The critical positions (topological order; n slots, the first
-  // num_critical_ in use), whether each position's arcs were last set as
-  // critical, and the duration its work-arc bounds were set for.
+  // num_critical_ in use), and per position the duration its work-arc
+  // bounds were last set for, or kArcsClosed if its arcs were last set as
+  // non-critical.
   std::vector<Position> critical_;
   std::size_t num_critical_ = 0;
-  std::vector<Position> changing_;  // n slots: sync_network()'s positions to update
-  std::vector<char> arcs_open_;
+  std::vector<Position> changing_;          // n slots: sync_network()'s positions to update
+  static constexpr Units kArcsClosed = -1;  // durations are at least one unit (QuantisedGroup)
   std::vector<Units> bounds_duration_;
   // The cut: computations and direction (-1 shorten, +1 lengthen).
   std::vector<ComputationId> cut_;
