@@ -23,7 +23,9 @@
 // critical at 16 x 128), so a step costs O(n): the longest paths are
 // updated by two straight passes from the first and last cut positions
 // (LongestPaths, which follows the moves instead when few move), and the
-// critical set and the flow bounds by one sweep over the topological order.
+// critical set by one read-only sweep over the topological order, which
+// lists the few positions whose flow bounds change (about 1 % per step) for
+// an update after it.
 // The flow lives on a network of the whole DAG whose non-critical arcs have
 // bounds [0, 0], and it persists from step to step (BoundedFlow): a step
 // changes the bounds of the arcs it touched, routes the imbalance this
