@@ -269,16 +269,33 @@ class PathTimes {
       first = std::min(first, p);
       last = std::max(last, p);
     }
+    // The arrays through pointers held in locals: move() stores a pointer
+    // (moved_'s end), which the compiler must assume may point into any
+    // vector's insides, so it would reload every member after each move.
+    Value* head = head_.data();
+    Value* tail = tail_.data();
+    const Value* length = duration_.data();
+    const Index* pred_offset = pred_offset_.data();
+    const Index* succ_offset = succ_offset_.data();
+    const Position* pred = pred_.data();
+    const Position* succ = succ_.data();
     for (std::size_t p = first; p < n; ++p) {
-      const Value start = start_of(p);
-      if (start == head_[p]) continue;
-      head_[p] = start;
+      Value start{};  // as start_of(p)
+      for (Index k = pred_offset[p]; k < pred_offset[p + 1]; ++k) {
+        const auto q = pred[ix(k)].index();
+        start = std::max(start, head[q] + length[q]);
+      }
+      if (start == head[p]) continue;
+      head[p] = start;
       move(p);
     }
     for (std::size_t p = std::min(last + 1, n); p-- > 0;) {
-      const Value tail = duration_[p] + after(p);
-      if (tail == tail_[p]) continue;
-      tail_[p] = tail;
+      Value longest{};  // as after(p)
+      for (Index k = succ_offset[p]; k < succ_offset[p + 1]; ++k)
+        longest = std::max(longest, tail[succ[ix(k)].index()]);
+      const Value t = length[p] + longest;
+      if (t == tail[p]) continue;
+      tail[p] = t;
       move(p);
     }
   }
@@ -298,24 +315,32 @@ class PathTimes {
       dirty_head_.mark(p);
       dirty_tail_.mark(p);
     }
+    // Pointers in locals, as in sweep_update().
+    Value* head = head_.data();
+    Value* tail = tail_.data();
+    const Value* length = duration_.data();
+    const Index* pred_offset = pred_offset_.data();
+    const Index* succ_offset = succ_offset_.data();
+    const Position* pred = pred_.data();
+    const Position* succ = succ_.data();
     dirty_head_.drain_forward([&](std::size_t p, DirtyPositions::Marker& dirty) {
       move(p);  // a changed node is listed already; a raised one is listed when it comes up
-      const Value finish = head_[p] + duration_[p];
-      for (Index k = succ_offset_[p]; k < succ_offset_[p + 1]; ++k) {
-        const auto s = succ_[ix(k)].index();
-        if (finish <= head_[s]) continue;
-        head_[s] = finish;
+      const Value finish = head[p] + length[p];
+      for (Index k = succ_offset[p]; k < succ_offset[p + 1]; ++k) {
+        const auto s = succ[ix(k)].index();
+        if (finish <= head[s]) continue;
+        head[s] = finish;
         dirty.mark(s);
       }
     });
     dirty_tail_.drain_backward([&](std::size_t p, DirtyPositions::Marker& dirty) {
       move(p);
-      const Value from_here = tail_[p];
-      for (Index k = pred_offset_[p]; k < pred_offset_[p + 1]; ++k) {
-        const auto q = pred_[ix(k)].index();
-        const Value t = duration_[q] + from_here;
-        if (t <= tail_[q]) continue;
-        tail_[q] = t;
+      const Value from_here = tail[p];
+      for (Index k = pred_offset[p]; k < pred_offset[p + 1]; ++k) {
+        const auto q = pred[ix(k)].index();
+        const Value t = length[q] + from_here;
+        if (t <= tail[q]) continue;
+        tail[q] = t;
         dirty.mark(q);
       }
     });

@@ -23,7 +23,9 @@
 // critical at 16 x 128), so a step costs O(n): the longest paths are
 // updated by two straight passes from the first and last cut positions
 // (LongestPaths, which follows the moves instead when few move), and the
-// critical set and the flow bounds by one sweep over the topological order.
+// critical set by one read-only sweep over the topological order, which
+// lists the few positions whose flow bounds change (about 1 % per step) for
+// an update after it.
 // The flow lives on a network of the whole DAG whose non-critical arcs have
 // bounds [0, 0], and it persists from step to step (BoundedFlow): a step
 // changes the bounds of the arcs it touched, routes the imbalance this
@@ -126,6 +128,9 @@ class PhillipsDessouky {
   // Brings the flow bounds up to date with the durations and the critical
   // set: one sweep over the topological positions (see sync_network()).
   void sync_network();
+  // sync_network()'s update of one position whose arcs change: its work
+  // arc's bounds, its source and sink arcs, its dependencies.
+  void change(Position position, Units makespan);
   void set_dependency(std::size_t edge, bool tight);
   // Applies `units` times the cut's direction to the cut computations.
   void apply_cut(Units units);
@@ -150,12 +155,14 @@ class PhillipsDessouky {
   std::vector<FlowArc> dep_arc_;                           // per dependency
   std::vector<char> dep_tight_;                            // per dependency: its arc is open
   FlowArc return_arc_ = FlowArc::none();                   // t -> s
-  // The critical positions (topological order), whether each is critical
-  // now, whether its arcs were last set as critical, and the duration its
-  // work-arc bounds were set for.
+  // The critical positions (topological order; n slots, the first
+  // num_critical_ in use), and per position the duration its work-arc
+  // bounds were last set for, or kArcsClosed if its arcs were last set as
+  // non-critical.
   std::vector<Position> critical_;
-  std::vector<char> is_critical_;
-  std::vector<char> arcs_open_;
+  std::size_t num_critical_ = 0;
+  std::vector<Position> changing_;          // n slots: sync_network()'s positions to update
+  static constexpr Units kArcsClosed = -1;  // durations are at least one unit (QuantisedGroup)
   std::vector<Units> bounds_duration_;
   // The cut: computations and direction (-1 shorten, +1 lengthen).
   std::vector<ComputationId> cut_;

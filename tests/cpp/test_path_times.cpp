@@ -3,7 +3,8 @@
 // recompute from scratch in both of its modes (following the moves and
 // sweeping), moved() lists exactly the changed nodes and those whose head
 // or tail changed, in its documented order, and LongestPaths' makespan and
-// position view match.
+// position view match; and the min-cut loop's test for a critical
+// dependency agrees with its definition.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -191,6 +192,70 @@ TEST(LongestPaths, TimesFollowTheChangesInBothModes) {
     }
     EXPECT_TRUE(followed && swept) << "both update modes should have run";
   }
+}
+
+// The min-cut loop (PhillipsDessouky::sync_network) opens a dependency
+// p -> s of a critical p when head(p) + d(p) + tail(s) equals the makespan,
+// instead of asking whether s is critical and starts as p ends. Both must
+// pick the same dependencies at every step, with the times update() keeps.
+// The oracle here computes earliest finishes and longest paths to the end
+// straight from the DAG (its own passes, not PathTimes) and applies the
+// definition: both ends on a longest path, and s starts as p finishes.
+TEST(LongestPaths, TheCriticalDependencyTestMatchesItsDefinition) {
+  std::mt19937 rng(4);
+  std::int64_t tight_seen = 0, loose_seen = 0;
+  for (const Pipeline& p : pipelines()) {
+    const Dag dag(p);
+    const auto n = ix(p.size());
+    constexpr std::int64_t kShortest = 1, kLongest = 4;  // few values: many ties
+    LongestPaths paths(dag, kShortest, static_cast<std::int64_t>(n) * kLongest);
+    IdVector<ComputationId, std::int64_t> duration(n);
+    for (auto& d : duration) d = kShortest + static_cast<std::int64_t>(rng() % kLongest);
+    paths.reset(duration);
+    for (int round = 0; round < 60; ++round) {
+      // A cut-like batch: a few computations shorter or longer by one unit.
+      std::vector<ComputationId> changed;
+      for (std::size_t k = 0; k < 1 + rng() % 6; ++k) {
+        const ComputationId v(static_cast<Index>(rng() % n));
+        const std::int64_t d = duration[v] + (rng() % 2 == 0 ? -1 : 1);
+        duration[v] = std::clamp(d, kShortest, kLongest);
+        if (std::find(changed.begin(), changed.end(), v) == changed.end()) changed.push_back(v);
+      }
+      paths.update(duration, changed);
+      // Oracle: start and finish of every node, and its longest way to the end.
+      std::vector<std::int64_t> start(n, 0), to_end(n, 0);
+      std::int64_t makespan = 0;
+      for (const ComputationId v : dag.topological_order()) {
+        for (const ComputationId* q = dag.predecessors_begin(v); q != dag.predecessors_end(v); ++q)
+          start[v.index()] = std::max(start[v.index()], start[q->index()] + duration[*q]);
+        makespan = std::max(makespan, start[v.index()] + duration[v]);
+      }
+      const std::vector<ComputationId>& order = dag.topological_order();
+      for (auto it = order.rbegin(); it != order.rend(); ++it) {
+        std::int64_t after = 0;
+        for (const ComputationId* s = dag.successors_begin(*it); s != dag.successors_end(*it); ++s)
+          after = std::max(after, to_end[s->index()]);
+        to_end[it->index()] = duration[*it] + after;
+      }
+      ASSERT_EQ(paths.makespan(), makespan) << "round " << round;
+      const auto critical = [&](ComputationId v) {
+        return start[v.index()] + to_end[v.index()] == makespan;
+      };
+      for (ComputationId v(0); v.value() < p.size(); ++v) {
+        if (!critical(v)) continue;
+        for (const ComputationId* s = dag.successors_begin(v); s != dag.successors_end(v); ++s) {
+          const bool defined = critical(*s) && start[v.index()] + duration[v] == start[s->index()];
+          const bool tested = paths.head(v) + duration[v] + paths.tail(*s) == paths.makespan();
+          ASSERT_EQ(tested, defined)
+              << "dependency " << v.value() << " -> " << s->value() << " in round " << round;
+          ++(defined ? tight_seen : loose_seen);
+        }
+      }
+    }
+  }
+  // Both kinds must occur, or the comparison above proves nothing.
+  EXPECT_GT(tight_seen, 100);
+  EXPECT_GT(loose_seen, 100);
 }
 
 }  // namespace
