@@ -9,6 +9,9 @@ in Python shows up, and nothing else of that size does)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -100,3 +103,43 @@ def test_peak_powers_replay_the_frontier_in_bounded_blocks(gpt3, monkeypatch):
     assert peak_bytes < 0.25 * len(frontier) * n * 40  # 1/20 of it, with room
     for k in range(0, len(frontier), len(frontier) // 25):
         assert peaks[k] == pytest.approx(frontier[k].power_timeline().peak_w, rel=1e-12)
+
+
+_PEAK_OF_ONE_SOLVE = """
+import sys, perseus
+
+def kib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+
+profile = perseus.Profile.from_csv(sys.argv[1], blocking_power_w=118.0)
+with open("/proc/self/clear_refs", "w") as refs:
+    refs.write("5")  # resets the peak-RSS mark: only the solve below counts
+base = kib("VmRSS")
+frontier = perseus.optimize(profile, microbatches=128, refine=False, progress=False)
+print(kib("VmHWM") - base, len(frontier), frontier[0].frequencies_mhz.size)
+"""
+
+
+def test_no_stage_of_a_solve_holds_its_plans_as_rows():
+    # The core's selection set once held every kept plan as a uint16 row,
+    # twice over while it chose the next set: 2.6 GB at 16 x 1024 with
+    # refine=False. A 16 x 128 solve (7,500 plans x 4,096 computations: 61 MB
+    # of rows) peaked 66 MB above its start then, 7 MB with the plans held
+    # as changes at every stage.
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak-RSS mark")
+    profile = Path(__file__).resolve().parents[1] / "bench/data/synthetic/h100-16u.csv"
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_OF_ONE_SOLVE, str(profile)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    peak_kib, plans, n = (int(word) for word in out.stdout.split())
+    rows_kib = plans * n * 2 / 1024
+    assert plans > 5000
+    assert peak_kib < 0.25 * rows_kib
