@@ -67,52 +67,6 @@ void PlanRows::note_stored(bool whole, std::size_t changes) {
   }
 }
 
-PlanRows PlanRows::from_rows(const OptionIndex* rows, std::size_t count, Index num_computations) {
-  const std::size_t n = ix(num_computations);
-  const std::vector<OptionIndex> zeros(n, 0);  // what the first plan changes from
-  const auto before = [&](std::size_t k) { return k == 0 ? zeros.data() : rows + (k - 1) * n; };
-  const auto num_changes = [&](std::size_t k) {
-    std::size_t c = 0;
-    for_each_change(rows + k * n, before(k), n, [&c](std::size_t) { ++c; });
-    return c;
-  };
-  // Sizes first (with a scratch copy that makes the same decisions), so that
-  // every buffer is allocated once at its size.
-  PlanRows sizing(num_computations);
-  std::size_t options = 0, changed = 0;
-  for (std::size_t k = 0; k < count; ++k) {
-    const std::size_t c = num_changes(k);
-    const bool whole = sizing.stored_whole(c);
-    options += whole ? n : c;
-    changed += whole ? 0 : c;
-    sizing.note_stored(whole, c);
-  }
-  PlanRows out(num_computations);
-  out.whole_.reserve(count);
-  out.end_.reserve(count);
-  out.option_.reserve(options);
-  out.changed_.reserve(changed);
-  out.whole_plans_.reserve(sizing.whole_plans_.size());
-  out.changed_after_whole_.reserve(sizing.whole_plans_.size());
-  for (std::size_t k = 0; k < count; ++k) {
-    const OptionIndex* row = rows + k * n;
-    const std::size_t changed_before = out.changed_.size();
-    const bool whole = sizing.whole_[k];
-    if (whole) {
-      out.option_.insert(out.option_.end(), row, row + n);
-    } else {
-      for_each_change(row, before(k), n, [&](std::size_t i) {
-        out.changed_.push_back(static_cast<Index>(i));
-        out.option_.push_back(row[i]);
-      });
-    }
-    out.end_.push_back(out.option_.size());
-    out.note_stored(whole, out.changed_.size() - changed_before);
-  }
-  if (count > 0) std::copy(rows + (count - 1) * n, rows + count * n, out.last_.begin());
-  return out;
-}
-
 void PlanRows::append(const OptionIndex* row) {
   const std::size_t n = last_.size();
   // One pass: store the changes, then, if the plan is to be stored whole

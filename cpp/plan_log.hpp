@@ -69,10 +69,6 @@ class PlanRows {
  public:
   explicit PlanRows(Index num_computations = 0);
 
-  // `count` plans given as rows, held in buffers of exactly their size (a
-  // buffer grown by appends holds up to twice what it uses).
-  static PlanRows from_rows(const OptionIndex* rows, std::size_t count, Index num_computations);
-
   void append(const OptionIndex* row);
   std::size_t size() const { return whole_.size(); }
   Index num_computations() const { return num_computations_; }

@@ -1,5 +1,5 @@
 // Compact plan storage (cpp/plan_log.hpp): PlanRows gives back every plan
-// exactly as appended (or given as rows to from_rows), whether stored as
+// exactly as appended, whether stored as
 // changes or whole (a plan that changes most computations), and holds a run of plans that each change a
 // few computations in far less than their rows; PlanLog rebuilds the plans
 // asked for.
@@ -76,19 +76,16 @@ TEST(PlanRows, HoldsPlansThatChangeLittleInLessThanTheirRowsAndNeverMuchMore) {
   EXPECT_LT(unrelated.retained_bytes(), 2 * rows_bytes + 64 * 1024);
 }
 
-TEST(PlanRows, FromRowsHoldsTheSamePlansInExactlyTheirSize) {
+TEST(PlanRows, ShrinkToFitKeepsThePlansAndGivesBackTheSpareCapacity) {
   const std::size_t n = 500;
   const auto plans = sample_plans(n, 60);
-  std::vector<OptionIndex> dense;
-  PlanRows appended(static_cast<Index>(n));
-  for (const auto& plan : plans) {
-    dense.insert(dense.end(), plan.begin(), plan.end());
-    appended.append(plan.data());
-  }
-  const PlanRows built = PlanRows::from_rows(dense.data(), plans.size(), static_cast<Index>(n));
-  ASSERT_EQ(built.size(), plans.size());
-  EXPECT_EQ(built.dense(), dense);
-  EXPECT_LE(built.retained_bytes(), appended.retained_bytes());
+  PlanRows rows(static_cast<Index>(n));
+  for (const auto& plan : plans) rows.append(plan.data());
+  const std::vector<OptionIndex> before = rows.dense();
+  const std::size_t held = rows.retained_bytes();
+  rows.shrink_to_fit();
+  EXPECT_EQ(rows.dense(), before);
+  EXPECT_LE(rows.retained_bytes(), held);
 }
 
 // A reader gives back any plan in any order (the local search reads the
@@ -123,18 +120,10 @@ TEST(PlanRows, ReaderGivesBackAnyPlanInAnyOrder) {
       ASSERT_EQ(std::vector<OptionIndex>(down, down + n), plans[k - step]);
     }
   EXPECT_THROW(first.row(plans.size()), std::out_of_range);
-  // from_rows makes the same store.
-  std::vector<OptionIndex> dense;
-  for (const auto& plan : plans) dense.insert(dense.end(), plan.begin(), plan.end());
-  const PlanRows built = PlanRows::from_rows(dense.data(), plans.size(), static_cast<Index>(n));
-  PlanRows::Reader from_built(built);
+  // Backwards from the last plan: every read seeks a whole row first.
+  PlanRows::Reader backwards(rows);
   for (std::size_t k = plans.size(); k-- > 0;)
-    ASSERT_EQ(std::vector<OptionIndex>(from_built.row(k), from_built.row(k) + n), plans[k]);
-  EXPECT_EQ(built.retained_bytes(), [&] {
-    PlanRows copy = rows;
-    copy.shrink_to_fit();
-    return copy.retained_bytes();
-  }());
+    ASSERT_EQ(std::vector<OptionIndex>(backwards.row(k), backwards.row(k) + n), plans[k]);
 }
 
 // Whole rows stored only to bound a reader's replay cost at most

@@ -142,7 +142,8 @@ struct Search {
     PlanImprover improver(pipeline, dag, table);
     PlanLog log(pipeline.size());
     std::vector<std::pair<std::int64_t, std::int64_t>> ticks;
-    const PlanRows plans = PlanRows::from_rows(rows.data(), time_s.size(), pipeline.size());
+    PlanRows plans(pipeline.size());
+    for (std::size_t k = 0; k < time_s.size(); ++k) plans.append(rows.data() + k * ix(pipeline.size()));
     search_deadlines(plans, time_s, max_grid, max_work, share, improver, log,
                      [&](std::int64_t done, std::int64_t total) { ticks.emplace_back(done, total); });
     return {std::move(log), ticks};
