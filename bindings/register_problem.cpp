@@ -78,6 +78,25 @@ py::tuple local_search(LockedProblem& self, const CArray<OptionIndex>& choices, 
   });
 }
 
+// (time s, energy J, plan) of one plan solved for deadline_s from `starts`,
+// or None when not even the all-fastest plan meets it.
+py::object search_deadline(LockedProblem& self, const CArray<OptionIndex>& starts,
+                           const CArray<double>& time_s, double deadline_s, std::int64_t max_work) {
+  const Index n = self.pipeline().size();
+  const std::size_t plans = rows_of(starts.request(), n, "starts");
+  const py::buffer_info times = time_s.request();
+  if (times.ndim != 1 || static_cast<std::size_t>(times.shape[0]) != plans)
+    throw std::invalid_argument("time_s must hold one time per start");
+  ImprovedPlans out;
+  {
+    py::gil_scoped_release release;
+    out = self.search_deadline(starts.data(), plans, time_s.data(), deadline_s, max_work);
+  }
+  if (out.evaluations.empty()) return py::none();
+  return py::make_tuple(out.evaluations[0].iteration_time_s, out.evaluations[0].energy_j,
+                        to_numpy(std::move(out.choices)));
+}
+
 py::tuple replay(LockedProblem& self, const CArray<double>& time_s, const CArray<double>& energy_j) {
   const Index n = self.pipeline().size();
   const std::size_t plans = rows_of(time_s.request(), n, "time_s");
@@ -304,6 +323,11 @@ void register_problem(py::module_& m) {
       .def("local_search", &local_search, "choices"_a, "deadline_s"_a, "max_work"_a,
            "Local search on each plan at a deadline (exchanges, pushes, squeezes; "
            "cpp/plan_improver.hpp). Returns (times s, energies J, the plans).")
+      .def("search_deadline", &search_deadline, "starts"_a, "time_s"_a, "deadline_s"_a,
+           "max_work"_a,
+           "One plan solved for deadline_s from starts near it (frontier plans with their times, "
+           "fastest first; refinement.hpp's search_deadline). Returns (time s, energy J, the plan) "
+           "or None when not even the all-fastest plan meets the deadline.")
       .def("replay", &replay, "time_s"_a, "energy_j"_a,
            "Replay plans given as rows of measured times and energies. Returns (times s, energies J).")
       .def("solve", &solve, "unit_time_s"_a, "refine"_a, "budgets"_a, "progress"_a = py::none(),

@@ -1,7 +1,12 @@
 #include "locked_problem.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
 #include <utility>
+
+#include "max_flow.hpp"     // kInfinity
+#include "refinement.hpp"
 
 namespace perseus {
 
@@ -22,6 +27,12 @@ std::vector<Evaluation> LockedProblem::replay(const double* time_s, const double
   return problem_.replay(time_s, energy_j, plans);
 }
 
+PlanImprover& LockedProblem::improver() {
+  if (!improver_)
+    improver_ = std::make_unique<PlanImprover>(problem_.pipeline(), problem_.dag(), problem_.table());
+  return *improver_;
+}
+
 template <typename Improve>
 ImprovedPlans LockedProblem::improve_each(const OptionIndex* choices, std::size_t plans,
                                           Improve improve) {
@@ -32,13 +43,12 @@ ImprovedPlans LockedProblem::improve_each(const OptionIndex* choices, std::size_
   problem_.evaluate(choices, plans);
   ImprovedPlans out;
   out.choices.assign(choices, choices + plans * n);
-  if (!improver_)
-    improver_ = std::make_unique<PlanImprover>(problem_.pipeline(), problem_.dag(), problem_.table());
+  PlanImprover& improver = this->improver();
   for (std::size_t k = 0; k < plans; ++k) {
     OptionIndex* row = out.choices.data() + k * n;
-    improver_->assign(row);
-    improve(*improver_);
-    std::copy(improver_->choice().begin(), improver_->choice().end(), row);
+    improver.assign(row);
+    improve(improver);
+    std::copy(improver.choice().begin(), improver.choice().end(), row);
   }
   out.evaluations = problem_.evaluate(out.choices.data(), plans);
   return out;
@@ -54,6 +64,31 @@ ImprovedPlans LockedProblem::local_search(const OptionIndex* choices, std::size_
                                           double deadline_s, std::int64_t max_work) {
   return improve_each(choices, plans,
                       [&](PlanImprover& improver) { improver.local_search(deadline_s, max_work); });
+}
+
+ImprovedPlans LockedProblem::search_deadline(const OptionIndex* plans, std::size_t count,
+                                             const double* time_s, double deadline_s,
+                                             std::int64_t max_work) {
+  const std::size_t n = ix(problem_.pipeline().size());
+  std::vector<double> times(time_s, time_s + count);
+  for (std::size_t k = 0; k < count; ++k)
+    if (!std::isfinite(times[k]) || (k > 0 && times[k] < times[k - 1]))
+      throw std::invalid_argument("the starts' times must be finite and sorted, fastest first");
+  if (!std::isfinite(deadline_s)) throw std::invalid_argument("deadline_s must be finite");
+  if (max_work < 0) throw std::invalid_argument("max_work must not be negative");
+  const std::lock_guard<std::mutex> lock(mutex_);
+  problem_.evaluate(plans, count);  // checks every option index, as improve_each does
+  PlanImprover& improver = this->improver();
+  const std::vector<OptionIndex> fastest(n, 0);
+  std::vector<OptionIndex> best(n);
+  const double best_j = perseus::search_deadline(
+      deadline_s, times, [&](std::size_t k) { return plans + k * n; }, fastest.data(),
+      improver.work() + max_work, 1, improver, nullptr, best);
+  ImprovedPlans out;
+  if (best_j == kInfinity) return out;
+  out.choices = std::move(best);
+  out.evaluations = problem_.evaluate(out.choices.data(), 1);
+  return out;
 }
 
 }  // namespace perseus

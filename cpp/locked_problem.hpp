@@ -44,11 +44,19 @@ class LockedProblem {
                         ReclaimOrder order);
   ImprovedPlans local_search(const OptionIndex* choices, std::size_t plans, double deadline_s,
                              std::int64_t max_work);
+  // One plan solved for deadline_s from `plans` starts (frontier plans near
+  // it, with their times time_s, fastest first): refinement.hpp's
+  // search_deadline within max_work work units. Empty when not even the
+  // all-fastest plan meets the deadline. Throws std::invalid_argument for an
+  // option index out of range or times that are not finite and sorted.
+  ImprovedPlans search_deadline(const OptionIndex* plans, std::size_t count, const double* time_s,
+                                double deadline_s, std::int64_t max_work);
   // Problem::solve; it has no shared scratch, so it takes no lock and runs
   // beside the calls above.
   FrontierResult solve(const SolverOptions& options) const { return problem_.solve(options); }
 
  private:
+  PlanImprover& improver();  // under the lock
   template <typename Improve>
   ImprovedPlans improve_each(const OptionIndex* choices, std::size_t plans, Improve improve);
 

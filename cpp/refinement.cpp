@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 namespace perseus {
@@ -151,6 +152,58 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
   }
 }
 
+double search_deadline(double deadline, const std::vector<double>& time_s,
+                       const std::function<const OptionIndex*(std::size_t)>& row_at,
+                       const OptionIndex* fastest, std::int64_t end, std::size_t deadlines_left,
+                       PlanImprover& improver, PlanLog* log, std::vector<OptionIndex>& best) {
+  // The slowest plan that meets the deadline, and the next one (the first
+  // plan when none meets it: it is tightened like a slower one).
+  const auto after = static_cast<std::size_t>(
+      std::upper_bound(time_s.begin(), time_s.end(), deadline) - time_s.begin());
+  const bool any_meets = after > 0;
+  const std::size_t k = any_meets ? after - 1 : 0;
+  double best_j = kInfinity;
+  Evaluation best_before{};
+  auto consider = [&](const OptionIndex* start, bool tighten) {
+    improver.assign(start);
+    if (tighten && !improver.tighten(deadline, TightenOrder::kUsefulSecond)) return;
+    improver.checkpoint();
+    const Evaluation before = improver.evaluation();
+    improver.reclaim(deadline);
+    if (improver.makespan() <= deadline && improver.energy_at(deadline) < best_j) {
+      best_j = improver.energy_at(deadline);
+      best_before = before;
+      std::copy(improver.choice().begin(), improver.choice().end(), best.begin());
+    }
+    if (log != nullptr) record(improver, before, *log);
+  };
+  // Starts, nearest first: plans on both sides of the deadline (faster ones
+  // reclaimed into it, slower ones tightened to it), while the deadline's
+  // share of the budget lasts, and the all-fastest plan.
+  const auto left = static_cast<std::int64_t>(deadlines_left);
+  const std::int64_t starts_end = improver.work() + (end - improver.work()) / (2 * left);
+  const std::size_t first_slower = any_meets ? k + 1 : 0;
+  if (any_meets) consider(row_at(k), false);
+  if (first_slower < time_s.size()) consider(row_at(first_slower), true);
+  for (std::size_t step = 1; step < kStartsPerSide && improver.work() < starts_end; ++step) {
+    if (any_meets && step <= k) consider(row_at(k - step), false);
+    if (first_slower + step < time_s.size()) consider(row_at(first_slower + step), true);
+  }
+  consider(fastest, false);
+  if (best_j == kInfinity) return kInfinity;
+  // A local search from the best start, with an even share of what is left.
+  const std::int64_t share = (end - improver.work()) / left;
+  if (share <= 0) return best_j;
+  improver.assign(best.data());
+  improver.local_search(deadline, share);
+  if (improver.energy_at(deadline) < best_j * (1 - kImprovementShare)) {
+    if (log != nullptr) record(improver, best_before, *log);
+    best_j = improver.energy_at(deadline);
+    std::copy(improver.choice().begin(), improver.choice().end(), best.begin());
+  }
+  return best_j;
+}
+
 void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, std::size_t max_grid,
                       std::int64_t max_work, Share share_of, PlanImprover& improver, PlanLog& log,
                       const Ticker& tick) {
@@ -179,51 +232,12 @@ void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, 
   const std::vector<OptionIndex> fastest(n, 0);
   std::vector<OptionIndex> best(n);
   PlanRows::Reader rows(plans);  // starts are read near each deadline, in increasing order
+  const auto row_at = [&rows](std::size_t k) { return rows.row(k); };
   for (std::size_t d = 0; d < deadlines.size(); ++d) {
     if (improver.work() >= end) return;
     tick(static_cast<std::int64_t>(d), static_cast<std::int64_t>(deadlines.size()));
-    const double deadline = deadlines[d];
-    // The slowest plan that meets the deadline, and the next one.
-    const auto k = static_cast<std::size_t>(std::upper_bound(time_s.begin(), time_s.end(), deadline) -
-                                            time_s.begin()) -
-                   1;
-    double best_j = kInfinity;
-    Evaluation best_before{};
-    auto consider = [&](const OptionIndex* start, bool tighten) {
-      improver.assign(start);
-      if (tighten && !improver.tighten(deadline, TightenOrder::kUsefulSecond)) return;
-      improver.checkpoint();
-      const Evaluation before = improver.evaluation();
-      improver.reclaim(deadline);
-      if (improver.makespan() <= deadline && improver.energy_at(deadline) < best_j) {
-        best_j = improver.energy_at(deadline);
-        best_before = before;
-        std::copy(improver.choice().begin(), improver.choice().end(), best.begin());
-      }
-      record(improver, before, log);
-    };
-    // Starts, nearest first: plans on both sides of the deadline (faster ones
-    // reclaimed into it, slower ones tightened to it), while the deadline's
-    // share of the budget lasts, and the all-fastest plan.
-    const std::int64_t starts_end =
-        improver.work() +
-        (end - improver.work()) / static_cast<std::int64_t>(2 * (deadlines.size() - d));
-    consider(rows.row(k), false);
-    if (k + 1 < time_s.size()) consider(rows.row(k + 1), true);
-    for (std::size_t step = 1; step < kStartsPerSide && improver.work() < starts_end; ++step) {
-      if (step <= k) consider(rows.row(k - step), false);
-      if (k + 1 + step < time_s.size()) consider(rows.row(k + 1 + step), true);
-    }
-    consider(fastest.data(), false);
-    if (best_j == kInfinity) continue;
-    // A local search from the best start, with an even share of what is left.
-    const std::int64_t share =
-        (end - improver.work()) / static_cast<std::int64_t>(deadlines.size() - d);
-    if (share <= 0) continue;
-    improver.assign(best.data());
-    improver.local_search(deadline, share);
-    if (improver.energy_at(deadline) < best_j * (1 - kImprovementShare))
-      record(improver, best_before, log);
+    search_deadline(deadlines[d], time_s, row_at, fastest.data(), end, deadlines.size() - d,
+                    improver, &log, best);
   }
 }
 

@@ -101,6 +101,20 @@ void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, 
                       std::int64_t max_work, Share share, PlanImprover& improver, PlanLog& log,
                       const Ticker& tick);
 
+// One deadline of the local-search phase, also what Frontier.plan_for(...,
+// tailored=True) runs: starts from the plans (times time_s, fastest first,
+// read through row_at) nearest the deadline on both sides, at least the
+// slowest one that meets it and the next slower one, more while the
+// deadline's share of what is left of the budget lasts (up to `end`, split
+// over deadlines_left), and the all-fastest plan; then a local search from
+// the best start with its even share. Each start and an improved result
+// are recorded into `log` when given. Returns the best energy over the
+// deadline (infinity when no start met it) and leaves that plan in `best`.
+double search_deadline(double deadline, const std::vector<double>& time_s,
+                       const std::function<const OptionIndex*(std::size_t)>& row_at,
+                       const OptionIndex* fastest, std::int64_t end, std::size_t deadlines_left,
+                       PlanImprover& improver, PlanLog* log, std::vector<OptionIndex>& best);
+
 // Indices of the plans worth keeping, fastest first: strictly increasing
 // time, and effective energy (energy_j - blocking_w * time_s) falling by more
 // than resolution_j from one kept plan to the next.

@@ -180,8 +180,13 @@ def test_version_1_is_still_read(tmp_path, frontier, document, profile):
     assert loaded.profile is None
     with pytest.raises(ValueError, match="need the profile"):
         loaded.peak_powers_w()
+    middle = float(np.mean(loaded.iteration_times_s[:2]))
+    with pytest.raises(ValueError, match="needs the profile"):
+        loaded.plan_for(middle, tailored=True)
     # Given the profile, it is checked against it and attached.
-    assert Frontier.load(path, profile).fastest.power_timeline().peak_w > 0
+    with_profile = Frontier.load(path, profile)
+    assert with_profile.fastest.power_timeline().peak_w > 0
+    assert with_profile.plan_for(middle, tailored=True).iteration_time_s <= middle
 
 
 def test_version_1_negative_change_index_is_refused(tmp_path, document):

@@ -1,0 +1,102 @@
+"""A plan solved for one deadline: `Frontier.plan_for(deadline_s, tailored=True)`.
+
+A frontier holds the plans worth keeping over its whole range, and between
+two of them `plan_for` runs the faster one and idles, drawing blocking
+power, for the rest of the deadline. A tailored plan is solved for the
+deadline itself by the solver's own per-deadline search (``search_deadline``
+in ``cpp/refinement.hpp``): the frontier plans nearest the deadline on both
+sides as starts (faster ones slowed into it, slower ones sped up to it),
+the all-fastest plan, then a local search from the best. The slowest plan
+meeting the deadline is one of the starts and slowing it into the
+deadline never costs energy, so a tailored plan never uses more energy over
+the deadline than `plan_for`'s. The work is counted in machine-independent
+units, so every rank of a job gets the same plan from the same inputs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional, cast
+
+import numpy as np
+
+from . import _core
+from ._replay import _OptionTable, _setup
+from ._zeus_format import INSTRUCTIONS
+from .plan import Plan
+
+if TYPE_CHECKING:
+    from .frontier import Frontier
+    from .profile import Profile
+
+#: Work units (node, edge and option visits, as in `SolverBudgets`) of one
+#: tailored search. On the corpus the gain over `plan_for` stops growing
+#: near this (GPT-3 8 x 24: 0.023 % mean at 1e6, 0.029 % at 4e6 and at
+#: 2e7); it takes 0.04-0.3 s on one core from 384 to 2,048 computations.
+TAILORED_SEARCH_WORK = 16_000_000
+
+#: Frontier plans tried as starts on each side of the deadline: the solver's own count.
+STARTS_PER_SIDE: int = int(cast(int, dict(_core.LOCAL_SEARCH_MOVES)["starts_per_side"]))
+
+
+def tailored_plan(
+    frontier: Frontier,
+    index: int,
+    deadline_s: float,
+    profile: Optional[Profile] = None,
+    max_work: int = TAILORED_SEARCH_WORK,
+) -> Plan:
+    """Plan `index` (the slowest meeting `deadline_s`) and its neighbours, searched at `deadline_s`.
+
+    ``profile`` defaults to the frontier's own. Raises ValueError when there
+    is no profile, or when a start's clock is not one of the profile's
+    options (a frontier solved from another profile).
+    """
+    source = profile if profile is not None else frontier.profile
+    if source is None:
+        raise ValueError(
+            "a tailored plan needs the profile (the frontier was loaded without one): "
+            "pass it to Frontier.load, or call plan_for without tailored=True"
+        )
+    spec = frontier.spec
+    problem, table, pipeline = _setup(source, spec)
+    lo = max(0, index - (STARTS_PER_SIDE - 1))
+    hi = min(len(frontier), index + 1 + STARTS_PER_SIDE)
+    starts = np.stack([_option_indices(frontier, k, table, pipeline) for k in range(lo, hi)])
+    times = np.asarray(frontier.iteration_times_s[lo:hi], dtype=np.float64)
+    found = problem.search_deadline(starts, times, float(deadline_s), int(max_work))
+    if found is None:  # unreachable: plan `index` meets the deadline
+        return frontier[index]
+    time_s, energy_j, choice = found
+    mhz = table.frequency_mhz[table.offsets[pipeline.group] + choice].astype(np.int32)
+    return Plan(
+        spec, mhz, time_s, energy_j, blocking_power_w=source.blocking_power_w, profile=source
+    )
+
+
+def _option_indices(
+    frontier: Frontier, k: int, table: _OptionTable, pipeline: _core.Pipeline
+) -> np.ndarray:
+    """Plan k's clocks as the core's option indices (uint16, one per computation)."""
+    group = np.asarray(pipeline.group, dtype=np.int64)
+    offsets = np.asarray(table.offsets, dtype=np.int64)
+    option_mhz = np.asarray(table.frequency_mhz, dtype=np.int64)
+    wanted = np.asarray(frontier.frequencies_mhz(k), dtype=np.int64)
+    choice = np.full(group.size, -1, dtype=np.int64)
+    for g in np.unique(group):
+        at = group == g
+        clocks = option_mhz[offsets[g] : offsets[g + 1]]
+        order = np.argsort(clocks, kind="stable")
+        where = np.searchsorted(clocks, wanted[at], sorter=order)
+        where = np.minimum(where, clocks.size - 1)
+        found = order[where]
+        choice[at] = np.where(clocks[found] == wanted[at], found, -1)
+    missing = np.nonzero(choice < 0)[0]
+    if missing.size:
+        i = int(missing[0])
+        stage, instruction = int(pipeline.stage[i]), int(pipeline.instruction[i])
+        raise ValueError(
+            f"plan {k} runs (stage {stage}, {INSTRUCTIONS[instruction]!r}, microbatch "
+            f"{int(pipeline.microbatch[i])}) at {int(wanted[i])} MHz, which is not one of the "
+            "profile's options: a tailored plan needs the profile the frontier was solved with"
+        )
+    return choice.astype(np.uint16)
