@@ -55,7 +55,7 @@ def test_tailored_plans_meet_the_deadline_and_never_cost_more(profile, frontier)
     assert max(gains) > 1e-4, gains
 
 
-def test_tailored_plans_are_the_same_from_a_saved_frontier(tmp_path, profile, frontier):
+def test_tailored_plans_are_the_same_from_a_saved_frontier(tmp_path, frontier):
     # Every Megatron rank loads the frontier file and must get the same plan.
     path = tmp_path / "frontier.json"
     frontier.save(path)
@@ -77,7 +77,7 @@ def test_at_a_plans_own_time_and_at_the_range_ends(frontier):
         frontier.plan_for(times[0] * 0.99, tailored=True)
 
 
-def test_bad_arguments(profile, frontier):
+def test_bad_arguments(frontier):
     deadline = _deadlines(frontier, 1)[0]
     with pytest.raises(TypeError, match="tailored must be True or False"):
         frontier.plan_for(deadline, tailored=1)
