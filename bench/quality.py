@@ -7,7 +7,8 @@ slack reclamation and local search:
    the deadline D with ``plan_for(D)``) from the true optimum? On a seeded
    suite of small imbalanced pipelines, at 6 deadlines spread over the
    frontier, the exact minimum comes from ``perseus.exact.optimal_plan`` (a
-   HiGHS MIP of the same problem).
+   HiGHS MIP of the same problem). The same for the plan solved for the
+   deadline itself, ``plan_for(D, tailored=True)`` (issue 23 item 4).
 2. How does perseus compare with lowtime 0.3.0, driven as Zeus drives it
    (``bench/run.py``)? On every suite case and on the example profiles, each
    plan on lowtime's replayed frontier is compared with perseus's cheapest
@@ -20,6 +21,7 @@ Plans that finish early draw the blocking power until the iteration ends, so
     python bench/quality.py --quick          # about a minute on 2 cores
     python bench/quality.py --quick --no-lowtime   # CI: the MIP gap only, seconds
     python bench/quality.py --json out.json  # full suite, about 3 minutes
+    python bench/quality.py --no-lowtime --schedule gpipe   # the suite as GPipe pipelines
 
 Exit status 0 even if a target is missed (this is a report); 1 if a perseus
 plan is cheaper than the exact optimum (a bug in one of the two) or a case
@@ -294,16 +296,24 @@ def _in_lowtime_fit(error: BaseException) -> bool:
 
 
 def run_case(
-    label: str, profile: Any, microbatches: int, *, exact: bool, lowtime: bool = True
+    label: str,
+    profile: Any,
+    microbatches: int,
+    *,
+    exact: bool,
+    lowtime: bool = True,
+    schedule: str = "1f1b",
 ) -> CaseReport:
     import perseus
 
     t = time.perf_counter()
-    after = perseus.optimize(profile, microbatches=microbatches, unit_time_s=UNIT_TIME)
+    after = perseus.optimize(
+        profile, microbatches=microbatches, unit_time_s=UNIT_TIME, schedule=schedule
+    )
     t_after = time.perf_counter() - t
     t = time.perf_counter()
     before = perseus.optimize(
-        profile, microbatches=microbatches, unit_time_s=UNIT_TIME, refine=False
+        profile, microbatches=microbatches, unit_time_s=UNIT_TIME, refine=False, schedule=schedule
     )
     t_before = time.perf_counter() - t
     counts = [
@@ -368,7 +378,9 @@ def run_case(
 
     t = time.perf_counter()
     for deadline in np.linspace(after.iteration_times_s[0], after.iteration_times_s[-1], DEADLINES):
-        opt = optimal_plan(profile, microbatches=microbatches, deadline_s=float(deadline))
+        opt = optimal_plan(
+            profile, microbatches=microbatches, deadline_s=float(deadline), schedule=schedule
+        )
         rep.not_proven += not opt.optimal
         row: dict[str, Any] = {
             "deadline_s": float(deadline),
@@ -390,6 +402,14 @@ def run_case(
                 rep.bugs.append(
                     f"{key} plan at {deadline:.6f} s: {energy:.6f} J < exact {opt.energy_j:.6f} J"
                 )
+        # The plan solved for the deadline itself (issue 23 item 4).
+        tailored = after.plan_for(deadline, tailored=True).energy_at(deadline)
+        row["tailored_j"] = tailored
+        row["gap_tailored_pct"] = (tailored - opt.energy_j) / opt.energy_j * 100
+        if opt.optimal and tailored < opt.energy_j * (1 - BUG_RTOL):
+            rep.bugs.append(
+                f"tailored plan at {deadline:.6f} s: {tailored:.6f} J < exact {opt.energy_j:.6f} J"
+            )
         w = _blocking_w(after)
         cheapest = _cheapest_within(
             np.asarray(after.iteration_times_s), np.asarray(after.energies_j), deadline, w
@@ -427,6 +447,8 @@ def print_exact_table(reports: list[CaseReport]) -> None:
         "plans a/b",
         "mean after",
         "worst after",
+        "mean tailored",
+        "worst tailored",
         "mean before",
         "worst before",
         "missing b",
@@ -448,6 +470,8 @@ def print_exact_table(reports: list[CaseReport]) -> None:
                 f"{r.plans_after}/{r.plans_before}",
                 _stat(r.gaps("gap_after_pct"), "mean"),
                 _stat(r.gaps("gap_after_pct"), "max"),
+                _stat(r.gaps("gap_tailored_pct"), "mean"),
+                _stat(r.gaps("gap_tailored_pct"), "max"),
                 _stat(r.gaps("gap_before_pct"), "mean"),
                 _stat(r.gaps("gap_before_pct"), "max"),
                 f"{r.missing_before}/{len(r.deadlines)}",
@@ -463,7 +487,8 @@ def print_exact_table(reports: list[CaseReport]) -> None:
     )
     print(bench.table(rows, header))
     print(
-        "after = refine=True, before = refine=False (plain Phillips-Dessouky plans); missing b = deadlines the "
+        "after = refine=True, tailored = its plan_for(D, tailored=True), before = refine=False (plain "
+        "Phillips-Dessouky plans); missing b = deadlines the "
         "unrefined frontier cannot meet; lt = lowtime's cheapest replayed plan within the deadline, for context."
     )
 
@@ -525,7 +550,8 @@ def summarise(reports: list[CaseReport], walls: dict[str, float]) -> dict[str, A
     """Print the summary and the targets; return them for the JSON."""
     done = [r for r in reports if r.error is None]
     gaps = {
-        k: [g for r in done for g in r.gaps(f"gap_{k}_pct")] for k in ("after", "before", "lowtime")
+        k: [g for r in done for g in r.gaps(f"gap_{k}_pct")]
+        for k in ("after", "tailored", "before", "lowtime")
     }
     points = sum(len(r.deadlines) for r in done)
     missing = sum(r.missing_before for r in done)
@@ -541,6 +567,7 @@ def summarise(reports: list[CaseReport], walls: dict[str, float]) -> dict[str, A
     print(f"\nSummary ({len(done)} cases, {points} exact deadlines, {len(vs)} cases with lowtime)")
     for key, name in (
         ("after", "after  (refine=True) "),
+        ("tailored", "plan_for(tailored=True)"),
         ("before", "before (refine=False)"),
         ("lowtime", "lowtime              "),
     ):
@@ -608,6 +635,16 @@ def summarise(reports: list[CaseReport], walls: dict[str, float]) -> dict[str, A
             _stat(gaps["after"], "max"),
         ),
         (
+            f"tailored plans (plan_for(d, tailored=True)): mean gap to exact <= {TARGET_MEAN_GAP_PCT} %",
+            bool(gaps["tailored"]) and np.mean(gaps["tailored"]) <= TARGET_MEAN_GAP_PCT,
+            _stat(gaps["tailored"], "mean"),
+        ),
+        (
+            f"tailored plans: worst gap to exact <= {TARGET_WORST_GAP_PCT} %",
+            bool(gaps["tailored"]) and np.max(gaps["tailored"]) <= TARGET_WORST_GAP_PCT,
+            _stat(gaps["tailored"], "max"),
+        ),
+        (
             "no dominated plan on the refined frontier",
             not summary["dominated_after"],
             f"{summary['dominated_after']} dominated",
@@ -654,7 +691,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the gap to the exact optimum: no lowtime runs and no example profiles (CI)",
     )
+    parser.add_argument(
+        "--schedule",
+        choices=("1f1b", "gpipe"),
+        default="1f1b",
+        help="the suite's schedule (lowtime's Zeus driver builds 1F1B only: gpipe implies --no-lowtime)",
+    )
     args = parser.parse_args(argv)
+    if args.schedule != "1f1b":
+        args.no_lowtime = True
 
     started = time.perf_counter()
     # (label, stages, microbatches, how to build the profile, compare with the exact optimum?)
@@ -675,7 +720,16 @@ def main(argv: list[str] | None = None) -> int:
     for label, stages, m, load, exact in jobs:
         bench.log(label)
         try:
-            reports.append(run_case(label, load(), m, exact=exact, lowtime=not args.no_lowtime))
+            reports.append(
+                run_case(
+                    label,
+                    load(),
+                    m,
+                    exact=exact,
+                    lowtime=not args.no_lowtime,
+                    schedule=args.schedule,
+                )
+            )
         except Exception:  # noqa: BLE001 - report it, go on, fail at the end
             text = traceback.format_exc()
             bench.log(text)
@@ -711,6 +765,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "versions": {"perseus": perseus.__version__, "lowtime": ref.lowtime_version()},
             "mode": "quick" if args.quick else "full",
+            "schedule": args.schedule,
             "suite_seed": SUITE_SEED,
             "unit_time_s": UNIT_TIME,
             "summary": summary,

@@ -235,13 +235,23 @@ def perseus_order(stages: int, microbatches: int) -> list[list[tuple[str, int]]]
 DENSE_LOSS_TARGET_PCT = 0.01
 #: --dense: local-search work (cpp/solver_options.hpp's work units) per deadline.
 DENSE_SEARCH_WORK = 200_000
+#: --dense: deadlines (evenly strided through the unit grid) at which the tailored plan,
+#: plan_for(d, tailored=True), is measured; its reference searches 4x its own work on top.
+DENSE_TAILORED_DEADLINES = 48
+DENSE_TAILORED_REFERENCE_FACTOR = 4
 
 
 def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[str, Any]:
     """Item 4 of issue 23: at every deadline one unit apart inside the frontier's span, the
     energy of an iteration that long run with the next-faster frontier plan (paying blocking
     power for the gap) against a plan solved for that deadline (that plan reclaimed into it,
-    then a local search at it; never worse than the plan itself), as % of the solved one."""
+    then a local search at it; never worse than the plan itself), as % of the solved one.
+
+    Then the plan a user gets for that deadline with ``plan_for(d, tailored=True)``, at
+    DENSE_TAILORED_DEADLINES of those deadlines, against a stronger reference: the better of
+    the solved plan above and the tailored plan searched again with
+    DENSE_TAILORED_REFERENCE_FACTOR times its work."""
+    from perseus._tailored import TAILORED_SEARCH_WORK
     from perseus.optimize import _setup, _spec
 
     spec = _spec(profile, case.microbatches, case.schedule, case.virtual_stages)
@@ -273,13 +283,42 @@ def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[
             solved = min(used, float(se[0]) + blocking_w * (deadline - float(st[0])))
         return (used - solved) / solved * 100
 
+    solved_j = np.zeros(deadlines.size)
     for j, deadline in enumerate(deadlines):
         k = int(np.searchsorted(t, deadline, side="right")) - 1
         losses[j] = loss(k, float(deadline))
+        solved_j[j] = (e[k] + blocking_w * (deadline - t[k])) / (1 + losses[j] / 100)
         if k not in own:
             own[k] = loss(k, float(t[k]))
     worst = int(np.argmax(losses)) if losses.size else -1
+
+    # The tailored plan at a stride of the same deadlines.
+    picks = np.unique(np.linspace(0, deadlines.size - 1, DENSE_TAILORED_DEADLINES).astype(int))
+    tailored_losses, tailored_s = [], []
+    for j in picks if deadlines.size else []:
+        deadline = float(deadlines[j])
+        started = time.process_time()
+        plan = frontier.plan_for(deadline, tailored=True)
+        tailored_s.append(time.process_time() - started)
+        got = plan.energy_at(deadline)
+        choice = (
+            order[np.searchsorted(key, group * 1_000_000 + plan.frequencies_mhz, sorter=order)]
+            - offsets[group]
+        ).astype(np.uint16)[None, :]
+        st, se, _ = problem.local_search(
+            choice, deadline, DENSE_TAILORED_REFERENCE_FACTOR * TAILORED_SEARCH_WORK
+        )
+        reference = min(solved_j[j], got)
+        if st[0] <= deadline * (1 + 1e-12):
+            reference = min(reference, float(se[0]) + blocking_w * (deadline - float(st[0])))
+        tailored_losses.append((got - reference) / reference * 100)
+    tl = np.asarray(tailored_losses)
     return {
+        "tailored_deadlines": int(tl.size),
+        "tailored_worst_pct": float(tl.max()) if tl.size else 0.0,
+        "tailored_mean_pct": float(tl.mean()) if tl.size else 0.0,
+        "tailored_over": int(np.sum(tl > DENSE_LOSS_TARGET_PCT)),
+        "tailored_cpu_s_median": float(np.median(tailored_s)) if tailored_s else 0.0,
         # The solved plan also beats frontier plans at their own times by this much: the
         # frontier's distance from a local optimum, not its density.
         "own_worst_pct": max(own.values()) if own else 0.0,
@@ -597,7 +636,11 @@ def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResu
             f"{DENSE_LOSS_TARGET_PCT:g} % with the next-faster plan; worst "
             f"{res.dense['worst_pct']:.4f} % at {res.dense['worst_at_s']} s, mean "
             f"{res.dense['mean_pct']:.5f} %; at the plans' own times worst "
-            f"{res.dense['own_worst_pct']:.4f} %, mean {res.dense['own_mean_pct']:.5f} %"
+            f"{res.dense['own_worst_pct']:.4f} %, mean {res.dense['own_mean_pct']:.5f} %; "
+            f"plan_for(tailored=True) at {res.dense['tailored_deadlines']} of them: "
+            f"{res.dense['tailored_over']} lose > {DENSE_LOSS_TARGET_PCT:g} %, worst "
+            f"{res.dense['tailored_worst_pct']:.4f} %, mean {res.dense['tailored_mean_pct']:.5f} % "
+            f"({res.dense['tailored_cpu_s_median']:.3f} CPU s each, median)"
         )
 
     af_t, af_e = judge.evaluate(judge.all_fastest())
@@ -862,6 +905,13 @@ def check_targets(
                 "ok" if r.dense["over"] == 0 else "MISS",
                 f"{r.dense['over']}/{r.dense['deadlines']} deadlines over, worst "
                 f"{r.dense['worst_pct']:.4f} %",
+            )
+            add(
+                f"{r.case} dense: plan_for(d, tailored=True) within +{DENSE_LOSS_TARGET_PCT:g} % "
+                "of the reference",
+                "ok" if r.dense["tailored_over"] == 0 else "MISS",
+                f"{r.dense['tailored_over']}/{r.dense['tailored_deadlines']} deadlines over, "
+                f"worst {r.dense['tailored_worst_pct']:.4f} %",
             )
         if r.lowtime_frontier_plans:
             name = f"{r.case} never worse than lowtime (<= +{MATCH_TOLERANCE_PCT:g} %)"

@@ -596,6 +596,32 @@ def test_plan_json(solved, tmp_path, capsys):
     assert set(first) == {"instruction", "stage", "chunk", "microbatch", "frequency_mhz"}
 
 
+def test_plan_tailored(solved, tmp_path, capsys):
+    # --tailored writes the plan solved for the deadline: it meets it, costs
+    # no more over it than the frontier's own plan, and is what the API gives.
+    _, path, frontier = solved
+    times = frontier.iteration_times_s
+    deadline = float(times[len(times) // 3] + times[len(times) // 3 + 1]) / 2
+    status, out, _ = run(
+        capsys, "plan", path, "--deadline", deadline, "--tailored", "-o", tmp_path, "--json"
+    )
+    assert status == 0
+    facts = json.loads(out)
+    assert "tailored" in facts["chosen"]
+    assert facts["plan"]["index"] == frontier.index(frontier.plan_for(deadline))
+    expected = frontier.plan_for(deadline, tailored=True)
+    assert facts["plan"]["energy_j"] == expected.energy_j
+    assert facts["plan"]["iteration_time_s"] <= deadline
+    assert expected.energy_at(deadline) <= frontier.energy_at(deadline)
+    document = json.loads((tmp_path / "plan.json").read_text())
+    written = {
+        (step["stage"], step["instruction"], step["microbatch"]): step["frequency_mhz"]
+        for gpu in document["gpus"]
+        for step in gpu
+    }
+    assert written == {(s, i, m): mhz for (s, i, m), mhz in expected.frequency_map_mhz.items()}
+
+
 def test_plan_power_cap(solved, tmp_path, capsys):
     _, path, frontier = solved
     cap = 0.97 * frontier.fastest.average_power_w
@@ -634,6 +660,11 @@ def test_plan_power_cap_below_every_plan(solved, tmp_path, capsys):
         (["--fastest", "--peak"], ["argument --peak: only with --power-cap"]),
         (["--fastest", "--format", "yaml"], ["argument --format", "yaml"]),
         (["--power-cap", "-5"], ["argument --power-cap", "positive"]),
+        (["--fastest", "--tailored"], ["argument --tailored: only with --deadline or --slowdown"]),
+        (
+            ["--deadline", "1", "--tailored", "--switch-latency", "0.01"],
+            ["argument --tailored: not with --switch-latency"],
+        ),
     ],
 )
 def test_plan_bad_choice(solved, tmp_path, capsys, args, needles):

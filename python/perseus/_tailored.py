@@ -29,10 +29,11 @@ if TYPE_CHECKING:
     from .profile import Profile
 
 #: Work units (node, edge and option visits, as in `SolverBudgets`) of one
-#: tailored search. On the corpus the gain over `plan_for` stops growing
-#: near this (GPT-3 8 x 24: 0.023 % mean at 1e6, 0.029 % at 4e6 and at
-#: 2e7); it takes 0.04-0.3 s on one core from 384 to 2,048 computations.
-TAILORED_SEARCH_WORK = 16_000_000
+#: tailored search. The search usually stops earlier, when no move helps: on
+#: bench/run.py --dense (h100-8-8x24, user-h100-16u-16x16) 1.6e7 left one of
+#: 48 deadlines 0.010-0.012 % above a search with 6.4e7, 3.2e7 none, at the
+#: same median cost (0.14-0.18 CPU s).
+TAILORED_SEARCH_WORK = 32_000_000
 
 #: Frontier plans tried as starts on each side of the deadline: the solver's own count.
 STARTS_PER_SIDE: int = int(cast(int, dict(_core.LOCAL_SEARCH_MOVES)["starts_per_side"]))
@@ -43,11 +44,12 @@ def tailored_plan(
     index: int,
     deadline_s: float,
     profile: Optional[Profile] = None,
-    max_work: int = TAILORED_SEARCH_WORK,
+    max_work: Optional[int] = None,
 ) -> Plan:
     """Plan `index` (the slowest meeting `deadline_s`) and its neighbours, searched at `deadline_s`.
 
-    ``profile`` defaults to the frontier's own. Raises ValueError when there
+    ``profile`` defaults to the frontier's own, ``max_work`` to
+    TAILORED_SEARCH_WORK. Raises ValueError when there
     is no profile, or when a start's clock is not one of the profile's
     options (a frontier solved from another profile).
     """
@@ -63,7 +65,8 @@ def tailored_plan(
     hi = min(len(frontier), index + 1 + STARTS_PER_SIDE)
     starts = np.stack([_option_indices(frontier, k, table, pipeline) for k in range(lo, hi)])
     times = np.asarray(frontier.iteration_times_s[lo:hi], dtype=np.float64)
-    found = problem.search_deadline(starts, times, float(deadline_s), int(max_work))
+    work = TAILORED_SEARCH_WORK if max_work is None else int(max_work)
+    found = problem.search_deadline(starts, times, float(deadline_s), work)
     if found is None:  # unreachable: plan `index` meets the deadline
         return frontier[index]
     time_s, energy_j, choice = found

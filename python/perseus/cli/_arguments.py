@@ -228,6 +228,13 @@ def _parser() -> argparse.ArgumentParser:
         "with --deadline or --slowdown: the cheapest plan that meets it when replayed so, "
         "clock changes that do not pay merged",
     )
+    plan.add_argument(
+        "--tailored",
+        action="store_true",
+        help="with --deadline or --slowdown: a plan solved for that time itself, from the "
+        "frontier plans nearest it (Frontier.plan_for(..., tailored=True)); never more energy "
+        "over the deadline than the frontier's own plan, which idles for the gap",
+    )
     force_flag(plan)
     json_flag(plan)
 

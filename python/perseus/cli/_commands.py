@@ -325,10 +325,14 @@ def _plan(args: argparse.Namespace) -> int:
 
     check_writable_directory(args.output)
     frontier = _load_frontier(args.frontier)
+    if args.tailored and args.switch_latency is not None:
+        raise UsageError("argument --tailored: not with --switch-latency")
     chosen, index, how = _choose(frontier, args)
     aware = None
     if args.switch_latency is not None:
         chosen, index, how, aware = _switch_aware_choice(frontier, args)
+    if args.tailored:
+        chosen, how = _tailored_choice(frontier, args, index)
     target = os.path.join(args.output, file_name(args.format, index))
     _refuse_existing(target, args.force)
     write_plan(chosen, target, args.format, index, overwrite=args.force)
@@ -366,6 +370,22 @@ def _plan(args: argparse.Namespace) -> int:
         f"written       {_shown(target)} ({args.format}, {frontier.spec.num_gpus} GPUs)"
     )
     return 0
+
+
+def _tailored_choice(frontier: Frontier, args: argparse.Namespace, index: int) -> tuple[Plan, str]:
+    """`perseus plan --tailored`: the plan solved for --deadline or --slowdown from plan `index`."""
+    if args.deadline is not None:
+        deadline, flag = args.deadline, f"--deadline {args.deadline:g} s"
+    elif args.slowdown is not None:
+        deadline = args.slowdown * frontier.fastest.iteration_time_s
+        flag = f"--slowdown {args.slowdown:g}"
+    else:
+        raise UsageError("argument --tailored: only with --deadline or --slowdown")
+    try:
+        plan = frontier.plan_for(deadline, tailored=True)
+    except ValueError as error:
+        raise UsageError(f"argument --tailored: {error}") from None
+    return plan, f"a plan solved for {flag} (tailored), from plan {index} and its neighbours"
 
 
 def _switch_aware_choice(
