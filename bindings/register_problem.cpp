@@ -323,8 +323,7 @@ void register_problem(py::module_& m) {
       .def("local_search", &local_search, "choices"_a, "deadline_s"_a, "max_work"_a,
            "Local search on each plan at a deadline (exchanges, pushes, squeezes; "
            "cpp/plan_improver.hpp). Returns (times s, energies J, the plans).")
-      .def("search_deadline", &search_deadline, "starts"_a, "time_s"_a, "deadline_s"_a,
-           "max_work"_a,
+      .def("search_deadline", &search_deadline, "starts"_a, "time_s"_a, "deadline_s"_a, "max_work"_a,
            "One plan solved for deadline_s from starts near it (frontier plans with their times, "
            "fastest first; refinement.hpp's search_deadline). Returns (time s, energy J, the plan) "
            "or None when not even the all-fastest plan meets the deadline.")

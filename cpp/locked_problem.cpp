@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "max_flow.hpp"     // kInfinity
+#include "max_flow.hpp"  // kInfinity
 #include "refinement.hpp"
 
 namespace perseus {

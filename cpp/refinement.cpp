@@ -158,8 +158,8 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
                        PlanImprover& improver, PlanLog* log, std::vector<OptionIndex>& best) {
   // The slowest plan that meets the deadline, and the next one (the first
   // plan when none meets it: it is tightened like a slower one).
-  const auto after = static_cast<std::size_t>(
-      std::upper_bound(time_s.begin(), time_s.end(), deadline) - time_s.begin());
+  const auto after = static_cast<std::size_t>(std::upper_bound(time_s.begin(), time_s.end(), deadline) -
+                                              time_s.begin());
   const bool any_meets = after > 0;
   const std::size_t k = any_meets ? after - 1 : 0;
   double best_j = kInfinity;
@@ -236,8 +236,8 @@ void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, 
   for (std::size_t d = 0; d < deadlines.size(); ++d) {
     if (improver.work() >= end) return;
     tick(static_cast<std::int64_t>(d), static_cast<std::int64_t>(deadlines.size()));
-    search_deadline(deadlines[d], time_s, row_at, fastest.data(), end, deadlines.size() - d,
-                    improver, &log, best);
+    search_deadline(deadlines[d], time_s, row_at, fastest.data(), end, deadlines.size() - d, improver,
+                    &log, best);
   }
 }
 

@@ -5,6 +5,7 @@
 // check_deadlock_free.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <stdexcept>
@@ -104,6 +105,72 @@ TEST(LockedProblem, RefusesAnOptionOutOfRangeBeforeImproving) {
   EXPECT_THROW(locked.reclaim(rows.data(), 1, 0.0, ReclaimOrder::kSaving), std::invalid_argument);
   EXPECT_THROW(locked.local_search(rows.data(), 1, 1.0, 100), std::invalid_argument);
   EXPECT_THROW(locked.evaluate(rows.data(), 1), std::invalid_argument);
+}
+
+// search_deadline from random starts sorted by time: the plan meets the
+// deadline, is what its own replay says, costs no more over the deadline
+// than any start reclaimed into it, and the same call gives the same plan.
+// Bad inputs are refused before anything runs; a deadline below the
+// all-fastest time finds nothing.
+TEST(LockedProblem, SearchDeadlineBeatsEveryStartReclaimedIntoIt) {
+  const Fixture f;
+  LockedProblem locked = f.locked();
+  std::mt19937 rng(12);
+  const std::size_t plans = 6;
+  const auto n = ix(f.pipeline.size());
+  std::vector<OptionIndex> rows = f.random_plans(plans, rng);
+  std::vector<Evaluation> own = locked.evaluate(rows.data(), plans);
+  std::vector<std::size_t> order(plans);
+  for (std::size_t k = 0; k < plans; ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return own[a].iteration_time_s < own[b].iteration_time_s;
+  });
+  std::vector<OptionIndex> sorted;
+  std::vector<double> times;
+  for (const std::size_t k : order) {
+    sorted.insert(sorted.end(), rows.begin() + static_cast<std::ptrdiff_t>(k * n),
+                  rows.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+    times.push_back(own[k].iteration_time_s);
+  }
+  const double blocking_w = f.table.blocking_power_w() * f.pipeline.num_gpus();
+  const double deadline_s = 0.5 * (times[2] + times[3]);
+  const ImprovedPlans found =
+      locked.search_deadline(sorted.data(), plans, times.data(), deadline_s, 1000000);
+  ASSERT_EQ(found.evaluations.size(), 1u);
+  ASSERT_EQ(found.choices.size(), n);
+  const Evaluation got = found.evaluations[0];
+  EXPECT_LE(got.iteration_time_s, deadline_s);
+  const double got_j = got.energy_j + blocking_w * (deadline_s - got.iteration_time_s);
+  Evaluator evaluator(f.pipeline, f.dag, f.table);
+  const Evaluation replayed = evaluator.evaluate(found.choices.data());
+  EXPECT_EQ(replayed.iteration_time_s, got.iteration_time_s);
+  EXPECT_EQ(replayed.energy_j, got.energy_j);
+  const ImprovedPlans reclaimed =
+      locked.reclaim(sorted.data(), plans, deadline_s, ReclaimOrder::kSavingPerSecond);
+  for (std::size_t k = 0; k < plans; ++k) {
+    const Evaluation r = reclaimed.evaluations[k];
+    if (r.iteration_time_s > deadline_s) continue;  // a slower start, not reclaimed into it
+    EXPECT_LE(got_j, r.energy_j + blocking_w * (deadline_s - r.iteration_time_s) + 1e-9)
+        << "start " << k;
+  }
+  const ImprovedPlans again =
+      locked.search_deadline(sorted.data(), plans, times.data(), deadline_s, 1000000);
+  EXPECT_EQ(again.choices, found.choices);
+
+  std::vector<double> unsorted = times;
+  std::swap(unsorted[0], unsorted[1]);
+  EXPECT_THROW(locked.search_deadline(sorted.data(), plans, unsorted.data(), deadline_s, 1000),
+               std::invalid_argument);
+  std::vector<OptionIndex> bad = sorted;
+  bad.back() = 60000;
+  EXPECT_THROW(locked.search_deadline(bad.data(), plans, times.data(), deadline_s, 1000),
+               std::invalid_argument);
+  EXPECT_THROW(locked.search_deadline(sorted.data(), plans, times.data(), deadline_s, -1),
+               std::invalid_argument);
+  const std::vector<OptionIndex> fastest(n, 0);
+  const double fastest_s = evaluator.evaluate(fastest.data()).iteration_time_s;
+  EXPECT_TRUE(locked.search_deadline(sorted.data(), plans, times.data(), 0.5 * fastest_s, 1000)
+                  .choices.empty());
 }
 
 TEST(LockedProblem, ConcurrentCallersGetWhatSequentialOnesGet) {
