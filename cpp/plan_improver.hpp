@@ -24,8 +24,10 @@
 //                 path (one or more options), then reclaim what that frees;
 //                 pushes: slow one computation to its steepest saving, then
 //                 tighten elsewhere to meet D and reclaim; squeezes: tighten
-//                 the whole plan below D, then reclaim. A trial is kept when
-//                 energy over D falls, and undone from a journal otherwise.
+//                 the whole plan below D, then reclaim; when all of these
+//                 fail, wide pushes: each push again to every other slower
+//                 option. A trial is kept when energy over D falls, and
+//                 undone from a journal otherwise.
 //
 // The plan lives here, with its longest paths kept current incrementally
 // (PathTimes): every move updates only the nodes whose times move. Costs: a
