@@ -475,7 +475,7 @@ class Frontier(Sequence[Plan]):
         picked one idles, drawing blocking power, for the rest of the
         deadline; the tailored one uses that time. It never uses more energy
         over the deadline than the picked plan, takes a fixed amount of work
-        (0.04-0.3 s on one core up to 2,048 computations) and is the same on
+        (0.07-0.3 CPU s up to 4,096 computations, 1.6 s at 16,384) and is the same on
         every machine. The plan is not part of the frontier. Needs the
         profile; not combined with `switch_latency_s`.
 
