@@ -471,20 +471,23 @@ class Frontier(Sequence[Plan]):
         With ``tailored=True``, a plan solved for `deadline_s` itself rather
         than picked from the frontier: the frontier plans nearest it as
         starts, slowed into the deadline or sped up to it, then a local
-        search there (`perseus._tailored`). Between two frontier plans the
-        picked one idles, drawing blocking power, for the rest of the
-        deadline; the tailored one uses that time. It never uses more energy
-        over the deadline than the picked plan, takes a fixed amount of work
-        (0.07-0.3 CPU s up to 4,096 computations, 1.6 s at 16,384) and is the same on
-        every machine. The plan is not part of the frontier. Needs the
-        profile; not combined with `switch_latency_s`.
+        search there (the solver's own search at one deadline). Between two
+        frontier plans the picked one idles, drawing blocking power, for the
+        rest of the deadline; the tailored one uses that time. It never uses
+        more energy over the deadline than the picked plan, takes a fixed
+        amount of work (0.07-0.3 CPU s up to 4,096 computations, 1.6 s at
+        16,384) and is the same on every machine. The plan is not part of
+        the frontier. Needs the profile; not combined with
+        `switch_latency_s`.
 
         Raises
         ------
         ValueError
-            If even the fastest plan is slower than `deadline_s`, or it is NaN.
+            If even the fastest plan is slower than `deadline_s`, or it is
+            NaN; with ``tailored=True`` also when the frontier has no profile
+            or its profile lacks a clock the nearby plans run.
         TypeError
-            If it is not a number.
+            If it is not a number, or `tailored` is not a bool.
         """
         if deadline is not None:
             if deadline_s is not None:
