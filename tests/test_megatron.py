@@ -1494,6 +1494,36 @@ def test_policy_follows_a_1_2_to_1_5x_straggler_for_8_iterations():
     assert "follows straggler replica 1" in str(follow)
 
 
+def test_policy_with_tailored_plans_follows_with_the_plan_solved_for_the_deadline():
+    """tailored_plans=True: the same decisions as the default on the same trace, but each
+    follow runs frontier.plan_for(deadline, tailored=True): it meets the deadline and costs
+    no more over it than the frontier's own plan (less, on this trace); a restored policy
+    runs the same plan."""
+    rows = _noisy(40, 2, seed=5, noise=0.02, slow=lambda i, r: 1.2 if r == 1 and i >= 10 else 1.0)
+    # A frontier where plans sit apart enough for tailoring to pay (the example GPT-3 profile,
+    # 8 x 16; the 2 x 4 toy frontier's plans are already what a search at its deadlines finds).
+    example = Path(__file__).resolve().parent.parent / "examples" / "gpt3-a100-8stage.csv"
+    profile = perseus.Profile.from_csv(example, blocking_power_w=83.64)
+    frontier = perseus.optimize(profile, microbatches=16, progress=False)
+    plain, _ = _replay(_policies(frontier, 2), rows)
+    policies = _policies(frontier, 2, tailored_plans=True)
+    tailored, straggler = _replay(policies, rows)
+    assert straggler == []
+    assert _reasons(tailored) == _reasons(plain)
+    follow = tailored[0]
+    plan = policies[0].plan
+    assert plan.iteration_time_s == follow.to_time_s <= follow.deadline_s
+    picked = frontier.plan_for(follow.deadline_s)
+    assert plan.energy_at(follow.deadline_s) < picked.energy_at(follow.deadline_s)
+    expected = frontier.plan_for(follow.deadline_s, tailored=True)
+    assert plan.frequencies_mhz.tolist() == expected.frequencies_mhz.tolist()
+    copy = StragglerPolicy(frontier, frontier.fastest, replica=0, tailored_plans=True)
+    copy.restore(json.loads(json.dumps(policies[0].state())))
+    assert copy.plan.frequencies_mhz.tolist() == plan.frequencies_mhz.tolist()
+    with pytest.raises(ValueError, match="tailored_plans must be True or False"):
+        StragglerPolicy(frontier, frontier.fastest, tailored_plans="yes")
+
+
 def test_policy_recovery_at_1_05x_is_recovered():
     """A straggler at 1.3x that comes back to 1.05x of the others, and one that comes back to
     1.03x with noise: both "recovered" with the defaults, never "straggler changed". With a
@@ -1776,6 +1806,7 @@ def test_add_arguments_and_settings_from_them(tmp_path):
             "--perseus-tolerance=0.2",
             "--perseus-straggler-min-duration=4",
             "--perseus-straggler-min-gain=0.05",
+            "--perseus-straggler-tailored",
             "--perseus-idle-mhz=1005",
             "--perseus-calibrate=5",
             "--perseus-on-mismatch=warn",
@@ -1788,6 +1819,13 @@ def test_add_arguments_and_settings_from_them(tmp_path):
     assert settings.clocks.idle_mhz == 1005
     assert settings.stragglers.min_duration == 4
     assert settings.stragglers.min_gain == 0.05
+    assert settings.stragglers.tailored_plans is True
+    assert (
+        settings_from_args(
+            parser.parse_args(["--perseus-mode=run", "--perseus-frontier", str(f4)])
+        ).stragglers.tailored_plans
+        is False
+    )
     assert settings.metrics.calibrate == 5
     assert settings.on_mismatch == "warn"
     with pytest.raises(ValueError, match="both for 4 microbatches"):

@@ -95,6 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="least energy saving (0.01: 1 %%) for which followers switch plans",
     )
     g.add_argument(
+        "--perseus-straggler-tailored",
+        action="store_true",
+        help="followers run the plan solved for the straggler's time itself "
+        "(Frontier.plan_for(..., tailored=True)), not the frontier plan that idles for the gap",
+    )
+    g.add_argument(
         "--perseus-idle-mhz",
         type=int,
         default=None,
@@ -209,6 +215,7 @@ def settings_from_args(args: Any) -> Optional[Settings]:
         window=args.perseus_straggler_window,
         min_duration=getattr(args, "perseus_straggler_min_duration", _STRAGGLERS.min_duration),
         min_gain=getattr(args, "perseus_straggler_min_gain", _STRAGGLERS.min_gain),
+        tailored_plans=getattr(args, "perseus_straggler_tailored", _STRAGGLERS.tailored_plans),
     )
     tolerance = getattr(args, "perseus_stale_plan_tolerance", _METRICS.stale_plan_tolerance)
     metrics = MetricsOptions(

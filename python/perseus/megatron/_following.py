@@ -273,6 +273,7 @@ class PlanBook:
                 min_samples=o.min_samples,
                 min_duration=o.min_duration,
                 min_gain=o.min_gain,
+                tailored_plans=o.tailored_plans,
             )
             self._policies[key] = policy
         return policy

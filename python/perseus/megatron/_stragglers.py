@@ -172,6 +172,10 @@ class StragglerPolicy:
         Following must save at least this fraction of the followers'
         predicted energy at the straggler's pace (the plan for the deadline
         against the base plan waiting for it); else the base plan is kept.
+    tailored_plans
+        Follow with the plan solved for the deadline itself
+        (``frontier.plan_for(deadline, tailored=True)``) instead of the
+        frontier's own plan for it.
     """
 
     def __init__(
@@ -186,6 +190,7 @@ class StragglerPolicy:
         min_samples: Optional[int] = None,
         min_duration: int = 7,
         min_gain: float = 0.01,
+        tailored_plans: bool = False,
     ) -> None:
         from ._options import StragglerOptions
 
@@ -197,6 +202,7 @@ class StragglerPolicy:
             min_samples=min_samples,
             min_duration=min_duration,
             min_gain=min_gain,
+            tailored_plans=tailored_plans,
         )
         if not is_integer(replica) or replica < 0:
             raise ValueError(f"replica must be a data-parallel rank >= 0, not {replica!r}")
@@ -209,6 +215,7 @@ class StragglerPolicy:
         self.min_samples = options.samples
         self.min_duration = int(options.min_duration)
         self.min_gain = float(options.min_gain)
+        self.tailored_plans = options.tailored_plans
         self._evidence = self.min_duration + 3  # iterations the duration is counted over
         self.decisions: deque[StragglerDecision] = deque(maxlen=1000)
         self._replicas = 0
@@ -270,7 +277,11 @@ class StragglerPolicy:
         self._plan_reference = plan_reference
         if straggler is not None and straggler != self.replica:
             assert deadline_s is not None
-            self.plan = self.frontier.plan_for(deadline_s)
+            self.plan = self._plan_for(deadline_s)
+
+    def _plan_for(self, deadline_s: float) -> Plan:
+        """The plan followers run for a deadline: the frontier's, or solved for it."""
+        return self.frontier.plan_for(deadline_s, tailored=self.tailored_plans)
 
     @property
     def following(self) -> bool:
@@ -354,7 +365,7 @@ class StragglerPolicy:
     def _gain(self, deadline_s: float) -> float:
         """The fraction of energy following saves: the plan for the deadline against the base
         plan, both waiting (blocking power) until the deadline."""
-        plan = self.frontier.plan_for(deadline_s)
+        plan = self._plan_for(deadline_s)
         followed = plan.energy_at(max(deadline_s, plan.iteration_time_s))
         waiting = self.base.energy_at(max(deadline_s, self.base.iteration_time_s))
         return 1 - followed / waiting
@@ -424,7 +435,7 @@ class StragglerPolicy:
         self.deadline_s = deadline
         self._since = 0  # dwell: the next decision waits for fresh samples
         self._plan_reference = None
-        plan = self.base if self.replica == numbers[0] else self.frontier.plan_for(deadline)
+        plan = self.base if self.replica == numbers[0] else self._plan_for(deadline)
         return self._decide(iteration, action, numbers, plan=plan, reason=reason)
 
     def _back_to_base(
