@@ -1506,10 +1506,20 @@ def test_policy_with_tailored_plans_follows_with_the_plan_solved_for_the_deadlin
     profile = perseus.Profile.from_csv(example, blocking_power_w=83.64)
     frontier = perseus.optimize(profile, microbatches=16, progress=False)
     plain, _ = _replay(_policies(frontier, 2), rows)
+    searches = []  # one tailored search per plan switch, none while weighing a straggler
+    original = frontier.plan_for
+
+    def counting(deadline_s, **options):
+        searches.extend([deadline_s] if options.get("tailored") else [])
+        return original(deadline_s, **options)
+
+    frontier.plan_for = counting
     policies = _policies(frontier, 2, tailored_plans=True)
     tailored, straggler = _replay(policies, rows)
+    del frontier.plan_for
     assert straggler == []
     assert _reasons(tailored) == _reasons(plain)
+    assert searches == [s.deadline_s for s in tailored if s.reason != "recovered"]
     follow = tailored[0]
     plan = policies[0].plan
     assert plan.iteration_time_s == follow.to_time_s <= follow.deadline_s

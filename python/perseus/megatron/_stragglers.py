@@ -364,8 +364,12 @@ class StragglerPolicy:
 
     def _gain(self, deadline_s: float) -> float:
         """The fraction of energy following saves: the plan for the deadline against the base
-        plan, both waiting (blocking power) until the deadline."""
-        plan = self._plan_for(deadline_s)
+        plan, both waiting (blocking power) until the deadline.
+
+        Always the frontier's own plan, even with tailored plans: this runs at every iteration
+        a lasting straggler is weighed, where a tailored search (up to seconds) would stall
+        training, and a tailored plan only saves more, so the decisions stay the default's."""
+        plan = self.frontier.plan_for(deadline_s)
         followed = plan.energy_at(max(deadline_s, plan.iteration_time_s))
         waiting = self.base.energy_at(max(deadline_s, self.base.iteration_time_s))
         return 1 - followed / waiting
