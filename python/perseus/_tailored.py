@@ -65,7 +65,7 @@ def tailored_plan(
     problem, table, pipeline = _setup(source, spec)
     lo = max(0, index - (STARTS_PER_SIDE - 1))
     hi = min(len(frontier), index + 1 + STARTS_PER_SIDE)
-    starts = np.stack([_option_indices(frontier, k, table, pipeline) for k in range(lo, hi)])
+    starts = _option_indices(frontier, range(lo, hi), table, pipeline)
     times = np.asarray(frontier.iteration_times_s[lo:hi], dtype=np.float64)
     work = TAILORED_SEARCH_WORK if max_work is None else int(max_work)
     found = problem.search_deadline(starts, times, float(deadline_s), work)
@@ -79,29 +79,26 @@ def tailored_plan(
 
 
 def _option_indices(
-    frontier: Frontier, k: int, table: _OptionTable, pipeline: _core.Pipeline
+    frontier: Frontier, plans: range, table: _OptionTable, pipeline: _core.Pipeline
 ) -> np.ndarray:
-    """Plan k's clocks as the core's option indices (uint16, one per computation)."""
+    """The plans' clocks as the core's option indices (uint16, a row per plan)."""
     group = np.asarray(pipeline.group, dtype=np.int64)
     offsets = np.asarray(table.offsets, dtype=np.int64)
     option_mhz = np.asarray(table.frequency_mhz, dtype=np.int64)
-    wanted = np.asarray(frontier.frequencies_mhz(k), dtype=np.int64)
-    choice = np.full(group.size, -1, dtype=np.int64)
-    for g in np.unique(group):
-        at = group == g
-        clocks = option_mhz[offsets[g] : offsets[g + 1]]
-        order = np.argsort(clocks, kind="stable")
-        where = np.searchsorted(clocks, wanted[at], sorter=order)
-        where = np.minimum(where, clocks.size - 1)
-        found = order[where]
-        choice[at] = np.where(clocks[found] == wanted[at], found, -1)
-    missing = np.nonzero(choice < 0)[0]
+    # (group, MHz) -> the option's index within its group, -1 where there is none.
+    option_group = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    lookup = np.full((offsets.size - 1, int(option_mhz.max()) + 1), -1, dtype=np.int64)
+    lookup[option_group, option_mhz] = np.arange(option_mhz.size) - offsets[option_group]
+    wanted = np.stack([np.asarray(frontier.frequencies_mhz(k), dtype=np.int64) for k in plans])
+    inside = (wanted >= 0) & (wanted < lookup.shape[1])
+    choice = np.where(inside, lookup[group, np.clip(wanted, 0, lookup.shape[1] - 1)], -1)
+    missing = np.argwhere(choice < 0)
     if missing.size:
-        i = int(missing[0])
+        row, i = (int(v) for v in missing[0])
         stage, instruction = int(pipeline.stage[i]), int(pipeline.instruction[i])
         raise ValueError(
-            f"plan {k} runs (stage {stage}, {INSTRUCTIONS[instruction]!r}, microbatch "
-            f"{int(pipeline.microbatch[i])}) at {int(wanted[i])} MHz, which is not one of the "
-            "profile's options: a tailored plan needs the profile the frontier was solved with"
+            f"plan {plans[row]} runs (stage {stage}, {INSTRUCTIONS[instruction]!r}, microbatch "
+            f"{int(pipeline.microbatch[i])}) at {int(wanted[row, i])} MHz, which is not one of "
+            "the profile's options: a tailored plan needs the profile the frontier was solved with"
         )
     return choice.astype(np.uint16)

@@ -372,15 +372,19 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _deadline_of(frontier: Frontier, args: argparse.Namespace, option: str) -> tuple[float, str]:
+    """The deadline (s) that --deadline or --slowdown asks for, and how to name it; `option`
+    (which needs one of them) in the error otherwise."""
+    if args.deadline is not None:
+        return args.deadline, f"--deadline {args.deadline:g} s"
+    if args.slowdown is not None:
+        return args.slowdown * frontier.fastest.iteration_time_s, f"--slowdown {args.slowdown:g}"
+    raise UsageError(f"argument {option}: only with --deadline or --slowdown")
+
+
 def _tailored_choice(frontier: Frontier, args: argparse.Namespace, index: int) -> tuple[Plan, str]:
     """`perseus plan --tailored`: the plan solved for --deadline or --slowdown from plan `index`."""
-    if args.deadline is not None:
-        deadline, flag = args.deadline, f"--deadline {args.deadline:g} s"
-    elif args.slowdown is not None:
-        deadline = args.slowdown * frontier.fastest.iteration_time_s
-        flag = f"--slowdown {args.slowdown:g}"
-    else:
-        raise UsageError("argument --tailored: only with --deadline or --slowdown")
+    deadline, flag = _deadline_of(frontier, args, "--tailored")
     try:
         plan = frontier.plan_for(deadline, tailored=True)
     except ValueError as error:
@@ -394,13 +398,7 @@ def _switch_aware_choice(
     """`perseus plan --switch-latency`: the switch-aware plan for --deadline or --slowdown."""
     from ..switch_latency import switch_aware_plan
 
-    if args.deadline is not None:
-        deadline, flag = args.deadline, f"--deadline {args.deadline:g} s"
-    elif args.slowdown is not None:
-        deadline = args.slowdown * frontier.fastest.iteration_time_s
-        flag = f"--slowdown {args.slowdown:g}"
-    else:
-        raise UsageError("argument --switch-latency: only with --deadline or --slowdown")
+    deadline, flag = _deadline_of(frontier, args, "--switch-latency")
     try:
         aware = switch_aware_plan(frontier, deadline, args.switch_latency)
     except ValueError as error:
