@@ -97,3 +97,36 @@ def test_a_profile_without_the_plans_clocks_is_refused(profile, frontier):
     other = Profile.from_records(records, blocking_power_w=profile.blocking_power_w)
     with pytest.raises(ValueError, match="not one of the profile's options"):
         tailored_plan(frontier, 3, frontier.iteration_times_s[3], other)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "virtual_stages"), [("interleaved-1f1b", 2), ("gpipe", 1)], ids=["v2", "gpipe"]
+)
+def test_other_schedules(profile, schedule, virtual_stages):
+    # The starts' clocks map to the right (chunk, instruction) options on other schedules too.
+    frontier = perseus.optimize(
+        profile, microbatches=8, schedule=schedule, virtual_stages=virtual_stages
+    )
+    for deadline in _deadlines(frontier, 3):
+        plan = frontier.plan_for(deadline, tailored=True)
+        replayed = perseus.evaluate(profile, plan)
+        assert replayed.energy_j == pytest.approx(plan.energy_j, rel=1e-12)
+        assert plan.iteration_time_s <= deadline
+        assert plan.energy_at(deadline) <= frontier.energy_at(deadline) * (1 + 1e-12)
+
+
+def test_a_one_plan_frontier(profile):
+    # The fastest plan alone: its only start, and the all-fastest plan.
+    frontier = perseus.optimize(profile, microbatches=16)
+    only = Frontier(
+        [frontier.fastest],
+        baseline=frontier.baseline,
+        spec=frontier.spec,
+        unit_time_s=frontier.unit_time_s,
+        blocking_power_w=frontier.blocking_power_w,
+        solve_time_s=0.0,
+    )
+    deadline = 1.1 * frontier.fastest.iteration_time_s
+    plan = only.plan_for(deadline, tailored=True)
+    assert plan.iteration_time_s <= deadline
+    assert plan.energy_at(deadline) <= frontier.fastest.energy_at(deadline)
