@@ -87,10 +87,25 @@ py::object search_deadline(LockedProblem& self, const CArray<OptionIndex>& start
   const py::buffer_info times = time_s.request();
   if (times.ndim != 1 || static_cast<std::size_t>(times.shape[0]) != plans)
     throw std::invalid_argument("time_s must hold one time per start");
+  // Ctrl-C (any pending signal handler) stops the search, as it stops a
+  // solve: the hook takes the GIL back when the pacer's poll period is up.
+  SolverOptions options;
+  std::unique_ptr<py::error_already_set> pending;
+  options.interrupted = [&]() {
+    py::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() == 0) return false;
+    pending = std::make_unique<py::error_already_set>();
+    return true;
+  };
+  Pacer pacer(options);
   ImprovedPlans out;
-  {
+  try {
     py::gil_scoped_release release;
-    out = self.search_deadline(starts.data(), plans, time_s.data(), deadline_s, max_work);
+    out = self.search_deadline(starts.data(), plans, time_s.data(), deadline_s, max_work,
+                               [&pacer] { pacer.tick(Phase::kLocalSearch, 0, 1); });
+  } catch (const SolveCancelled&) {
+    if (pending) throw std::move(*pending);
+    throw;
   }
   if (out.evaluations.empty()) return py::none();
   return py::make_tuple(out.evaluations[0].iteration_time_s, out.evaluations[0].energy_j,

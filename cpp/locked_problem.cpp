@@ -68,7 +68,7 @@ ImprovedPlans LockedProblem::local_search(const OptionIndex* choices, std::size_
 
 ImprovedPlans LockedProblem::search_deadline(const OptionIndex* plans, std::size_t count,
                                              const double* time_s, double deadline_s,
-                                             std::int64_t max_work) {
+                                             std::int64_t max_work, const std::function<void()>& poll) {
   const std::size_t n = ix(problem_.pipeline().size());
   std::vector<double> times(time_s, time_s + count);
   for (std::size_t k = 0; k < count; ++k)
@@ -81,9 +81,17 @@ ImprovedPlans LockedProblem::search_deadline(const OptionIndex* plans, std::size
   PlanImprover& improver = this->improver();
   const std::vector<OptionIndex> fastest(n, 0);
   std::vector<OptionIndex> best(n);
-  const double best_j = perseus::search_deadline(
-      deadline_s, times, [&](std::size_t k) { return plans + k * n; }, fastest.data(),
-      improver.work() + max_work, 1, improver, nullptr, best);
+  double best_j = kInfinity;
+  improver.set_poll(poll, kSearchPollWork);
+  try {
+    best_j = perseus::search_deadline(
+        deadline_s, times, [&](std::size_t k) { return plans + k * n; }, fastest.data(),
+        improver.work() + max_work, 1, improver, nullptr, best);
+  } catch (...) {
+    improver_.reset();  // stopped mid-search: the next call builds a fresh one
+    throw;
+  }
+  improver.set_poll({}, 0);
   ImprovedPlans out;
   if (best_j == kInfinity) return out;
   out.choices = std::move(best);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -49,8 +50,14 @@ class LockedProblem {
   // search_deadline within max_work work units. Empty when not even the
   // all-fastest plan meets the deadline. Throws std::invalid_argument for an
   // option index out of range or times that are not finite and sorted.
+  // `poll`, when set, is called about every kSearchPollWork work units and
+  // may throw to cancel (the exception passes through; the next call starts
+  // afresh).
   ImprovedPlans search_deadline(const OptionIndex* plans, std::size_t count, const double* time_s,
-                                double deadline_s, std::int64_t max_work);
+                                double deadline_s, std::int64_t max_work,
+                                const std::function<void()>& poll = {});
+  // About 1 ms of search between polls (1e8 work units a second on 16 x 128).
+  static constexpr std::int64_t kSearchPollWork = 100000;
   // Problem::solve; it has no shared scratch, so it takes no lock and runs
   // beside the calls above.
   FrontierResult solve(const SolverOptions& options) const { return problem_.solve(options); }

@@ -292,7 +292,7 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     return keep_if_better(mark, deadline, best);
   };
   bool improved = true;
-  while (improved && work() < limit) {
+  while (improved && within(limit)) {
     improved = false;
     // Computations on a longest path of the plan as it is (which may end
     // before the deadline): speeding one up is what frees time for others.
@@ -307,7 +307,7 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     });
     work_ += static_cast<std::int64_t>(choice_.size());
     for (const Index jump : kJumps) {
-      for (std::size_t a = 0; a < critical_.size() && !improved && work() < limit; ++a) {
+      for (std::size_t a = 0; a < critical_.size() && !improved && within(limit); ++a) {
         const Index i = critical_[a];
         if (jump > 1 && choice_[ix(i)] < jump) continue;
         improved = trial([&] { set_option(i, std::max<Index>(0, choice_[ix(i)] - jump)); });
@@ -330,7 +330,7 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
       }
       std::sort(pushes_.begin(), pushes_.end(), [](const Move& a, const Move& b) { return b < a; });
       work_ += static_cast<std::int64_t>(choice_.size());
-      for (std::size_t a = 0; a < pushes_.size() && !improved && work() < limit; ++a) {
+      for (std::size_t a = 0; a < pushes_.size() && !improved && within(limit); ++a) {
         const Index j = pushes_[a].computation;
         const std::size_t mark = journal_.size();
         set_option(j, steepest_[ix(first_option_[group_[ix(j)]] + choice_[ix(j)])]);
@@ -344,13 +344,13 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
       }
     }
     const std::size_t pairs_of = std::min(critical_.size(), kPairCandidates);
-    for (std::size_t a = 0; a < pairs_of && !improved && work() < limit; ++a)
-      for (std::size_t b = a + 1; b < pairs_of && !improved && work() < limit; ++b)
+    for (std::size_t a = 0; a < pairs_of && !improved && within(limit); ++a)
+      for (std::size_t b = a + 1; b < pairs_of && !improved && within(limit); ++b)
         improved = trial([&] {
           set_option(critical_[a], choice_[ix(critical_[a])] - 1);
           set_option(critical_[b], choice_[ix(critical_[b])] - 1);
         });
-    for (std::size_t q = 0; q < std::size(kSqueezes) && !improved && work() < limit; ++q) {
+    for (std::size_t q = 0; q < std::size(kSqueezes) && !improved && within(limit); ++q) {
       const std::size_t mark = journal_.size();
       if (!tighten_to(deadline * (1.0 - kSqueezes[q]), -1, TightenOrder::kUsefulSecond)) {
         rollback(mark);
@@ -364,12 +364,12 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work) {
     // first. A saving that needs one computation several options slower and
     // another several faster (measured: 0.11 % on a 3 x 2 GPipe pipeline,
     // bench/quality.py) is out of reach of single steps from either side.
-    for (std::size_t a = 0; a < pushes_.size() && !improved && work() < limit; ++a) {
+    for (std::size_t a = 0; a < pushes_.size() && !improved && within(limit); ++a) {
       const Index j = pushes_[a].computation;
       const Index from = choice_[ix(j)];
       const Index steep = steepest_[ix(first_option_[group_[ix(j)]] + from)];
       for (Index option = from + 1;
-           option < table_.num_options(group_[ix(j)]) && !improved && work() < limit; ++option) {
+           option < table_.num_options(group_[ix(j)]) && !improved && within(limit); ++option) {
         if (option == steep) continue;
         const std::size_t mark = journal_.size();
         set_option(j, option);

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "dag.hpp"
@@ -103,6 +104,25 @@ class PlanImprover {
   void local_search(double deadline_s, std::int64_t max_work);
 
   std::int64_t work() const { return work_ + times_.work(); }
+  // Whether work() < limit; polls first when due. A search that must stay
+  // interruptible (a tailored plan, bindings) sets `poll`, which may throw
+  // (SolveCancelled) and is called at least every `every_work` work units
+  // at the local search's and search_deadline's loop tests, where the plan
+  // is committed. Without a poll (the solve, which polls between
+  // deadlines) this is the plain test, so plans do not depend on it.
+  void set_poll(std::function<void()> poll, std::int64_t every_work) {
+    poll_ = std::move(poll);
+    poll_every_work_ = every_work;
+    next_poll_work_ = work() + every_work;
+  }
+  bool within(std::int64_t limit) {
+    const std::int64_t done = work();
+    if (poll_ && done >= next_poll_work_) {
+      next_poll_work_ = done + poll_every_work_;
+      poll_();
+    }
+    return done < limit;
+  }
 
  private:
   double time_of(Index i, Index option) const { return table_.time_s(group_[ix(i)], option); }
@@ -165,6 +185,8 @@ class PlanImprover {
   std::vector<std::pair<Index, OptionIndex>> first_result_;  // reclaim_both's first order
   std::vector<Index> seeds_, critical_;
   std::int64_t work_ = 0;
+  std::function<void()> poll_;
+  std::int64_t poll_every_work_ = 0, next_poll_work_ = 0;
 };
 
 }  // namespace perseus

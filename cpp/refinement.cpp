@@ -185,7 +185,7 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
   const std::size_t first_slower = any_meets ? k + 1 : 0;
   if (any_meets) consider(row_at(k), false);
   if (first_slower < time_s.size()) consider(row_at(first_slower), true);
-  for (std::size_t step = 1; step < kStartsPerSide && improver.work() < starts_end; ++step) {
+  for (std::size_t step = 1; step < kStartsPerSide && improver.within(starts_end); ++step) {
     if (any_meets && step <= k) consider(row_at(k - step), false);
     if (first_slower + step < time_s.size()) consider(row_at(first_slower + step), true);
   }

@@ -9,6 +9,10 @@ bounds it from below in tests/test_oracle.py).
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -130,3 +134,39 @@ def test_a_one_plan_frontier(profile):
     plan = only.plan_for(deadline, tailored=True)
     assert plan.iteration_time_s <= deadline
     assert plan.energy_at(deadline) <= frontier.fastest.energy_at(deadline)
+
+
+class _Interrupted(Exception):
+    """What this test's SIGINT handler raises (pytest's own stops the session)."""
+
+
+def test_ctrl_c_stops_a_long_tailored_search(profile):
+    # A search with a large budget on a long pipeline runs for over half a
+    # second here (1e8 work units, 1,024 computations; 0.67 s on 2 cores); Ctrl-C must stop it within
+    # the poll period, not when it ends, and leave the next search unchanged.
+    frontier = perseus.optimize(profile, microbatches=64)
+    times = np.asarray(frontier.iteration_times_s)
+    k = len(times) // 3
+    deadline = float((times[k] + times[k + 1]) / 2)
+    work = 100_000_000
+    started = time.perf_counter()
+    whole = tailored_plan(frontier, k, deadline, max_work=work)
+    whole_s = time.perf_counter() - started
+
+    def handler(_signum, _frame):
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGINT, handler)
+    timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        started = time.perf_counter()
+        timer.start()
+        with pytest.raises(_Interrupted):
+            tailored_plan(frontier, k, deadline, max_work=work)
+        stopped_s = time.perf_counter() - started
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert stopped_s < 0.5 * whole_s, (stopped_s, whole_s)
+    again = tailored_plan(frontier, k, deadline, max_work=work)
+    assert again.frequency_map_mhz == whole.frequency_map_mhz

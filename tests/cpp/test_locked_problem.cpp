@@ -40,11 +40,11 @@ Flat flatten(const OptionTable& table) {
 }
 
 struct Fixture {
-  Pipeline pipeline{ScheduleKind::OneFOneB, 3, 1, 4};
+  Pipeline pipeline;
   Dag dag{pipeline};
   OptionTable table;
-  Fixture()
-      : table([&] {
+  explicit Fixture(Index stages = 3, Index microbatches = 4)
+      : pipeline(ScheduleKind::OneFOneB, stages, 1, microbatches), table([&] {
           std::mt19937 rng(9);
           return test_support::table_from_raw(
               pipeline.num_stages(), test_support::random_sweeps(pipeline.num_stages(), 5, rng), 60.0);
@@ -226,6 +226,54 @@ TEST(CheckDeadlockFree, RefusesAnOrderThatCannotFinish) {
   // 4 GPUs x 3 chunks with 5 microbatches: the ragged last group deadlocks.
   EXPECT_THROW(check_deadlock_free(Pipeline(ScheduleKind::Interleaved1F1B, 4, 3, 5)),
                std::invalid_argument);
+}
+
+// A tailored search must stop when asked (Ctrl-C in Python): the poll is
+// called while it runs, an exception from it passes through, and the next
+// search starts afresh and finds what an uninterrupted one finds. Polling
+// never changes the plan.
+TEST(LockedProblem, SearchDeadlinePollsAndStopsCleanly) {
+  const Fixture f(6, 24);
+  std::mt19937 rng(31);
+  const std::size_t plans = 4;
+  std::vector<OptionIndex> rows = f.random_plans(plans, rng);
+  LockedProblem locked = f.locked();
+  std::vector<Evaluation> own = locked.evaluate(rows.data(), plans);
+  std::vector<std::size_t> order{0, 1, 2, 3};
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return own[a].iteration_time_s < own[b].iteration_time_s;
+  });
+  const auto n = ix(f.pipeline.size());
+  std::vector<OptionIndex> sorted;
+  std::vector<double> times;
+  for (const std::size_t k : order) {
+    sorted.insert(sorted.end(), rows.begin() + static_cast<std::ptrdiff_t>(k * n),
+                  rows.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+    times.push_back(own[k].iteration_time_s);
+  }
+  const double deadline_s = 0.5 * (times[1] + times[2]);
+  const std::int64_t work = 20 * LockedProblem::kSearchPollWork;
+  const ImprovedPlans plain =
+      locked.search_deadline(sorted.data(), plans, times.data(), deadline_s, work);
+  ASSERT_EQ(plain.evaluations.size(), 1u);
+
+  int polls = 0;
+  const ImprovedPlans polled = locked.search_deadline(sorted.data(), plans, times.data(), deadline_s,
+                                                      work, [&polls] { ++polls; });
+  EXPECT_GT(polls, 2);
+  EXPECT_EQ(polled.choices, plain.choices);
+
+  int calls = 0;
+  struct Stop {};
+  EXPECT_THROW(locked.search_deadline(sorted.data(), plans, times.data(), deadline_s, work,
+                                      [&calls] {
+                                        if (++calls == 2) throw Stop{};
+                                      }),
+               Stop);
+  EXPECT_EQ(calls, 2);
+  const ImprovedPlans after =
+      locked.search_deadline(sorted.data(), plans, times.data(), deadline_s, work);
+  EXPECT_EQ(after.choices, plain.choices);
 }
 
 }  // namespace
