@@ -22,6 +22,7 @@ Plans that finish early draw the blocking power until the iteration ends, so
     python bench/quality.py --quick --no-lowtime   # CI: the MIP gap only, seconds
     python bench/quality.py --json out.json  # full suite, about 3 minutes
     python bench/quality.py --no-lowtime --schedule gpipe   # the suite as GPipe pipelines
+    python bench/quality.py --schedule interleaved-1f1b    # even-stage cases, 2 chunks per GPU
 
 Exit status 0 even if a target is missed (this is a report); 1 if a perseus
 plan is cheaper than the exact optimum (a bug in one of the two) or a case
@@ -107,6 +108,8 @@ _SUITE = [
     (4, 6, True),
 ]
 SUITE = [SuiteCase(i, s, m, fit) for i, (s, m, fit) in enumerate(_SUITE)]
+# --schedule interleaved-1f1b: chunks per GPU (the cases with an even stage count).
+VIRTUAL_STAGES = 2
 QUICK_SUITE = [SUITE[i] for i in (1, 4, 5, 6, 10, 11)]
 
 
@@ -323,16 +326,27 @@ def run_case(
     lowtime: bool = True,
     schedule: str = "1f1b",
 ) -> CaseReport:
+    # The interleaved schedule runs every suite profile as two chunks per GPU.
+    virtual_stages = VIRTUAL_STAGES if schedule == "interleaved-1f1b" else 1
     import perseus
 
     t = time.perf_counter()
     after = perseus.optimize(
-        profile, microbatches=microbatches, unit_time_s=UNIT_TIME, schedule=schedule
+        profile,
+        microbatches=microbatches,
+        unit_time_s=UNIT_TIME,
+        schedule=schedule,
+        virtual_stages=virtual_stages,
     )
     t_after = time.perf_counter() - t
     t = time.perf_counter()
     before = perseus.optimize(
-        profile, microbatches=microbatches, unit_time_s=UNIT_TIME, refine=False, schedule=schedule
+        profile,
+        microbatches=microbatches,
+        unit_time_s=UNIT_TIME,
+        refine=False,
+        schedule=schedule,
+        virtual_stages=virtual_stages,
     )
     t_before = time.perf_counter() - t
     counts = [
@@ -398,7 +412,11 @@ def run_case(
     t = time.perf_counter()
     for deadline in np.linspace(after.iteration_times_s[0], after.iteration_times_s[-1], DEADLINES):
         opt = optimal_plan(
-            profile, microbatches=microbatches, deadline_s=float(deadline), schedule=schedule
+            profile,
+            microbatches=microbatches,
+            deadline_s=float(deadline),
+            schedule=schedule,
+            virtual_stages=virtual_stages,
         )
         rep.not_proven += not opt.optimal
         row: dict[str, Any] = {
@@ -728,9 +746,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--schedule",
-        choices=("1f1b", "gpipe"),
+        choices=("1f1b", "gpipe", "interleaved-1f1b"),
         default="1f1b",
-        help="the suite's schedule (lowtime's Zeus driver builds 1F1B only: gpipe implies --no-lowtime)",
+        help=(
+            "the suite's schedule (lowtime's Zeus driver builds 1F1B only: the others imply "
+            f"--no-lowtime); interleaved-1f1b runs the cases with an even stage count as "
+            f"{VIRTUAL_STAGES} chunks per GPU"
+        ),
     )
     args = parser.parse_args(argv)
     if args.schedule != "1f1b":
@@ -741,6 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs: list[tuple[str, int, int, Any, bool]] = [
         (c.label, c.stages, c.microbatches, lambda c=c: make_profile(c), True)
         for c in (QUICK_SUITE if args.quick else SUITE)
+        if args.schedule != "interleaved-1f1b" or c.stages % VIRTUAL_STAGES == 0
     ]
     examples = [("small-4stage", 4, 8), ("small-4stage", 4, 16), ("gpt3-a100-8stage", 8, 8)] + (
         [] if args.quick else [("gpt3-a100-8stage", 8, 32)]
@@ -801,6 +824,7 @@ def main(argv: list[str] | None = None) -> int:
             "versions": {"perseus": perseus.__version__, "lowtime": ref.lowtime_version()},
             "mode": "quick" if args.quick else "full",
             "schedule": args.schedule,
+            "virtual_stages": VIRTUAL_STAGES if args.schedule == "interleaved-1f1b" else 1,
             "suite_seed": SUITE_SEED,
             "unit_time_s": UNIT_TIME,
             "summary": summary,

@@ -393,16 +393,18 @@ class ParetoSet {
 };
 
 // The local search's work budget for a whole solve (SolverBudgets): a share
-// per DAG element, with a floor that shrinks as pipelines grow past
-// local_search_floor_computations (tiny ones get much search, large ones their
-// per-element share), and a cap.
+// per DAG element up to a cap, and a floor that scales with the square of
+// local_search_floor_computations / computations, up to
+// local_search_floor_max_growth times itself (tiny pipelines get much
+// search, large ones their per-element share).
 double local_search_budget(const Dag& dag, const SolverBudgets& budgets) {
   const double elements = static_cast<double>(dag.num_nodes() + dag.num_edges());
-  const double small = std::min(1.0, budgets.local_search_floor_computations /
-                                         std::max(static_cast<double>(dag.num_nodes()), 1.0));
-  const double floor = budgets.local_search_work_floor * small * small;
-  return std::min(std::max(budgets.local_search_work_per_element * elements, floor),
-                  budgets.local_search_work_cap);
+  const double small =
+      budgets.local_search_floor_computations / std::max(static_cast<double>(dag.num_nodes()), 1.0);
+  const double floor =
+      budgets.local_search_work_floor * std::min(small * small, budgets.local_search_floor_max_growth);
+  return std::max(
+      std::min(budgets.local_search_work_per_element * elements, budgets.local_search_work_cap), floor);
 }
 
 // Local search in rounds, each from the frontier the one before left (a good

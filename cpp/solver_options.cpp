@@ -30,6 +30,7 @@ void check_options(const SolverOptions& options) {
   check_range("local_search_work_per_element", b.local_search_work_per_element, 0.0, 1e12);
   check_range("local_search_work_floor", b.local_search_work_floor, 0.0, 1e15);
   check_range("local_search_floor_computations", b.local_search_floor_computations, 1.0, 0x1p30);
+  check_range("local_search_floor_max_growth", b.local_search_floor_max_growth, 0.0, 1e6);
   check_range("local_search_work_cap", b.local_search_work_cap, 0.0, 1e15);
   check_range("local_search_max_grid", count(b.local_search_max_grid), 0.0, 0x1p20);
   check_range("local_search_rounds", count(b.local_search_rounds), 0.0, 1000.0);

@@ -68,18 +68,24 @@ struct SolverBudgets {
   // Local search at every frontier plan's time and at most
   // local_search_max_grid more deadlines spread over the frontier's range:
   // work units per DAG element (node or edge) for the whole frontier, at
-  // most the cap, at least the floor scaled down by the square of
-  // local_search_floor_computations / computations. Tiny pipelines get the whole
-  // floor: their search is cheap and pays off most (coarse clock tables
-  // leave the convex model far from the discrete optimum; on the corpus's
-  // 4-8-clock cases less than 3e7 leaves plans that lose to the reference;
-  // with three rounds below, 4.5e7 keeps each round's share at 2-round 3e7's,
-  // where 3e7 lost to lowtime by 0.02 % on a 4 x 8 H100 case; it costs tiny
-  // cases about 30 % more CPU, 0.03-0.06 s).
-  // Large ones, whose candidates are dense, get their per-element share.
+  // most the cap, but at least the floor scaled by the square of
+  // local_search_floor_computations / computations (at most
+  // local_search_floor_max_growth times the floor, and above the cap when
+  // that is more). Tiny pipelines get the floor or more: their search is
+  // cheap and pays off most (coarse clock tables leave the convex model far
+  // from the discrete optimum; on the corpus's 4-8-clock cases less than
+  // 3e7 leaves plans that lose to the reference; with three rounds below,
+  // 4.5e7 keeps each round's share at 2-round 3e7's, where 3e7 lost to
+  // lowtime by 0.02 % on a 4 x 8 H100 case). Below 64 computations it
+  // grows up to twice that: at 4.5e7 bench/quality.py's 4 x 6 case (48
+  // computations) was 0.033 % above a lowtime plan and, as GPipe, 0.126 %
+  // above the exact optimum; at 8e7 neither (0.0 % and 0.08 %), for about
+  // 0.4 CPU s more on such cases. Large pipelines, whose candidates are
+  // dense, get their per-element share.
   double local_search_work_per_element = 2e3;
   double local_search_work_floor = 4.5e7;
   double local_search_floor_computations = 64;
+  double local_search_floor_max_growth = 2.0;
   double local_search_work_cap = 5e7;
   std::int64_t local_search_max_grid = 512;
   // Rounds of it, each from the frontier the last one left (the budget is
