@@ -155,7 +155,8 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
 double search_deadline(double deadline, const std::vector<double>& time_s,
                        const std::function<const OptionIndex*(std::size_t)>& row_at,
                        const OptionIndex* fastest, std::int64_t end, std::size_t deadlines_left,
-                       PlanImprover& improver, PlanLog* log, std::vector<OptionIndex>& best) {
+                       PlanImprover& improver, PlanLog* log, std::vector<OptionIndex>& best,
+                       std::int64_t* fastest_cost) {
   // The slowest plan that meets the deadline, and the next one (the first
   // plan when none meets it: it is tightened like a slower one).
   const auto after = static_cast<std::size_t>(std::upper_bound(time_s.begin(), time_s.end(), deadline) -
@@ -181,7 +182,8 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
   // reclaimed into it, slower ones tightened to it), while the deadline's
   // share of the budget lasts, and the all-fastest plan.
   const auto left = static_cast<std::int64_t>(deadlines_left);
-  const std::int64_t starts_end = improver.work() + (end - improver.work()) / (2 * left);
+  const std::int64_t share_of_deadline = (end - improver.work()) / left;
+  const std::int64_t starts_end = improver.work() + share_of_deadline / 2;
   const std::size_t first_slower = any_meets ? k + 1 : 0;
   if (any_meets) consider(row_at(k), false);
   if (first_slower < time_s.size()) consider(row_at(first_slower), true);
@@ -189,7 +191,18 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
     if (any_meets && step <= k) consider(row_at(k - step), false);
     if (first_slower + step < time_s.size()) consider(row_at(first_slower + step), true);
   }
-  consider(fastest, false);
+  // The all-fastest plan reclaimed into the deadline slows every computation,
+  // which on a pipeline of a few hundred computations or more costs many
+  // times a deadline's share: tried at every deadline, it spent the whole
+  // phase on the first few dozen deadlines of a thousand, where it never
+  // gave the best start (SOSP '24 8 x 12 to user 16 x 128). So it is tried
+  // only while its last cost fits the deadline's share, as on tiny
+  // pipelines, where it sometimes wins.
+  if (fastest_cost == nullptr || *fastest_cost <= share_of_deadline) {
+    const std::int64_t before_fastest = improver.work();
+    consider(fastest, false);
+    if (fastest_cost != nullptr) *fastest_cost = improver.work() - before_fastest;
+  }
   if (best_j == kInfinity) return kInfinity;
   // A local search from the best start, with an even share of what is left.
   const std::int64_t share = (end - improver.work()) / left;
@@ -233,11 +246,12 @@ void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, 
   std::vector<OptionIndex> best(n);
   PlanRows::Reader rows(plans);  // starts are read near each deadline, in increasing order
   const auto row_at = [&rows](std::size_t k) { return rows.row(k); };
+  std::int64_t fastest_cost = 0;  // of the last all-fastest start (none yet)
   for (std::size_t d = 0; d < deadlines.size(); ++d) {
     if (improver.work() >= end) return;
     tick(static_cast<std::int64_t>(d), static_cast<std::int64_t>(deadlines.size()));
     search_deadline(deadlines[d], time_s, row_at, fastest.data(), end, deadlines.size() - d, improver,
-                    &log, best);
+                    &log, best, &fastest_cost);
   }
 }
 

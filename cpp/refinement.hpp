@@ -28,8 +28,14 @@
 //                the deadline's share of the budget lasts: up to
 //                kStartsPerSide frontier plans on each side (faster ones
 //                reclaimed into it, slower ones tightened to it and
-//                reclaimed) and the all-fastest plan reclaimed; then a local
-//                search from the best, the work budget spread evenly.
+//                reclaimed) and the all-fastest plan reclaimed (while that
+//                fits the deadline's share); then a local search from the
+//                best, the work budget spread evenly. Deadlines run fastest
+//                first until the budget is spent: beyond tiny pipelines that
+//                is the fast part of the range, where the chains' plans are
+//                weakest (elsewhere, searching spread deadlines instead found
+//                nothing better on user 16 x 64 and lost up to 0.17 % at the
+//                fast end).
 // The two chains are independent: with threads to spare they run on threads
 // of their own while the min-cut loop runs on the caller's (they follow it
 // step by step), otherwise after it; each reports through a Ticker, which
@@ -106,14 +112,18 @@ void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, 
 // read through row_at) nearest the deadline on both sides, at least the
 // slowest one that meets it and the next slower one, more while the
 // deadline's share of what is left of the budget lasts (up to `end`, split
-// over deadlines_left), and the all-fastest plan; then a local search from
-// the best start with its even share. Each start and an improved result
-// are recorded into `log` when given. Returns the best energy over the
-// deadline (infinity when no start met it) and leaves that plan in `best`.
+// over deadlines_left), and the all-fastest plan (with `fastest_cost` given:
+// only while the cost it stores, that of the last all-fastest start, fits
+// the deadline's share; it is updated when the start runs); then a local
+// search from the best start with its even share. Each start and an
+// improved result are recorded into `log` when given. Returns the best
+// energy over the deadline (infinity when no start met it) and leaves that
+// plan in `best`.
 double search_deadline(double deadline, const std::vector<double>& time_s,
                        const std::function<const OptionIndex*(std::size_t)>& row_at,
                        const OptionIndex* fastest, std::int64_t end, std::size_t deadlines_left,
-                       PlanImprover& improver, PlanLog* log, std::vector<OptionIndex>& best);
+                       PlanImprover& improver, PlanLog* log, std::vector<OptionIndex>& best,
+                       std::int64_t* fastest_cost = nullptr);
 
 // Indices of the plans worth keeping, fastest first: strictly increasing
 // time, and effective energy (energy_j - blocking_w * time_s) falling by more

@@ -226,5 +226,36 @@ TEST(SearchDeadlines, StopsWhenTheBudgetIsSpentOrAbsent) {
   EXPECT_EQ(empty_log.size(), 0u);
 }
 
+// The all-fastest start slows every computation, which on large pipelines
+// costs many deadlines' shares: with a cost to go by, it runs only while its
+// last cost fits the deadline's share, and then records what it cost.
+TEST(SearchDeadline, TriesTheAllFastestStartOnlyWhileItsLastCostFitsTheShare) {
+  Search s;
+  const std::size_t n = ix(s.pipeline.size());
+  const std::vector<OptionIndex> fastest(n, 0);
+  const auto row_at = [&s, n](std::size_t k) { return s.rows.data() + k * n; };
+  const double deadline = 0.5 * (s.time_s[1] + s.time_s[2]);
+  const std::int64_t budget = 1000000;
+  auto search = [&](std::int64_t* cost) {
+    PlanImprover improver(s.pipeline, s.dag, s.table);
+    PlanLog log(s.pipeline.size());
+    std::vector<OptionIndex> best(n);
+    const double best_j = search_deadline(deadline, s.time_s, row_at, fastest.data(),
+                                          improver.work() + budget, 1, improver, &log, best, cost);
+    return std::make_pair(log.size(), best_j);
+  };
+  const auto [always, always_j] = search(nullptr);
+  std::int64_t cost = 0;
+  const auto [first, first_j] = search(&cost);
+  EXPECT_EQ(first, always);  // no cost known yet: tried
+  EXPECT_EQ(first_j, always_j);
+  EXPECT_GT(cost, 0);
+  std::int64_t too_dear = budget + 1;
+  const auto [skipped, skipped_j] = search(&too_dear);
+  EXPECT_EQ(skipped + 1, always);  // one start fewer recorded
+  EXPECT_EQ(too_dear, budget + 1);
+  EXPECT_GE(skipped_j, always_j);
+}
+
 }  // namespace
 }  // namespace perseus
