@@ -1,5 +1,7 @@
 #include "plan_improver.hpp"
 
+#include <cstdint>
+
 #include <algorithm>
 #include <cmath>
 #include <iterator>
@@ -160,7 +162,8 @@ double PlanImprover::best_move(Index i, double limit_s, ReclaimOrder order, Inde
   return best;
 }
 
-void PlanImprover::reclaim_seeded(double limit_s, ReclaimOrder order, const std::vector<Index>* seeds) {
+void PlanImprover::reclaim_seeded(double limit_s, ReclaimOrder order, const std::vector<Index>* seeds,
+                                  std::int64_t max_work_end) {
   heap_.clear();
   auto consider = [&](Index i) {
     Index option;
@@ -172,7 +175,7 @@ void PlanImprover::reclaim_seeded(double limit_s, ReclaimOrder order, const std:
   else
     for (const Index i : *seeds) consider(i);
   std::make_heap(heap_.begin(), heap_.end());
-  while (!heap_.empty()) {
+  while (!heap_.empty() && work() < max_work_end) {
     std::pop_heap(heap_.begin(), heap_.end());
     const Index i = heap_.back().computation;
     heap_.pop_back();
@@ -212,6 +215,11 @@ void PlanImprover::reclaim_both(double limit_s, const std::vector<Index>* seeds)
 
 void PlanImprover::reclaim(double deadline_s, ReclaimOrder order) {
   reclaim_seeded(std::max(deadline_s, makespan()), order, nullptr);
+}
+
+void PlanImprover::reclaim_until(double deadline_s, std::int64_t max_work_end) {
+  reclaim_seeded(std::max(deadline_s, makespan()), ReclaimOrder::kSavingPerSecond, nullptr,
+                 max_work_end);
 }
 
 double PlanImprover::speedup_cost(Index i) const {

@@ -95,6 +95,9 @@ class PlanImprover {
   // corpus (the two orders' frontiers differ by under 0.001 %); saving per
   // second is the default.
   void reclaim(double deadline_s, ReclaimOrder order = ReclaimOrder::kSavingPerSecond);
+  // The same, stopping once work() reaches max_work_end (the plan then
+  // still meets the deadline, only less of its slack is used).
+  void reclaim_until(double deadline_s, std::int64_t max_work_end);
   // Speeds computations up until T <= deadline_s; false if some path cannot
   // meet it even at its fastest options (the plan is then left as fast as the
   // greedy order got it).
@@ -138,7 +141,8 @@ class PlanImprover {
   }
   // Reclaims in one order; seeds: the computations that may have room (all
   // of them when null).
-  void reclaim_seeded(double limit_s, ReclaimOrder order, const std::vector<Index>* seeds);
+  void reclaim_seeded(double limit_s, ReclaimOrder order, const std::vector<Index>* seeds,
+                      std::int64_t max_work_end = INT64_MAX);
   // The better of both orders (the local search's trials use it: on small,
   // coarse problems greedy orders trap each other).
   void reclaim_both(double limit_s, const std::vector<Index>* seeds);

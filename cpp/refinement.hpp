@@ -114,7 +114,8 @@ void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, 
 // deadline's share of what is left of the budget lasts (up to `end`, split
 // over deadlines_left), and the all-fastest plan (with `fastest_cost` given:
 // only while the cost it stores, that of the last all-fastest start, fits
-// the deadline's share; it is updated when the start runs); then a local
+// the deadline's share; it is updated when the start runs; without it, its
+// reclaim stops where the starts' half of the share ends); then a local
 // search from the best start with its even share. Each start and an
 // improved result are recorded into `log` when given. Returns the best
 // energy over the deadline (infinity when no start met it) and leaves that

@@ -66,9 +66,12 @@ struct SolverBudgets {
   // twice what the other chain does per candidate.
   std::int64_t tight_chain_coarsening = 2;
   // Local search at every frontier plan's time and at most
-  // local_search_max_grid more deadlines spread over the frontier's range:
-  // work units per DAG element (node or edge) for the whole frontier, at
-  // most the cap, but at least the floor scaled by the square of
+  // local_search_max_grid more deadlines spread over the frontier's range,
+  // fastest first until this budget is spent (beyond tiny pipelines it
+  // reaches the fast part of the range only, where the chains' plans are
+  // weakest; refinement.hpp): work units per DAG element (node or edge)
+  // for the whole frontier, at most the cap, but at least the floor scaled
+  // by the square of
   // local_search_floor_computations / computations (at most
   // local_search_floor_max_growth times the floor, and above the cap when
   // that is more). Tiny pipelines get the floor or more: their search is

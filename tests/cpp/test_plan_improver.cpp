@@ -123,6 +123,34 @@ TEST(PlanImprover, ReclaimFromTheFastestPlanSavesEnergyWhenThereIsSlack) {
   }
 }
 
+// A reclaim with a work limit stops there (a tailored plan's all-fastest
+// start): the plan still meets the deadline, costs no more than before, and
+// with an ample limit it is the plain reclaim's.
+TEST(PlanImprover, ReclaimUntilStopsAtItsWorkLimitWithAPlanThatStillFits) {
+  for (auto& problem : problems()) {
+    PlanImprover full(problem->pipeline, problem->dag, problem->table);
+    const double deadline = full.makespan() * 1.2;
+    const std::int64_t start = full.work();
+    full.reclaim(deadline);
+    const std::int64_t full_work = full.work() - start;
+    ASSERT_GT(full_work, 2);
+
+    PlanImprover ample(problem->pipeline, problem->dag, problem->table);
+    ample.reclaim_until(deadline, ample.work() + 2 * full_work);
+    EXPECT_EQ(ample.choice(), full.choice());
+
+    PlanImprover cut(problem->pipeline, problem->dag, problem->table);
+    const double e0 = cut.energy_at(deadline);
+    const std::int64_t limit = cut.work() + full_work / 2;
+    cut.reclaim_until(deadline, limit);
+    EXPECT_LT(cut.work() - limit, full_work / 2);  // stopped near the limit, one move past at most
+    EXPECT_NE(cut.choice(), full.choice());
+    EXPECT_LE(cut.makespan(), deadline * (1 + kRel));
+    EXPECT_LE(cut.energy_at(deadline), e0 + kRel * std::abs(e0));
+    expect_consistent(cut, *problem, deadline);
+  }
+}
+
 TEST(PlanImprover, TightenMeetsTheDeadlineOrReturnsFalse) {
   std::mt19937 rng(13);
   for (auto& problem : problems()) {
