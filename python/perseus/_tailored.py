@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 #: bench/run.py --dense (h100-8-8x24, user-h100-16u-16x16) 1.6e7 left one of
 #: 48 deadlines 0.010-0.012 % above a search with 6.4e7, 3.2e7 none, at the
 #: same median cost (0.14-0.18 CPU s). Per plan: 0.07-0.3 CPU s (median) from
-#: 384 to 4,096 computations, 1.6 s at 16 x 512 (16,384; the starts' setup and
-#: reclaims grow with the pipeline, the search itself does not).
+#: 384 to 4,096 computations, 0.38 s at 16 x 512 and 0.49 s at 16 x 1024
+#: (bench/results/tailored-cost-2026-12-06.txt; the starts take at most half
+#: of it, so the all-fastest start, which took 1.7 and 5.9 s there, is cut).
 TAILORED_SEARCH_WORK = 32_000_000
 
 #: Frontier plans tried as starts on each side of the deadline: the solver's own count.

@@ -475,10 +475,10 @@ class Frontier(Sequence[Plan]):
         frontier plans the picked one idles, drawing blocking power, for the
         rest of the deadline; the tailored one uses that time. It never uses
         more energy over the deadline than the picked plan, takes a fixed
-        amount of work (0.07-0.3 CPU s up to 4,096 computations, 1.6 s at
-        16,384) and is the same on every machine; Ctrl-C stops it, as it
-        stops a solve. The plan is not part of the frontier. Needs the profile; not combined with
-        `switch_latency_s`.
+        amount of work (0.07-0.3 CPU s up to 4,096 computations, 0.4-0.5 s at
+        16,384-32,768) and is the same on every machine; Ctrl-C stops it, as
+        it stops a solve. The plan is not part of the frontier. Needs the
+        profile; not combined with `switch_latency_s`.
 
         Raises
         ------

@@ -130,8 +130,8 @@ class StragglerOptions:
         Followers run the plan solved for the straggler's deadline itself
         (``Frontier.plan_for(deadline, tailored=True)``) rather than the
         frontier plan that idles for the gap: never more energy, 0.07-0.3
-        CPU s per switch up to 4,096 computations (1.6 s at 16,384), the
-        same plan on every rank. Needs the frontier's profile (a frontier
+        CPU s per switch up to 4,096 computations (0.4-0.5 s at
+        16,384-32,768), the same plan on every rank. Needs the frontier's profile (a frontier
         file carries it).
     data_parallel_group, model_parallel_group
         Process groups whose members define a replica and its pipeline;
