@@ -78,6 +78,19 @@ py::tuple local_search(LockedProblem& self, const CArray<OptionIndex>& choices, 
   });
 }
 
+// An interrupt hook for work run with the GIL released: it takes the GIL
+// back, runs any pending signal handler (Ctrl-C's raises KeyboardInterrupt)
+// and, when one raised, keeps that error in `pending` for the caller to
+// re-raise once the work has stopped.
+InterruptHook signal_hook(std::unique_ptr<py::error_already_set>& pending) {
+  return [&pending]() {
+    py::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() == 0) return false;
+    pending = std::make_unique<py::error_already_set>();
+    return true;
+  };
+}
+
 // (time s, energy J, plan) of one plan solved for deadline_s from `starts`,
 // or None when not even the all-fastest plan meets it.
 py::object search_deadline(LockedProblem& self, const CArray<OptionIndex>& starts,
@@ -91,12 +104,7 @@ py::object search_deadline(LockedProblem& self, const CArray<OptionIndex>& start
   // solve: the hook takes the GIL back when the pacer's poll period is up.
   SolverOptions options;
   std::unique_ptr<py::error_already_set> pending;
-  options.interrupted = [&]() {
-    py::gil_scoped_acquire acquire;
-    if (PyErr_CheckSignals() == 0) return false;
-    pending = std::make_unique<py::error_already_set>();
-    return true;
-  };
+  options.interrupted = signal_hook(pending);
   Pacer pacer(options);
   ImprovedPlans out;
   try {
@@ -139,12 +147,7 @@ FrontierResult solve(const LockedProblem& self, double unit_time_s, bool refine,
   options.budgets = budgets;
   options.progress_period_s = progress_period_s;
   std::unique_ptr<py::error_already_set> pending;
-  options.interrupted = [&]() {
-    py::gil_scoped_acquire acquire;
-    if (PyErr_CheckSignals() == 0) return false;
-    pending = std::make_unique<py::error_already_set>();
-    return true;
-  };
+  options.interrupted = signal_hook(pending);
   if (!progress.is_none()) {
     options.progress = [&](Phase phase, std::int64_t done, std::int64_t total) {
       py::gil_scoped_acquire acquire;

@@ -61,6 +61,28 @@ struct Fixture {
         rows.push_back(static_cast<OptionIndex>(rng() % ix(table.num_options(evaluator.group(i)))));
     return rows;
   }
+  // Random plans as search_deadline takes its starts: rows fastest first,
+  // with their replayed times.
+  struct Starts {
+    std::vector<OptionIndex> rows;
+    std::vector<double> time_s;
+  };
+  Starts sorted_plans(std::size_t plans, std::mt19937& rng) const {
+    const std::vector<OptionIndex> rows = random_plans(plans, rng);
+    Evaluator evaluator(pipeline, dag, table);
+    const auto n = ix(pipeline.size());
+    std::vector<std::pair<double, std::size_t>> order;
+    for (std::size_t k = 0; k < plans; ++k)
+      order.emplace_back(evaluator.evaluate(rows.data() + k * n).iteration_time_s, k);
+    std::sort(order.begin(), order.end());
+    Starts out;
+    for (const auto& [time_s, k] : order) {
+      out.rows.insert(out.rows.end(), rows.begin() + static_cast<std::ptrdiff_t>(k * n),
+                      rows.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+      out.time_s.push_back(time_s);
+    }
+    return out;
+  }
 };
 
 TEST(LockedProblem, BatchesAgreeWithADirectReplayAndImprover) {
@@ -118,20 +140,7 @@ TEST(LockedProblem, SearchDeadlineBeatsEveryStartReclaimedIntoIt) {
   std::mt19937 rng(12);
   const std::size_t plans = 6;
   const auto n = ix(f.pipeline.size());
-  std::vector<OptionIndex> rows = f.random_plans(plans, rng);
-  std::vector<Evaluation> own = locked.evaluate(rows.data(), plans);
-  std::vector<std::size_t> order(plans);
-  for (std::size_t k = 0; k < plans; ++k) order[k] = k;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return own[a].iteration_time_s < own[b].iteration_time_s;
-  });
-  std::vector<OptionIndex> sorted;
-  std::vector<double> times;
-  for (const std::size_t k : order) {
-    sorted.insert(sorted.end(), rows.begin() + static_cast<std::ptrdiff_t>(k * n),
-                  rows.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
-    times.push_back(own[k].iteration_time_s);
-  }
+  auto [sorted, times] = f.sorted_plans(plans, rng);
   const double blocking_w = f.table.blocking_power_w() * f.pipeline.num_gpus();
   const double deadline_s = 0.5 * (times[2] + times[3]);
   const ImprovedPlans found =
@@ -236,21 +245,8 @@ TEST(LockedProblem, SearchDeadlinePollsAndStopsCleanly) {
   const Fixture f(6, 24);
   std::mt19937 rng(31);
   const std::size_t plans = 4;
-  std::vector<OptionIndex> rows = f.random_plans(plans, rng);
   LockedProblem locked = f.locked();
-  std::vector<Evaluation> own = locked.evaluate(rows.data(), plans);
-  std::vector<std::size_t> order{0, 1, 2, 3};
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return own[a].iteration_time_s < own[b].iteration_time_s;
-  });
-  const auto n = ix(f.pipeline.size());
-  std::vector<OptionIndex> sorted;
-  std::vector<double> times;
-  for (const std::size_t k : order) {
-    sorted.insert(sorted.end(), rows.begin() + static_cast<std::ptrdiff_t>(k * n),
-                  rows.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
-    times.push_back(own[k].iteration_time_s);
-  }
+  const auto [sorted, times] = f.sorted_plans(plans, rng);
   const double deadline_s = 0.5 * (times[1] + times[2]);
   const std::int64_t work = 20 * LockedProblem::kSearchPollWork;
   const ImprovedPlans plain =
