@@ -241,9 +241,14 @@ GPIPE_TRAP_ROWS = {
 }
 
 
+def profile_of_rows(rows_by_computation, blocking_power_w):
+    """A profile from measured rows kept as {(stage, instruction): [(MHz, s, J), ...]}."""
+    records = [(s, i, f, t, e) for (s, i), rows in rows_by_computation.items() for f, t, e in rows]
+    return Profile.from_records(records, blocking_power_w=blocking_power_w)
+
+
 def test_a_gpipe_optimum_two_options_apart_on_two_computations_is_found():
-    records = [(s, i, f, t, e) for (s, i), rows in GPIPE_TRAP_ROWS.items() for f, t, e in rows]
-    profile = Profile.from_records(records, blocking_power_w=GPIPE_TRAP_W)
+    profile = profile_of_rows(GPIPE_TRAP_ROWS, GPIPE_TRAP_W)
     frontier = perseus.optimize(profile, microbatches=2, schedule="gpipe")
     times = frontier.iteration_times_s
     for deadline in np.linspace(times[0], times[-1], 6):
@@ -323,8 +328,7 @@ GPIPE_4X6_ROWS = {
 
 
 def test_a_tiny_gpipe_frontier_is_within_a_tenth_of_a_percent_of_the_optimum():
-    records = [(s, i, f, t, e) for (s, i), rows in GPIPE_4X6_ROWS.items() for f, t, e in rows]
-    profile = Profile.from_records(records, blocking_power_w=GPIPE_4X6_W)
+    profile = profile_of_rows(GPIPE_4X6_ROWS, GPIPE_4X6_W)
     frontier = perseus.optimize(profile, microbatches=6, schedule="gpipe")
     deadline = 0.4653129
     assert frontier.iteration_times_s[0] < deadline < frontier.iteration_times_s[-1]
