@@ -25,7 +25,7 @@ from ._files import replace_user_file
 from ._fingerprint import FingerprintValue, check_fingerprint
 from ._frontier_file import FORMAT_VERSION, MAX_FILE_BYTES
 from ._plan_store import PlanStore
-from ._tailored import tailored_plan
+from ._tailored import reclaimed_plan, tailored_plan
 from ._validate import is_integer, is_real
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan, _all_fastest_frequencies, _check_profile_fits, _seconds
@@ -444,7 +444,8 @@ class Frontier(Sequence[Plan]):
         return _read_only(self._before - self._energies)
 
     def energy_at(self, deadline_s: float) -> float:
-        """Least energy (J) of an iteration lasting `deadline_s`: ``plan_for(d).energy_at(d)``."""
+        """Least energy (J) of an iteration lasting `deadline_s`: ``plan_for(d).energy_at(d)``
+        (so between frontier plans, that of the plan reclaimed into the deadline)."""
         deadline = _seconds(deadline_s, "deadline_s")
         return self.plan_for(deadline).energy_at(deadline)
 
@@ -455,12 +456,22 @@ class Frontier(Sequence[Plan]):
         deadline: Optional[float] = None,
         switch_latency_s: Optional[float] = None,
         tailored: bool = False,
+        reclaim: bool = True,
     ) -> Plan:
         """The cheapest plan whose iteration time is at most `deadline_s` seconds.
 
-        Cheapest over an iteration that lasts `deadline_s` (see `energy_at`),
-        which along the frontier is the slowest plan that meets it. Use it
-        for a straggler's iteration time, or for any time budget.
+        Cheapest over an iteration that lasts `deadline_s` (see `energy_at`).
+        Along the frontier that is the slowest plan that meets it; between
+        two frontier plans that one would idle, drawing blocking power, for
+        the rest of the deadline, so by default (``reclaim=True``, when the
+        frontier has its profile) it is slowed into the deadline instead:
+        computations with room move to slower, cheaper clocks while the
+        iteration still meets it (the solver's slack reclamation, a few
+        milliseconds). That plan is not part of the frontier, never uses more
+        energy over the deadline than the frontier's, and is the same on
+        every machine. ``reclaim=False``, or a frontier without a profile,
+        gives the frontier's own plan. Use it for a straggler's iteration
+        time, or for any time budget.
 
         With `switch_latency_s` (seconds a clock change takes to land), the
         cheapest plan that meets the deadline when replayed under that
@@ -487,7 +498,7 @@ class Frontier(Sequence[Plan]):
             NaN; with ``tailored=True`` also when the frontier has no profile
             or its profile lacks a clock the nearby plans run.
         TypeError
-            If it is not a number, or `tailored` is not a bool.
+            If it is not a number, or `tailored` or `reclaim` is not a bool.
         """
         if deadline is not None:
             if deadline_s is not None:
@@ -499,6 +510,8 @@ class Frontier(Sequence[Plan]):
         limit = _seconds(deadline_s, "deadline_s")
         if not isinstance(tailored, bool):
             raise TypeError(f"tailored must be True or False, got {tailored!r}")
+        if not isinstance(reclaim, bool):
+            raise TypeError(f"reclaim must be True or False, got {reclaim!r}")
         if switch_latency_s is not None:
             if tailored:
                 raise TypeError("give tailored=True or switch_latency_s, not both")
@@ -511,6 +524,8 @@ class Frontier(Sequence[Plan]):
             )
         if tailored:
             return tailored_plan(self, index, limit)
+        if reclaim:
+            return reclaimed_plan(self, index, limit)
         return self._plans[index]
 
     def summary(self) -> FrontierSummary:

@@ -3,8 +3,10 @@
 One file, no network: the plots are inline SVG (matplotlib, the ``plot``
 extra), the table is HTML, and a deadline slider in plain JavaScript reads
 the frontier's data embedded in the page (each plan's time and energy, and
-each GPU's clocks in execution order) to show, for any deadline, the plan
-perseus deploys and what it saves.
+each GPU's clocks in execution order) to show, for any deadline, the
+frontier plan that meets it and what it saves (``plan_for(d, reclaim=False)``;
+``plan_for``'s default slows that plan into the deadline, which needs the
+solver and saves a little more).
 """
 
 from __future__ import annotations
@@ -164,7 +166,8 @@ th:first-child, td:first-child {{ text-align: left; white-space: nowrap; }}
 <section id="deadline">
 <h2>Plan for a deadline</h2>
 <p class="note">Drag to set the iteration time a straggler or a time budget allows; the
-plan shown is the one perseus deploys for it (the cheapest that meets it).</p>
+plan shown is the slowest frontier plan that meets it, waiting out the rest (perseus's
+plan_for then slows it into the deadline with the profile, saving a little more).</p>
 <input type="range" id="slider" min="{low}" max="{high}" step="{step}" value="{low}"
  aria-label="deadline in seconds">
 <div id="choice">loading...</div>

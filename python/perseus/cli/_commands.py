@@ -155,7 +155,7 @@ def _choose(frontier: Frontier, args: argparse.Namespace) -> tuple[Plan, int, st
     fastest = frontier.fastest
     if args.deadline is not None:
         try:
-            chosen = frontier.plan_for(args.deadline)
+            chosen = frontier.plan_for(args.deadline, reclaim=False)
         except ValueError:
             raise UsageError(
                 f"argument --deadline: no plan takes at most {args.deadline:g} s; the fastest "
@@ -163,7 +163,7 @@ def _choose(frontier: Frontier, args: argparse.Namespace) -> tuple[Plan, int, st
             ) from None
         how = f"the cheapest plan within --deadline {args.deadline:g} s"
     elif args.slowdown is not None:
-        chosen = frontier.plan_for(args.slowdown * fastest.iteration_time_s)
+        chosen = frontier.plan_for(args.slowdown * fastest.iteration_time_s, reclaim=False)
         how = f"the cheapest plan within --slowdown {args.slowdown:g} x the fastest plan's time"
     elif args.power_cap is not None:
         try:
@@ -475,7 +475,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                 f"{frontier.fastest.iteration_time_s:.4f} s"
             )
         else:
-            ours = frontier.plan_for(plan.iteration_time_s)
+            ours = frontier.plan_for(plan.iteration_time_s, reclaim=False)
             ours_j = ours.energy_at(plan.iteration_time_s)
             saving = 100 * (1 - ours_j / plan.energy_j)
             result["frontier"] = {

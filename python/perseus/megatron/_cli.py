@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--perseus-straggler-tailored",
         action="store_true",
         help="followers run the plan solved for the straggler's time itself "
-        "(Frontier.plan_for(..., tailored=True)), not the frontier plan that idles for the gap",
+        "(Frontier.plan_for(..., tailored=True)), not the frontier plan reclaimed into it",
     )
     g.add_argument(
         "--perseus-idle-mhz",
