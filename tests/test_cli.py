@@ -608,7 +608,7 @@ def test_plan_tailored(solved, tmp_path, capsys):
     assert status == 0
     facts = json.loads(out)
     assert "tailored" in facts["chosen"]
-    assert facts["plan"]["index"] == frontier.index(frontier.plan_for(deadline))
+    assert facts["plan"]["index"] == frontier.index(frontier.plan_for(deadline, reclaim=False))
     expected = frontier.plan_for(deadline, tailored=True)
     assert facts["plan"]["energy_j"] == expected.energy_j
     assert facts["plan"]["iteration_time_s"] <= deadline
@@ -620,6 +620,58 @@ def test_plan_tailored(solved, tmp_path, capsys):
         for step in gpu
     }
     assert written == {(s, i, m): mhz for (s, i, m), mhz in expected.frequency_map_mhz.items()}
+
+
+def test_plan_deadline_reclaims_unless_told_not_to(tmp_path, capsys):
+    # Between frontier plans --deadline writes the faster one slowed into the deadline (what
+    # plan_for gives), named after that plan; --no-reclaim writes the frontier's own plan.
+    # The small example's frontier leaves nothing to reclaim between its plans; GPT-3's does.
+    profile = perseus.Profile.from_csv(EXAMPLES / "gpt3-a100-8stage.csv", blocking_power_w=83.64)
+    frontier = perseus.optimize(profile, microbatches=16)
+    path = tmp_path / "frontier.json"
+    frontier.save(path)
+    times = frontier.iteration_times_s
+    deadline = None
+    for k in range(len(times) - 1):
+        middle = float(times[k] + times[k + 1]) / 2
+        if frontier.plan_for(middle) is not frontier[k]:
+            deadline, index = middle, k
+            break
+    assert deadline is not None, "no deadline where reclamation gains"
+    status, out, _ = run(capsys, "plan", path, "--deadline", deadline, "-o", tmp_path, "--json")
+    assert status == 0
+    facts = json.loads(out)
+    expected = frontier.plan_for(deadline)
+    assert facts["plan"]["index"] == index
+    assert "reclaimed" in facts["chosen"]
+    assert facts["plan"]["energy_j"] == expected.energy_j
+    assert facts["plan"]["iteration_time_s"] <= deadline
+    assert expected.energy_at(deadline) < frontier[index].energy_at(deadline)
+    document = json.loads((tmp_path / "plan.json").read_text())
+    written = {
+        (step["stage"], step["instruction"], step["microbatch"]): step["frequency_mhz"]
+        for gpu in document["gpus"]
+        for step in gpu
+    }
+    assert written == {(s, i, m): mhz for (s, i, m), mhz in expected.frequency_map_mhz.items()}
+
+    status, out, _ = run(
+        capsys,
+        "plan",
+        path,
+        "--deadline",
+        deadline,
+        "--no-reclaim",
+        "-o",
+        tmp_path,
+        "--json",
+        "--force",
+    )
+    assert status == 0
+    facts = json.loads(out)
+    assert facts["plan"]["index"] == index
+    assert facts["plan"]["energy_j"] == frontier[index].energy_j
+    assert "reclaimed" not in facts["chosen"]
 
 
 def test_plan_power_cap(solved, tmp_path, capsys):
@@ -661,6 +713,11 @@ def test_plan_power_cap_below_every_plan(solved, tmp_path, capsys):
         (["--fastest", "--format", "yaml"], ["argument --format", "yaml"]),
         (["--power-cap", "-5"], ["argument --power-cap", "positive"]),
         (["--fastest", "--tailored"], ["argument --tailored: only with --deadline or --slowdown"]),
+        (["--fastest", "--no-reclaim"], ["argument --no-reclaim: only with --deadline"]),
+        (
+            ["--deadline", "1", "--tailored", "--no-reclaim"],
+            ["argument --no-reclaim: not with --tailored"],
+        ),
         (
             ["--deadline", "1", "--tailored", "--switch-latency", "0.01"],
             ["argument --tailored: not with --switch-latency"],

@@ -235,6 +235,13 @@ def _parser() -> argparse.ArgumentParser:
         "frontier plans nearest it (Frontier.plan_for(..., tailored=True)); never more energy "
         "over the deadline than the frontier's own plan, which idles for the gap",
     )
+    plan.add_argument(
+        "--no-reclaim",
+        action="store_true",
+        help="with --deadline or --slowdown: the frontier's own plan, which idles for the rest "
+        "of the deadline, instead of that plan slowed into it (Frontier.plan_for(..., "
+        "reclaim=False); the default slows it, never costing more over the deadline)",
+    )
     force_flag(plan)
     json_flag(plan)
 

@@ -327,12 +327,19 @@ def _plan(args: argparse.Namespace) -> int:
     frontier = _load_frontier(args.frontier)
     if args.tailored and args.switch_latency is not None:
         raise UsageError("argument --tailored: not with --switch-latency")
+    if args.no_reclaim and (args.tailored or args.switch_latency is not None):
+        raise UsageError("argument --no-reclaim: not with --tailored or --switch-latency")
     chosen, index, how = _choose(frontier, args)
     aware = None
     if args.switch_latency is not None:
         chosen, index, how, aware = _switch_aware_choice(frontier, args)
     if args.tailored:
         chosen, how = _tailored_choice(frontier, args, index)
+    elif aware is None and (args.deadline is not None or args.slowdown is not None):
+        if not args.no_reclaim:
+            chosen, how = _reclaimed_choice(frontier, args, index, chosen, how)
+    elif args.no_reclaim:
+        raise UsageError("argument --no-reclaim: only with --deadline or --slowdown")
     target = os.path.join(args.output, file_name(args.format, index))
     _refuse_existing(target, args.force)
     write_plan(chosen, target, args.format, index, overwrite=args.force)
@@ -390,6 +397,18 @@ def _tailored_choice(frontier: Frontier, args: argparse.Namespace, index: int) -
     except ValueError as error:
         raise UsageError(f"argument --tailored: {error}") from None
     return plan, f"a plan solved for {flag} (tailored), from plan {index} and its neighbours"
+
+
+def _reclaimed_choice(
+    frontier: Frontier, args: argparse.Namespace, index: int, chosen: Plan, how: str
+) -> tuple[Plan, str]:
+    """`perseus plan --deadline/--slowdown`: plan `index` slowed into the rest of the deadline
+    (Frontier.plan_for's default), or plan `index` itself when nothing can slow down."""
+    deadline, flag = _deadline_of(frontier, args, "--deadline")
+    plan = frontier.plan_for(deadline)
+    if plan is chosen:
+        return chosen, how
+    return plan, f"plan {index} slowed into {flag} (reclaimed; --no-reclaim for plan {index})"
 
 
 def _switch_aware_choice(
