@@ -10,7 +10,7 @@ is that frontier plan with slack reclamation into the deadline (the
 solver's own, ``PlanImprover::reclaim`` in ``cpp/plan_improver.hpp``):
 computations with room move to slower, cheaper clocks, most saving per
 second first, while the iteration still meets the deadline. It costs
-milliseconds (about 4 ms at 4,096 computations, 16 ms at 8,192), so every
+milliseconds (about 4 ms at 4,096 computations, 16 ms at 16,384), so every
 rank can make it, and on bench/run.py --dense it cut the deadlines that
 lose more than 0.01 % to a plan solved for them from 29 % to 2 % (user
 16 x 16; worst 0.23 % to 0.02 %).
@@ -115,11 +115,14 @@ def reclaimed_plan(frontier: Frontier, index: int, deadline_s: float) -> Plan:
     times, energies, choices = problem.reclaim(start, float(deadline_s))
     time_s = float(times[0])
     mhz = table.frequency_mhz[table.offsets[pipeline.group] + choices[0]].astype(np.int32)
+    # Before reclamation: the frontier plan's own unimproved energy, waiting as long.
+    waited_j = spec.num_gpus * source.blocking_power_w * (time_s - plan.iteration_time_s)
     reclaimed = Plan(
         spec,
         mhz,
         time_s,
         float(energies[0]),
+        plan.energy_before_reclaim_j + max(waited_j, 0.0),
         blocking_power_w=source.blocking_power_w,
         profile=source,
     )
