@@ -10,7 +10,8 @@ is that frontier plan with slack reclamation into the deadline (the
 solver's own, ``PlanImprover::reclaim`` in ``cpp/plan_improver.hpp``):
 computations with room move to slower, cheaper clocks, most saving per
 second first, while the iteration still meets the deadline. It costs
-milliseconds (about 4 ms at 4,096 computations, 16 ms at 16,384), so every
+milliseconds (a median 2.7 CPU ms at 4,096 computations, 26 ms at 32,768:
+bench/results/plan-for-cost-2026-12-06.txt), so every
 rank can make it, and on bench/run.py --dense it cut the deadlines that
 lose more than 0.01 % to a plan solved for them from 29 % to 2 % (user
 16 x 16; worst 0.23 % to 0.02 %).
