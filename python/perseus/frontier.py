@@ -480,12 +480,11 @@ class Frontier(Sequence[Plan]):
         switches per iteration and the merge's energy cost). Needs the profile.
 
         With ``tailored=True``, a plan solved for `deadline_s` itself rather
-        than picked from the frontier: the frontier plans nearest it as
+        than taken from the frontier: the frontier plans nearest it as
         starts, slowed into the deadline or sped up to it, then a local
-        search there (the solver's own search at one deadline). Between two
-        frontier plans the picked one idles, drawing blocking power, for the
-        rest of the deadline; the tailored one uses that time. It never uses
-        more energy over the deadline than the picked plan, takes a fixed
+        search there (the solver's own search at one deadline; the reclaimed
+        plan above is one of its starts). It never uses more energy over the
+        deadline than the reclaimed plan, takes a fixed
         amount of work (0.07-0.3 CPU s up to 4,096 computations, 0.4-0.5 s at
         16,384-32,768) and is the same on every machine; Ctrl-C stops it, as
         it stops a solve. The plan is not part of the frontier. Needs the
