@@ -164,6 +164,27 @@ def test_tailored_never_costs_more_than_reclaimed(frontier):
         assert tailored.energy_at(deadline) <= reclaimed.energy_at(deadline) * (1 + 1e-12)
 
 
+@pytest.mark.parametrize(
+    ("schedule", "virtual_stages"), [("interleaved-1f1b", 2), ("gpipe", 1)], ids=["v2", "gpipe"]
+)
+def test_other_schedules(profile, schedule, virtual_stages):
+    # The plan's clocks map to the right (chunk, instruction) options on other schedules too.
+    frontier = perseus.optimize(
+        profile, microbatches=8, schedule=schedule, virtual_stages=virtual_stages
+    )
+    gained = 0
+    for deadline in _deadlines(frontier, 8):
+        own = frontier.plan_for(deadline, reclaim=False)
+        plan = frontier.plan_for(deadline)
+        replayed = perseus.evaluate(profile, plan)
+        assert replayed.iteration_time_s == pytest.approx(plan.iteration_time_s, rel=1e-12)
+        assert replayed.energy_j == pytest.approx(plan.energy_j, rel=1e-12)
+        assert plan.iteration_time_s <= deadline
+        assert plan.energy_at(deadline) <= own.energy_at(deadline)
+        gained += plan is not own
+    assert gained > 0
+
+
 def test_bad_arguments(frontier):
     deadline = _deadlines(frontier, 1)[0]
     with pytest.raises(TypeError, match="reclaim must be True or False"):
