@@ -17,6 +17,7 @@ from pathlib import Path
 
 import perseus
 import pytest
+from deadline_support import example_profile
 from perseus.cli import main
 from perseus.progress import ProgressBar, SolveProgress
 
@@ -49,6 +50,17 @@ def copy_profile(tmp_path, source=SMALL, sidecar=True):
     if sidecar:
         shutil.copy(source.with_suffix(".json"), target.with_suffix(".json"))
     return target
+
+
+def assert_writes_plan(path, expected):
+    """The plan file at `path` (JSON) holds exactly `expected`'s clock per computation."""
+    document = json.loads(path.read_text())
+    written = {
+        (step["stage"], step["instruction"], step["microbatch"]): step["frequency_mhz"]
+        for gpu in document["gpus"]
+        for step in gpu
+    }
+    assert written == {(s, i, m): mhz for (s, i, m), mhz in expected.frequency_map_mhz.items()}
 
 
 @pytest.fixture(scope="module")
@@ -613,20 +625,14 @@ def test_plan_tailored(solved, tmp_path, capsys):
     assert facts["plan"]["energy_j"] == expected.energy_j
     assert facts["plan"]["iteration_time_s"] <= deadline
     assert expected.energy_at(deadline) <= frontier.energy_at(deadline)
-    document = json.loads((tmp_path / "plan.json").read_text())
-    written = {
-        (step["stage"], step["instruction"], step["microbatch"]): step["frequency_mhz"]
-        for gpu in document["gpus"]
-        for step in gpu
-    }
-    assert written == {(s, i, m): mhz for (s, i, m), mhz in expected.frequency_map_mhz.items()}
+    assert_writes_plan(tmp_path / "plan.json", expected)
 
 
 def test_plan_deadline_reclaims_unless_told_not_to(tmp_path, capsys):
     # Between frontier plans --deadline writes the faster one slowed into the deadline (what
     # plan_for gives), named after that plan; --no-reclaim writes the frontier's own plan.
     # The small example's frontier leaves nothing to reclaim between its plans; GPT-3's does.
-    profile = perseus.Profile.from_csv(EXAMPLES / "gpt3-a100-8stage.csv", blocking_power_w=83.64)
+    profile = example_profile()
     frontier = perseus.optimize(profile, microbatches=16)
     path = tmp_path / "frontier.json"
     frontier.save(path)
@@ -647,13 +653,7 @@ def test_plan_deadline_reclaims_unless_told_not_to(tmp_path, capsys):
     assert facts["plan"]["energy_j"] == expected.energy_j
     assert facts["plan"]["iteration_time_s"] <= deadline
     assert expected.energy_at(deadline) < frontier[index].energy_at(deadline)
-    document = json.loads((tmp_path / "plan.json").read_text())
-    written = {
-        (step["stage"], step["instruction"], step["microbatch"]): step["frequency_mhz"]
-        for gpu in document["gpus"]
-        for step in gpu
-    }
-    assert written == {(s, i, m): mhz for (s, i, m), mhz in expected.frequency_map_mhz.items()}
+    assert_writes_plan(tmp_path / "plan.json", expected)
 
     status, out, _ = run(
         capsys,

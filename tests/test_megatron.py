@@ -65,6 +65,7 @@ from perseus.megatron._following import normalize_frontiers
 from perseus.megatron._metrics import JobIteration, calibration, job_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from deadline_support import example_profile
 from megatron_support.cpu_launch import launch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1502,8 +1503,7 @@ def test_policy_with_tailored_plans_follows_with_the_plan_solved_for_the_deadlin
     rows = _noisy(40, 2, seed=5, noise=0.02, slow=lambda i, r: 1.2 if r == 1 and i >= 10 else 1.0)
     # A frontier where plans sit apart enough for tailoring to pay (the example GPT-3 profile,
     # 8 x 16; the 2 x 4 toy frontier's plans are already what a search at its deadlines finds).
-    example = Path(__file__).resolve().parent.parent / "examples" / "gpt3-a100-8stage.csv"
-    profile = perseus.Profile.from_csv(example, blocking_power_w=83.64)
+    profile = example_profile()
     frontier = perseus.optimize(profile, microbatches=16, progress=False)
     plain, _ = _replay(_policies(frontier, 2), rows)
     searches = []  # one tailored search per plan switch, none while weighing a straggler
@@ -1541,8 +1541,7 @@ def test_policy_follows_with_the_frontier_plan_reclaimed_into_the_deadline():
     on the frontier's own plan, with no reclamation at every iteration; a restored policy
     runs the same plan."""
     rows = _noisy(40, 2, seed=5, noise=0.02, slow=lambda i, r: 1.2 if r == 1 and i >= 10 else 1.0)
-    example = Path(__file__).resolve().parent.parent / "examples" / "gpt3-a100-8stage.csv"
-    profile = perseus.Profile.from_csv(example, blocking_power_w=83.64)
+    profile = example_profile()
     frontier = perseus.optimize(profile, microbatches=16, progress=False)
     reclaimed = []  # deadlines plan_for reclaimed into
     original = frontier.plan_for

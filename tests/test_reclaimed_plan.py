@@ -11,20 +11,17 @@ deadline and costs less over it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import perseus
 import pytest
-from perseus import Frontier, Plan, Profile
+from deadline_support import deadlines_between_plans, example_profile
+from perseus import Frontier, Plan
 from perseus._zeus_format import INSTRUCTIONS
-
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gpt3-a100-8stage.csv"
 
 
 @pytest.fixture(scope="module")
 def profile():
-    return Profile.from_csv(EXAMPLE, blocking_power_w=83.64)
+    return example_profile()
 
 
 @pytest.fixture(scope="module")
@@ -33,24 +30,28 @@ def frontier(profile):
 
 
 def _deadlines(frontier, count=12, seed=5):
-    """Seeded deadlines strictly between consecutive frontier plans, across the range."""
-    times = np.asarray(frontier.iteration_times_s)
-    rng = np.random.default_rng(seed)
-    gaps = rng.choice(np.nonzero(np.diff(times) > 0)[0], size=count, replace=False)
-    return [float(times[k] + rng.uniform(0.2, 0.95) * (times[k + 1] - times[k])) for k in gaps]
+    return deadlines_between_plans(frontier, count, seed, reach=(0.2, 0.95))
+
+
+def _checked(profile, frontier, deadline):
+    """plan_for(deadline) and the frontier's own plan for it, after checking the first:
+    replayed from the measured rows it takes the time and energy it states, meets the
+    deadline and costs no more over it than the frontier's plan."""
+    own = frontier.plan_for(deadline, reclaim=False)
+    plan = frontier.plan_for(deadline)
+    replayed = perseus.evaluate(profile, plan)
+    assert replayed.iteration_time_s == pytest.approx(plan.iteration_time_s, rel=1e-12)
+    assert replayed.energy_j == pytest.approx(plan.energy_j, rel=1e-12)
+    assert plan.iteration_time_s <= deadline
+    assert plan.energy_at(deadline) <= own.energy_at(deadline)
+    return plan, own
 
 
 def test_reclaimed_plans_meet_the_deadline_and_never_cost_more(profile, frontier):
     gains = []
     for deadline in _deadlines(frontier, 24):
-        own = frontier.plan_for(deadline, reclaim=False)
+        plan, own = _checked(profile, frontier, deadline)
         assert frontier.index(own) >= 0  # the frontier's own plan
-        plan = frontier.plan_for(deadline)
-        replayed = perseus.evaluate(profile, plan)
-        assert replayed.iteration_time_s == pytest.approx(plan.iteration_time_s, rel=1e-12)
-        assert replayed.energy_j == pytest.approx(plan.energy_j, rel=1e-12)
-        assert plan.iteration_time_s <= deadline
-        assert plan.energy_at(deadline) <= own.energy_at(deadline)
         assert frontier.energy_at(deadline) == plan.energy_at(deadline)
         if plan is not own:
             assert plan.reclaimed  # its energy before reclamation is the frontier plan's, waiting
@@ -174,13 +175,7 @@ def test_other_schedules(profile, schedule, virtual_stages):
     )
     gained = 0
     for deadline in _deadlines(frontier, 8):
-        own = frontier.plan_for(deadline, reclaim=False)
-        plan = frontier.plan_for(deadline)
-        replayed = perseus.evaluate(profile, plan)
-        assert replayed.iteration_time_s == pytest.approx(plan.iteration_time_s, rel=1e-12)
-        assert replayed.energy_j == pytest.approx(plan.energy_j, rel=1e-12)
-        assert plan.iteration_time_s <= deadline
-        assert plan.energy_at(deadline) <= own.energy_at(deadline)
+        plan, own = _checked(profile, frontier, deadline)
         gained += plan is not own
     assert gained > 0
 

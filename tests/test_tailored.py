@@ -14,20 +14,18 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import perseus
 import pytest
+from deadline_support import deadlines_between_plans, example_profile
 from perseus import Frontier, Profile
 from perseus._tailored import tailored_plan
-
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gpt3-a100-8stage.csv"
 
 
 @pytest.fixture(scope="module")
 def profile():
-    return Profile.from_csv(EXAMPLE, blocking_power_w=83.64)
+    return example_profile()
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +34,7 @@ def frontier(profile):
 
 
 def _deadlines(frontier, count=12):
-    """Seeded deadlines strictly between consecutive frontier plans, across the range."""
-    times = np.asarray(frontier.iteration_times_s)
-    rng = np.random.default_rng(23)
-    gaps = rng.choice(np.nonzero(np.diff(times) > 0)[0], size=count, replace=False)
-    return [float(times[k] + rng.uniform(0.2, 0.8) * (times[k + 1] - times[k])) for k in gaps]
+    return deadlines_between_plans(frontier, count, seed=23)
 
 
 def test_tailored_plans_meet_the_deadline_and_never_cost_more(profile, frontier):
