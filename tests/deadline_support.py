@@ -27,3 +27,15 @@ def deadlines_between_plans(
     rng = np.random.default_rng(seed)
     gaps = rng.choice(np.nonzero(np.diff(times) > 0)[0], size=count, replace=False)
     return [float(times[k] + rng.uniform(*reach) * (times[k + 1] - times[k])) for k in gaps]
+
+
+def other_clocks(profile: Profile) -> Profile:
+    """The same measurements at clocks 1 MHz higher: a profile that has none of the clocks
+    a frontier solved from `profile` runs."""
+    records = []
+    for stage in range(profile.num_stages):
+        for instruction in ("forward", "backward"):
+            rows = profile.measured(stage, instruction)
+            for mhz, t, e in zip(rows.frequency_mhz, rows.time_s, rows.energy_j):
+                records.append((stage, instruction, int(mhz) + 1, float(t), float(e)))
+    return Profile.from_records(records, blocking_power_w=profile.blocking_power_w)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import perseus
 import pytest
-from deadline_support import deadlines_between_plans, example_profile
+from deadline_support import deadlines_between_plans, example_profile, other_clocks
 from perseus import Frontier, Plan
 from perseus._zeus_format import INSTRUCTIONS
 
@@ -156,6 +156,27 @@ def test_without_a_profile_the_frontier_plan(frontier):
     for k in range(len(times) - 1):
         deadline = 0.5 * (times[k] + times[k + 1])
         assert plain.plan_for(deadline) is plain[k]
+
+
+def test_a_profile_without_the_plans_clocks_gives_the_frontier_plan(profile, frontier):
+    # The same stages measured at other clocks only (a frontier given another profile):
+    # there is nothing to reclaim on, so plan_for falls back to the frontier's plan.
+    other = other_clocks(profile)
+    mine = list(frontier[:40])
+    moved = Frontier(
+        mine,
+        baseline=frontier.baseline,
+        spec=frontier.spec,
+        unit_time_s=frontier.unit_time_s,
+        blocking_power_w=frontier.blocking_power_w,
+        solve_time_s=0.0,
+        profile=other,
+    )
+    assert moved.profile is other
+    times = moved.iteration_times_s
+    for k in range(len(times) - 1):
+        deadline = 0.5 * (times[k] + times[k + 1])
+        assert moved.plan_for(deadline) is moved[k]
 
 
 def test_tailored_never_costs_more_than_reclaimed(frontier):

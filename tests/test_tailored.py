@@ -18,8 +18,8 @@ import time
 import numpy as np
 import perseus
 import pytest
-from deadline_support import deadlines_between_plans, example_profile
-from perseus import Frontier, Profile
+from deadline_support import deadlines_between_plans, example_profile, other_clocks
+from perseus import Frontier
 from perseus._tailored import tailored_plan
 
 
@@ -87,13 +87,7 @@ def test_bad_arguments(frontier):
 def test_a_profile_without_the_plans_clocks_is_refused(profile, frontier):
     # The same stages measured at other clocks only: the frontier's plans
     # cannot start a search on it.
-    records = []
-    for stage in range(profile.num_stages):
-        for instruction in ("forward", "backward"):
-            rows = profile.measured(stage, instruction)
-            for mhz, t, e in zip(rows.frequency_mhz, rows.time_s, rows.energy_j):
-                records.append((stage, instruction, int(mhz) + 1, float(t), float(e)))
-    other = Profile.from_records(records, blocking_power_w=profile.blocking_power_w)
+    other = other_clocks(profile)
     with pytest.raises(ValueError, match="not one of the profile's options"):
         tailored_plan(frontier, 3, frontier.iteration_times_s[3], other)
 
