@@ -628,22 +628,26 @@ def test_plan_tailored(solved, tmp_path, capsys):
     assert_writes_plan(tmp_path / "plan.json", expected)
 
 
-def test_plan_deadline_reclaims_unless_told_not_to(tmp_path, capsys):
-    # Between frontier plans --deadline writes the faster one slowed into the deadline (what
-    # plan_for gives), named after that plan; --no-reclaim writes the frontier's own plan.
-    # The small example's frontier leaves nothing to reclaim between its plans; GPT-3's does.
-    profile = example_profile()
-    frontier = perseus.optimize(profile, microbatches=16)
-    path = tmp_path / "frontier.json"
+@pytest.fixture(scope="module")
+def reclaiming(tmp_path_factory):
+    """GPT-3 (the small example's frontier leaves nothing to reclaim between its plans)
+    solved and saved, with a deadline between plans `index` and `index + 1` where plan_for
+    slows plan `index` into the deadline: (frontier.json, the Frontier, deadline, index)."""
+    frontier = perseus.optimize(example_profile(), microbatches=16)
+    path = tmp_path_factory.mktemp("reclaiming") / "frontier.json"
     frontier.save(path)
     times = frontier.iteration_times_s
-    deadline = None
     for k in range(len(times) - 1):
         middle = float(times[k] + times[k + 1]) / 2
         if frontier.plan_for(middle) is not frontier[k]:
-            deadline, index = middle, k
-            break
-    assert deadline is not None, "no deadline where reclamation gains"
+            return path, frontier, middle, k
+    raise AssertionError("no deadline where reclamation gains")
+
+
+def test_plan_deadline_reclaims_unless_told_not_to(reclaiming, tmp_path, capsys):
+    # Between frontier plans --deadline writes the faster one slowed into the deadline (what
+    # plan_for gives), named after that plan; --no-reclaim writes the frontier's own plan.
+    path, frontier, deadline, index = reclaiming
     status, out, _ = run(capsys, "plan", path, "--deadline", deadline, "-o", tmp_path, "--json")
     assert status == 0
     facts = json.loads(out)
@@ -888,10 +892,52 @@ def test_plot_writes_images(solved, tmp_path, capsys, name, flags):
     assert f"written       {tmp_path / name}" in out
 
 
+@pytest.mark.parametrize("view", ["--timeline", "--power"])
+def test_plot_draws_the_plan_that_plan_writes(reclaiming, tmp_path, capsys, monkeypatch, view):
+    # For the same --deadline, `perseus plot` draws the plan `perseus plan` writes: the
+    # frontier plan slowed into the deadline, or with --no-reclaim the frontier's own.
+    pytest.importorskip("matplotlib")
+    from perseus import plotting
+
+    path, frontier, deadline, index = reclaiming
+    drawn = []
+    figure = plotting.timeline_figure if view == "--timeline" else plotting.power_figure
+
+    def recording(frontier_arg, plan):  # records the plan, then draws it for real
+        drawn.append(plan)
+        return figure(frontier_arg, plan)
+
+    monkeypatch.setattr(plotting, figure.__name__, recording)
+    image = tmp_path / "plan.png"
+    status, out, err = run(
+        capsys, "plot", path, view, "--deadline", deadline, "-o", image, "--json"
+    )
+    assert status == 0, err
+    assert image.read_bytes().startswith(MAGIC[".png"])
+    described = json.loads(out)["plot"]
+    assert f"plan {index} slowed into --deadline" in described
+    assert "reclaimed" in described
+    status, plan_out, _ = run(
+        capsys, "plan", path, "--deadline", deadline, "-o", tmp_path, "--json"
+    )
+    assert status == 0
+    written = json.loads(plan_out)["plan"]
+    assert drawn[-1].energy_j == written["energy_j"] != frontier[index].energy_j
+    assert drawn[-1].iteration_time_s == written["iteration_time_s"]
+
+    status, out, err = run(
+        capsys, "plot", path, view, "--deadline", deadline, "--no-reclaim", "-o", image, "--force"
+    )
+    assert status == 0, err
+    assert drawn[-1].energy_j == frontier[index].energy_j
+    assert f"plan {index} (the cheapest plan within --deadline" in out
+
+
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
         (["-o", "frontier.gif"], ["argument -o/--output", ".png, .svg, .pdf"]),
+        (["-o", "x.png", "--timeline", "--no-reclaim"], ["argument --no-reclaim: only with"]),
         (["-o", "x.png", "--timeline", "--power"], ["not allowed with argument"]),
         (["-o", "x.png", "--deadline", "5"], ["choose the plan of --timeline or --power"]),
         (["-o", "x.png", "--timeline", "--deadline", "0.0001"], ["argument --deadline"]),

@@ -235,13 +235,7 @@ def _parser() -> argparse.ArgumentParser:
         "frontier plans nearest it (Frontier.plan_for(..., tailored=True)); never more energy "
         "over the deadline than the frontier's own plan, which idles for the gap",
     )
-    plan.add_argument(
-        "--no-reclaim",
-        action="store_true",
-        help="with --deadline or --slowdown: the frontier's own plan, which idles for the rest "
-        "of the deadline, instead of that plan slowed into it (Frontier.plan_for(..., "
-        "reclaim=False); the default slows it, never costing more over the deadline)",
-    )
+    _no_reclaim_flag(plan)
     force_flag(plan)
     json_flag(plan)
 
@@ -301,6 +295,7 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--timeline", action="store_true", help="per-GPU timeline of one plan")
     view.add_argument("--power", action="store_true", help="cluster power of one plan")
     _plan_choice(plot, required=False)
+    _no_reclaim_flag(plot)
     plot.add_argument("--dpi", type=_count, default=150, help="resolution of a .png")
     force_flag(plot)
     json_flag(plot)
@@ -489,6 +484,17 @@ def _plan_choice(sub: argparse.ArgumentParser, *, required: bool) -> None:
         "--peak",
         action="store_true",
         help="with --power-cap: cap the peak power of all GPUs together, not the average",
+    )
+
+
+def _no_reclaim_flag(sub: argparse.ArgumentParser) -> None:
+    # `perseus plan` and `perseus plot` must show the same plan for the same flags.
+    sub.add_argument(
+        "--no-reclaim",
+        action="store_true",
+        help="with --deadline or --slowdown: the frontier's own plan, which idles for the rest "
+        "of the deadline, instead of that plan slowed into it (Frontier.plan_for(..., "
+        "reclaim=False); the default slows it, never costing more over the deadline)",
     )
 
 

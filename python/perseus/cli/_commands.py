@@ -535,14 +535,23 @@ def _plot(args: argparse.Namespace) -> int:
     check_writable_directory(os.path.dirname(args.output) or ".")
     _refuse_existing(args.output, args.force)
     plotting.require_matplotlib()  # fail before loading anything, naming the extra
+    if args.no_reclaim and args.deadline is None and args.slowdown is None:
+        raise UsageError("argument --no-reclaim: only with --deadline or --slowdown")
     frontier = _load_frontier(args.frontier)
     chosen, index, how = _choose(frontier, args)
+    named = f"plan {index} ({how})"
+    if (args.deadline is not None or args.slowdown is not None) and not args.no_reclaim:
+        # The plan `perseus plan` writes for the same flags.
+        frontier_plan = chosen
+        chosen, how = _reclaimed_choice(frontier, args, index, chosen, how)
+        if chosen is not frontier_plan:
+            named = how
     if args.timeline:
         fig = plotting.timeline_figure(frontier, chosen)
-        what = f"timeline of plan {index} ({how}) under all-fastest"
+        what = f"timeline of {named} under all-fastest"
     elif args.power:
         fig = plotting.power_figure(frontier, chosen)
-        what = f"power of plan {index} ({how}) against all-fastest"
+        what = f"power of {named} against all-fastest"
     else:
         fig = plotting.frontier_figure(frontier)
         what = "frontier"
