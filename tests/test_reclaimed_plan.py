@@ -11,11 +11,15 @@ deadline and costs less over it.
 
 from __future__ import annotations
 
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import perseus
 import pytest
 from deadline_support import deadlines_between_plans, example_profile, other_clocks
 from perseus import Frontier, Plan
+from perseus._plan_store import _CACHED_PLANS
 from perseus._zeus_format import INSTRUCTIONS
 
 
@@ -130,6 +134,47 @@ def test_same_plan_from_a_saved_frontier(tmp_path, frontier):
         assert np.array_equal(a.frequencies_mhz, b.frequencies_mhz)
         assert a.energy_j == b.energy_j
         assert a.iteration_time_s == b.iteration_time_s
+
+
+def test_same_plans_from_several_threads(tmp_path, frontier):
+    # A server or a rank's helper threads may share one loaded frontier: plan_for and
+    # frontier[k] from several threads at once give what one thread gives. The readers
+    # cycle over as many plans as the plan cache keeps while others read past it, so
+    # that plans are evicted between a lookup and its use; a short switch interval
+    # makes the threads interleave often.
+    path = tmp_path / "frontier.json"
+    frontier.save(path)
+    loaded = Frontier.load(path)
+    assert len(loaded) > 2 * _CACHED_PLANS
+    deadlines = _deadlines(frontier, 16, seed=11)
+    serial = [frontier.plan_for(d) for d in deadlines]
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            cached = [
+                pool.submit(lambda: [loaded[k] for _ in range(20) for k in range(_CACHED_PLANS)])
+            ]
+            evicting = [
+                pool.submit(lambda: [loaded[k] for k in range(_CACHED_PLANS, len(loaded))])
+                for _ in range(2)
+            ]
+            planned = [
+                pool.submit(lambda order=order: {i: loaded.plan_for(deadlines[i]) for i in order})
+                for order in (range(16), reversed(range(16)), range(0, 16, 2))
+            ]
+            for future in cached + evicting:
+                future.result()
+            results = [future.result() for future in planned]
+    finally:
+        sys.setswitchinterval(previous)
+    for result in results:
+        for i, plan in result.items():
+            assert np.array_equal(plan.frequencies_mhz, serial[i].frequencies_mhz)
+            assert plan.energy_j == serial[i].energy_j
+            assert plan.iteration_time_s == serial[i].iteration_time_s
+    # The cache still hands out one object per plan.
+    assert loaded[3] is loaded[3]
 
 
 def test_without_a_profile_the_frontier_plan(frontier):

@@ -15,6 +15,7 @@ clocks is rebuilt, before anything of it is returned.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Optional
@@ -107,6 +108,7 @@ class PlanStore:
         self.blocking_power_w = float(blocking_power_w)
         self.profile = profile
         self._cache: OrderedDict[int, Plan] = OrderedDict()
+        self._lock = threading.Lock()
         self._checkpoints = self._build_checkpoints()
         self.checker = checker
         self._checked = np.zeros(len(self.counts), dtype=bool)  # shared by with_profile copies
@@ -176,26 +178,30 @@ class PlanStore:
             k += len(self)
         if not 0 <= k < len(self):
             raise IndexError("plan index out of range")
-        plan = self._cache.get(k)
-        if plan is None:
-            row = self.frequencies_mhz(k)
-            row.setflags(write=False)
-            # Checked when the file was read (or made by the solver): no second check.
-            plan = Plan._from_solver(
-                self.spec,
-                row,
-                float(self.times_s[k]),
-                float(self.energies_j[k]),
-                float(self.before_j[k]),
-                self.blocking_power_w,
-                self.profile,  # type: ignore[arg-type]  # None for version 1 files
-            )
-            self._cache[k] = plan
-            if len(self._cache) > _CACHED_PLANS:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(k)
-        return plan
+        # One lock for the cache: Megatron ranks and servers call plan_for from several
+        # threads, and a plan evicted between the lookup and move_to_end would raise
+        # KeyError (or two threads would build two objects for one plan).
+        with self._lock:
+            plan = self._cache.get(k)
+            if plan is None:
+                row = self.frequencies_mhz(k)
+                row.setflags(write=False)
+                # Checked when the file was read (or made by the solver): no second check.
+                plan = Plan._from_solver(
+                    self.spec,
+                    row,
+                    float(self.times_s[k]),
+                    float(self.energies_j[k]),
+                    float(self.before_j[k]),
+                    self.blocking_power_w,
+                    self.profile,  # type: ignore[arg-type]  # None for version 1 files
+                )
+                self._cache[k] = plan
+                if len(self._cache) > _CACHED_PLANS:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(k)
+            return plan
 
     def __iter__(self) -> Iterator[Plan]:
         for k in range(len(self)):
@@ -207,4 +213,5 @@ class PlanStore:
         other.__dict__.update(self.__dict__)
         other.profile = profile
         other._cache = OrderedDict()
+        other._lock = threading.Lock()
         return other
