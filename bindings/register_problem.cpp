@@ -78,6 +78,12 @@ py::tuple local_search(LockedProblem& self, const CArray<OptionIndex>& choices, 
   });
 }
 
+py::tuple tighten(LockedProblem& self, const CArray<OptionIndex>& choices, double deadline_s) {
+  return improved(self, choices, [&](const OptionIndex* rows, std::size_t plans) {
+    return self.tighten(rows, plans, deadline_s);
+  });
+}
+
 // An interrupt hook for work run with the GIL released: it takes the GIL
 // back, runs any pending signal handler (Ctrl-C's raises KeyboardInterrupt)
 // and, when one raised, keeps that error in `pending` for the caller to
@@ -342,6 +348,10 @@ void register_problem(py::module_& m) {
       .def("local_search", &local_search, "choices"_a, "deadline_s"_a, "max_work"_a,
            "Local search on each plan at a deadline (exchanges, pushes, squeezes; "
            "cpp/plan_improver.hpp). Returns (times s, energies J, the plans).")
+      .def("tighten", &tighten, "choices"_a, "deadline_s"_a,
+           "Speed each plan up until it meets deadline_s (cheapest useful speed-ups first), then "
+           "slow it into what is left of the deadline. A plan that cannot meet it comes back as "
+           "fast as that got it. Returns (times s, energies J, the plans).")
       .def("search_deadline", &search_deadline, "starts"_a, "time_s"_a, "deadline_s"_a, "max_work"_a,
            "One plan solved for deadline_s from starts near it (frontier plans with their times, "
            "fastest first; refinement.hpp's search_deadline). Returns (time s, energy J, the plan) "

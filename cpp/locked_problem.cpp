@@ -66,6 +66,16 @@ ImprovedPlans LockedProblem::local_search(const OptionIndex* choices, std::size_
                       [&](PlanImprover& improver) { improver.local_search(deadline_s, max_work); });
 }
 
+ImprovedPlans LockedProblem::tighten(const OptionIndex* choices, std::size_t plans,
+                                     double deadline_s) {
+  // An infinite deadline would slow every computation to its slowest option
+  // and a NaN one stop nothing: neither is a time to tighten to.
+  if (!std::isfinite(deadline_s)) throw std::invalid_argument("deadline_s must be finite");
+  return improve_each(choices, plans, [&](PlanImprover& improver) {
+    if (improver.tighten(deadline_s, TightenOrder::kUsefulSecond)) improver.reclaim(deadline_s);
+  });
+}
+
 ImprovedPlans LockedProblem::search_deadline(const OptionIndex* plans, std::size_t count,
                                              const double* time_s, double deadline_s,
                                              std::int64_t max_work, const std::function<void()>& poll) {

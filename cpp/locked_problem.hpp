@@ -45,6 +45,13 @@ class LockedProblem {
                         ReclaimOrder order);
   ImprovedPlans local_search(const OptionIndex* choices, std::size_t plans, double deadline_s,
                              std::int64_t max_work);
+  // Each plan sped up until it meets deadline_s (cheapest useful speed-ups
+  // first, PlanImprover::tighten with TightenOrder::kUsefulSecond), then
+  // slowed back into what is left of it (reclaim): the local search's start
+  // from a slower frontier plan. A plan that cannot meet the deadline even
+  // at its fastest options comes back as fast as tightening got it, so
+  // slower than deadline_s.
+  ImprovedPlans tighten(const OptionIndex* choices, std::size_t plans, double deadline_s);
   // One plan solved for deadline_s from `plans` starts (frontier plans near
   // it, with their times time_s, fastest first): refinement.hpp's
   // search_deadline within max_work work units. Empty when not even the

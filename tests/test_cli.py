@@ -629,31 +629,47 @@ def test_plan_tailored(solved, tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def reclaiming(tmp_path_factory):
-    """GPT-3 (the small example's frontier leaves nothing to reclaim between its plans)
-    solved and saved, with a deadline between plans `index` and `index + 1` where plan_for
-    slows plan `index` into the deadline: (frontier.json, the Frontier, deadline, index)."""
+def fitting(tmp_path_factory):
+    """GPT-3 (the small example's frontier leaves nothing to fit between its plans) solved
+    and saved, with, for each way plan_for fits a deadline between plans `index` and
+    `index + 1`, one such deadline: {"faster": (deadline, index), "slower": (...)}, where
+    "faster" slows plan `index` into it and "slower" speeds plan `index + 1` up to it.
+    Returns (frontier.json, the Frontier, those deadlines)."""
+    from perseus._tailored import fitted_plan
+
     frontier = perseus.optimize(example_profile(), microbatches=16)
-    path = tmp_path_factory.mktemp("reclaiming") / "frontier.json"
+    path = tmp_path_factory.mktemp("fitting") / "frontier.json"
     frontier.save(path)
     times = frontier.iteration_times_s
+    found = {}
     for k in range(len(times) - 1):
-        middle = float(times[k] + times[k + 1]) / 2
-        if frontier.plan_for(middle) is not frontier[k]:
-            return path, frontier, middle, k
-    raise AssertionError("no deadline where reclamation gains")
+        for share in (0.25, 0.5, 0.75):
+            deadline = float(times[k] + share * (times[k + 1] - times[k]))
+            plan, origin = fitted_plan(frontier, k, deadline)
+            if plan is not frontier[k]:
+                found.setdefault("faster" if origin == k else "slower", (deadline, k))
+        if len(found) == 2:
+            return path, frontier, found
+    raise AssertionError(f"no deadline fitted from each neighbour: {found}")
 
 
-def test_plan_deadline_reclaims_unless_told_not_to(reclaiming, tmp_path, capsys):
-    # Between frontier plans --deadline writes the faster one slowed into the deadline (what
-    # plan_for gives), named after that plan; --no-reclaim writes the frontier's own plan.
-    path, frontier, deadline, index = reclaiming
+@pytest.mark.parametrize("origin", ["faster", "slower"])
+def test_plan_deadline_fits_unless_told_not_to(fitting, tmp_path, capsys, origin):
+    # Between frontier plans --deadline writes what plan_for gives: the faster plan slowed
+    # into the deadline or the slower one sped up to it, whichever is cheaper, said in the
+    # text and filed under the faster plan's index; --no-reclaim writes the frontier's own.
+    path, frontier, found = fitting
+    deadline, index = found[origin]
     status, out, _ = run(capsys, "plan", path, "--deadline", deadline, "-o", tmp_path, "--json")
     assert status == 0
     facts = json.loads(out)
     expected = frontier.plan_for(deadline)
     assert facts["plan"]["index"] == index
-    assert "reclaimed" in facts["chosen"]
+    assert "fitted" in facts["chosen"]
+    if origin == "faster":
+        assert f"plan {index} slowed into --deadline" in facts["chosen"]
+    else:
+        assert f"plan {index + 1} sped up to --deadline" in facts["chosen"]
     assert facts["plan"]["energy_j"] == expected.energy_j
     assert facts["plan"]["iteration_time_s"] <= deadline
     assert expected.energy_at(deadline) < frontier[index].energy_at(deadline)
@@ -675,7 +691,7 @@ def test_plan_deadline_reclaims_unless_told_not_to(reclaiming, tmp_path, capsys)
     facts = json.loads(out)
     assert facts["plan"]["index"] == index
     assert facts["plan"]["energy_j"] == frontier[index].energy_j
-    assert "reclaimed" not in facts["chosen"]
+    assert "fitted" not in facts["chosen"]
 
 
 def test_plan_power_cap(solved, tmp_path, capsys):
@@ -893,13 +909,14 @@ def test_plot_writes_images(solved, tmp_path, capsys, name, flags):
 
 
 @pytest.mark.parametrize("view", ["--timeline", "--power"])
-def test_plot_draws_the_plan_that_plan_writes(reclaiming, tmp_path, capsys, monkeypatch, view):
+def test_plot_draws_the_plan_that_plan_writes(fitting, tmp_path, capsys, monkeypatch, view):
     # For the same --deadline, `perseus plot` draws the plan `perseus plan` writes: the
-    # frontier plan slowed into the deadline, or with --no-reclaim the frontier's own.
+    # frontier plans around it fitted to it, or with --no-reclaim the frontier's own.
     pytest.importorskip("matplotlib")
     from perseus import plotting
 
-    path, frontier, deadline, index = reclaiming
+    path, frontier, found = fitting
+    deadline, index = found["slower"]
     drawn = []
     figure = plotting.timeline_figure if view == "--timeline" else plotting.power_figure
 
@@ -915,8 +932,8 @@ def test_plot_draws_the_plan_that_plan_writes(reclaiming, tmp_path, capsys, monk
     assert status == 0, err
     assert image.read_bytes().startswith(MAGIC[".png"])
     described = json.loads(out)["plot"]
-    assert f"plan {index} slowed into --deadline" in described
-    assert "reclaimed" in described
+    assert f"plan {index + 1} sped up to --deadline" in described
+    assert "fitted" in described
     status, plan_out, _ = run(
         capsys, "plan", path, "--deadline", deadline, "-o", tmp_path, "--json"
     )

@@ -195,6 +195,9 @@ class Problem:
     def local_search(
         self, choices: npt.ArrayLike, deadline_s: float, max_work: int
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.uint16]]: ...
+    def tighten(
+        self, choices: npt.ArrayLike, deadline_s: float
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.uint16]]: ...
     def search_deadline(
         self, starts: npt.ArrayLike, time_s: npt.ArrayLike, deadline_s: float, max_work: int
     ) -> tuple[float, float, npt.NDArray[np.uint16]] | None: ...

@@ -5,25 +5,27 @@ apart at the default 1 ms unit on a 16 x 128 pipeline. The frontier plan
 that meets a deadline between two of them would finish early and idle,
 drawing blocking power, for the rest of it. Two ways to use that time:
 
-A reclaimed plan (`plan_for`'s default when the frontier has its profile)
-is that frontier plan with slack reclamation into the deadline (the
-solver's own, ``PlanImprover::reclaim`` in ``cpp/plan_improver.hpp``):
-computations with room move to slower, cheaper clocks, most saving per
-second first, while the iteration still meets the deadline. It costs
-milliseconds (a median 2.7 CPU ms at 4,096 computations, 26 ms at 32,768:
-bench/results/plan-for-cost-2026-12-06.txt), so every
-rank can make it, and on bench/run.py --dense it cut the deadlines that
-lose more than 0.01 % to a plan solved for them from 29 % to 2 % (user
-16 x 16; worst 0.23 % to 0.02 %).
+A fitted plan (`plan_for`'s default when the frontier has its profile) is
+the cheaper over the deadline of the two frontier plans around it, each
+fitted to it with the solver's own moves (``cpp/plan_improver.hpp``): the
+faster one slowed into the deadline (``PlanImprover::reclaim``: computations
+with room move to slower, cheaper clocks, most saving per second first,
+while the iteration still meets it), and the slower one sped up to it
+(``PlanImprover::tighten``, cheapest useful speed-ups first) and then
+slowed into what is left. These are the first two starts of the solver's
+per-deadline search, without the search. It costs milliseconds, so every
+rank can make it. On bench/run.py --dense, user 16 x 16, the deadlines that
+lose more than 0.01 % to a plan solved for them fell from 29 % with the
+frontier's own plan to 6 % with the faster plan reclaimed and 0.6 % with
+the better of both (bench/results/dense-2026-12-07.txt).
 
 A tailored plan (``tailored=True``) is solved for the
 deadline itself by the solver's own per-deadline search (``search_deadline``
 in ``cpp/refinement.hpp``): the frontier plans nearest the deadline on both
 sides as starts (faster ones slowed into it, slower ones sped up to it),
-the all-fastest plan, then a local search from the best. The slowest plan
-meeting the deadline is one of the starts and slowing it into the
-deadline never costs energy, so a tailored plan never uses more energy over
-the deadline than `plan_for`'s. The work is counted in machine-independent
+the all-fastest plan, then a local search from the best. Its first two
+starts are the two fitted plans, made the same way, so a tailored plan
+never uses more energy over the deadline than `plan_for`'s. The work is counted in machine-independent
 units, so every rank of a job gets the same plan from the same inputs.
 """
 
@@ -94,44 +96,60 @@ def tailored_plan(
     )
 
 
-def reclaimed_plan(frontier: Frontier, index: int, deadline_s: float) -> Plan:
-    """Plan `index` (the slowest meeting `deadline_s`) reclaimed into the rest of the deadline.
+def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan, int]:
+    """The frontier plans on either side of `deadline_s` fitted to it, the cheaper of the two.
 
-    Never more energy over the deadline than plan `index`, and that plan
-    itself when nothing can slow down, when the deadline is its own time, or
-    when the frontier has no profile (or one without the plan's clocks: a
-    frontier loaded with another profile), since reclamation needs the
-    measured times the plan was solved on.
+    Plan `index` (the slowest meeting the deadline) slowed into the rest of
+    it, and plan ``index + 1`` (the next slower) sped up to it and then
+    slowed into what is left: whichever uses less energy over the deadline
+    (the faster one on a tie). Returns that plan and the index of the
+    frontier plan it was fitted from. At plan `index`'s own time the
+    slower plan may still be sped up to it for less (frontier plans are not
+    exact optima), and a plan of a ``refine=False`` frontier slowed into its
+    own time for less. Plan `index` itself (with `index`) when neither saves
+    energy, when the deadline is ``inf``, or when the frontier has no
+    profile (or one without the plans' clocks: a frontier loaded with
+    another profile), since fitting needs the measured times the plans were
+    solved on.
     """
     plan = frontier[index]
     source = frontier.profile
-    if source is None or not plan.iteration_time_s < deadline_s < math.inf:
-        return plan
+    if source is None or not deadline_s < math.inf:
+        return plan, index
     spec = frontier.spec
     problem, table, pipeline = _setup(source, spec)
+    neighbours = range(index, min(index + 2, len(frontier)))
     try:
-        start = _option_indices(frontier, range(index, index + 1), table, pipeline)
+        starts = _option_indices(frontier, neighbours, table, pipeline)
     except ValueError:
-        return plan
-    times, energies, choices = problem.reclaim(start, float(deadline_s))
-    time_s = float(times[0])
-    mhz = table.frequency_mhz[table.offsets[pipeline.group] + choices[0]].astype(np.int32)
-    # Before reclamation: the frontier plan's own unimproved energy, waiting as long.
-    waited_j = spec.num_gpus * source.blocking_power_w * (time_s - plan.iteration_time_s)
-    reclaimed = Plan(
-        spec,
-        mhz,
-        time_s,
-        float(energies[0]),
-        plan.energy_before_reclaim_j + max(waited_j, 0.0),
-        blocking_power_w=source.blocking_power_w,
-        profile=source,
-    )
-    # Reclamation keeps the iteration within the deadline and never raises
-    # its energy over it; a plan that saves nothing stays the frontier's own.
-    if time_s <= deadline_s and reclaimed.energy_at(deadline_s) < plan.energy_at(deadline_s):
-        return reclaimed
-    return plan
+        return plan, index
+    deadline = float(deadline_s)
+    # The faster plan reclaimed (never slower than the deadline), then the
+    # slower one tightened and reclaimed (slower only where it cannot meet it).
+    fitted = [problem.reclaim(starts[:1], deadline)]
+    if len(starts) > 1:
+        fitted.append(problem.tighten(starts[1:], deadline))
+    best, best_j, origin = plan, plan.energy_at(deadline), index
+    for k, (times, energies, choices) in zip(neighbours, fitted):
+        time_s = float(times[0])
+        if time_s > deadline:
+            continue
+        mhz = table.frequency_mhz[table.offsets[pipeline.group] + choices[0]].astype(np.int32)
+        # Before fitting: plan `index`'s own unimproved energy, waiting as long (what
+        # the user would run otherwise).
+        waited_j = spec.num_gpus * source.blocking_power_w * (time_s - plan.iteration_time_s)
+        candidate = Plan(
+            spec,
+            mhz,
+            time_s,
+            float(energies[0]),
+            plan.energy_before_reclaim_j + max(waited_j, 0.0),
+            blocking_power_w=source.blocking_power_w,
+            profile=source,
+        )
+        if candidate.energy_at(deadline) < best_j:
+            best, best_j, origin = candidate, candidate.energy_at(deadline), k
+    return best, origin
 
 
 def _option_indices(

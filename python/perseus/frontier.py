@@ -25,7 +25,7 @@ from ._files import replace_user_file
 from ._fingerprint import FingerprintValue, check_fingerprint
 from ._frontier_file import FORMAT_VERSION, MAX_FILE_BYTES
 from ._plan_store import PlanStore
-from ._tailored import reclaimed_plan, tailored_plan
+from ._tailored import fitted_plan, tailored_plan
 from ._validate import is_integer, is_real
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan, _all_fastest_frequencies, _check_profile_fits, _seconds
@@ -445,7 +445,7 @@ class Frontier(Sequence[Plan]):
 
     def energy_at(self, deadline_s: float) -> float:
         """Least energy (J) of an iteration lasting `deadline_s`: ``plan_for(d).energy_at(d)``
-        (so between frontier plans, that of the plan reclaimed into the deadline)."""
+        (so between frontier plans, that of the plans around it fitted to the deadline)."""
         deadline = _seconds(deadline_s, "deadline_s")
         return self.plan_for(deadline).energy_at(deadline)
 
@@ -464,14 +464,17 @@ class Frontier(Sequence[Plan]):
         Along the frontier that is the slowest plan that meets it; between
         two frontier plans that one would idle, drawing blocking power, for
         the rest of the deadline, so by default (``reclaim=True``, when the
-        frontier has its profile) it is slowed into the deadline instead:
-        computations with room move to slower, cheaper clocks while the
-        iteration still meets it (the solver's slack reclamation, a few
-        milliseconds). That plan is not part of the frontier, never uses more
-        energy over the deadline than the frontier's, and is the same on
-        every machine. ``reclaim=False``, or a frontier without a profile,
-        gives the frontier's own plan. Use it for a straggler's iteration
-        time, or for any time budget.
+        frontier has its profile) the two plans around the deadline are
+        fitted to it instead, and the cheaper one is returned: the faster
+        one slowed into the deadline (computations with room move to slower,
+        cheaper clocks while the iteration still meets it: the solver's
+        slack reclamation), and the slower one sped up to it (cheapest
+        useful speed-ups first) and then slowed into what is left. That
+        takes a few milliseconds; the plan is not part of the frontier,
+        never uses more energy over the deadline than the frontier's, and
+        is the same on every machine. ``reclaim=False``, or a frontier
+        without a profile, gives the frontier's own plan. Use it for a
+        straggler's iteration time, or for any time budget.
 
         With `switch_latency_s` (seconds a clock change takes to land), the
         cheapest plan that meets the deadline when replayed under that
@@ -482,9 +485,9 @@ class Frontier(Sequence[Plan]):
         With ``tailored=True``, a plan solved for `deadline_s` itself rather
         than taken from the frontier: the frontier plans nearest it as
         starts, slowed into the deadline or sped up to it, then a local
-        search there (the solver's own search at one deadline; the reclaimed
-        plan above is one of its starts). It never uses more energy over the
-        deadline than the reclaimed plan, takes a fixed
+        search there (the solver's own search at one deadline; both fitted
+        plans above are among its starts). It never uses more energy over
+        the deadline than the default plan, takes a fixed
         amount of work (0.07-0.3 CPU s up to 4,096 computations, 0.4-0.5 s at
         16,384-32,768) and is the same on every machine; Ctrl-C stops it, as
         it stops a solve. The plan is not part of the frontier. Needs the
@@ -524,7 +527,7 @@ class Frontier(Sequence[Plan]):
         if tailored:
             return tailored_plan(self, index, limit)
         if reclaim:
-            return reclaimed_plan(self, index, limit)
+            return fitted_plan(self, index, limit)[0]
         return self._plans[index]
 
     def summary(self) -> FrontierSummary:

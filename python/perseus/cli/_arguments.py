@@ -493,8 +493,9 @@ def _no_reclaim_flag(sub: argparse.ArgumentParser) -> None:
         "--no-reclaim",
         action="store_true",
         help="with --deadline or --slowdown: the frontier's own plan, which idles for the rest "
-        "of the deadline, instead of that plan slowed into it (Frontier.plan_for(..., "
-        "reclaim=False); the default slows it, never costing more over the deadline)",
+        "of the deadline (Frontier.plan_for(..., reclaim=False)), instead of the default: the "
+        "two plans around the deadline fitted to it, the cheaper one, never costing more over "
+        "the deadline",
     )
 
 

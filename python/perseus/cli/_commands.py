@@ -337,7 +337,7 @@ def _plan(args: argparse.Namespace) -> int:
         chosen, how = _tailored_choice(frontier, args, index)
     elif aware is None and (args.deadline is not None or args.slowdown is not None):
         if not args.no_reclaim:
-            chosen, how = _reclaimed_choice(frontier, args, index, chosen, how)
+            chosen, how = _fitted_choice(frontier, args, index, chosen, how)
     elif args.no_reclaim:
         raise UsageError("argument --no-reclaim: only with --deadline or --slowdown")
     target = os.path.join(args.output, file_name(args.format, index))
@@ -399,16 +399,23 @@ def _tailored_choice(frontier: Frontier, args: argparse.Namespace, index: int) -
     return plan, f"a plan solved for {flag} (tailored), from plan {index} and its neighbours"
 
 
-def _reclaimed_choice(
+def _fitted_choice(
     frontier: Frontier, args: argparse.Namespace, index: int, chosen: Plan, how: str
 ) -> tuple[Plan, str]:
-    """`perseus plan --deadline/--slowdown`: plan `index` slowed into the rest of the deadline
-    (Frontier.plan_for's default), or plan `index` itself when nothing can slow down."""
+    """`perseus plan/plot --deadline/--slowdown`: what Frontier.plan_for gives by default,
+    the plans around the deadline fitted to it, or plan `index` itself when neither saves."""
+    from .._tailored import fitted_plan
+
     deadline, flag = _deadline_of(frontier, args, "--deadline")
-    plan = frontier.plan_for(deadline)
+    plan, origin = fitted_plan(frontier, index, deadline)
     if plan is chosen:
         return chosen, how
-    return plan, f"plan {index} slowed into {flag} (reclaimed; --no-reclaim for plan {index})"
+    if origin == index:
+        return plan, f"plan {index} slowed into {flag} (fitted; --no-reclaim for plan {index})"
+    return plan, (
+        f"plan {origin} sped up to {flag}, then slowed into what is left (fitted; --no-reclaim "
+        f"for plan {index})"
+    )
 
 
 def _switch_aware_choice(
@@ -543,7 +550,7 @@ def _plot(args: argparse.Namespace) -> int:
     if (args.deadline is not None or args.slowdown is not None) and not args.no_reclaim:
         # The plan `perseus plan` writes for the same flags.
         frontier_plan = chosen
-        chosen, how = _reclaimed_choice(frontier, args, index, chosen, how)
+        chosen, how = _fitted_choice(frontier, args, index, chosen, how)
         if chosen is not frontier_plan:
             named = how
     if args.timeline:

@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--perseus-straggler-tailored",
         action="store_true",
         help="followers run the plan solved for the straggler's time itself "
-        "(Frontier.plan_for(..., tailored=True)), not the frontier plan reclaimed into it",
+        "(Frontier.plan_for(..., tailored=True)), not the frontier plans around it fitted to it",
     )
     g.add_argument(
         "--perseus-idle-mhz",

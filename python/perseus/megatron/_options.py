@@ -129,7 +129,7 @@ class StragglerOptions:
     tailored_plans : bool
         Followers run the plan solved for the straggler's deadline itself
         (``Frontier.plan_for(deadline, tailored=True)``) rather than the
-        frontier plan reclaimed into it (``plan_for``'s default, a few
+        frontier plans around it fitted to it (``plan_for``'s default, a few
         milliseconds): never more energy, 0.07-0.3
         CPU s per switch up to 4,096 computations (0.4-0.5 s at
         16,384-32,768), the same plan on every rank. Needs the frontier's profile (a frontier

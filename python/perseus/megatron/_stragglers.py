@@ -175,7 +175,7 @@ class StragglerPolicy:
     tailored_plans
         Follow with the plan solved for the deadline itself
         (``frontier.plan_for(deadline, tailored=True)``) instead of the
-        frontier's plan reclaimed into it (``plan_for``'s default).
+        frontier's plans around it fitted to it (``plan_for``'s default).
     """
 
     def __init__(
@@ -280,8 +280,8 @@ class StragglerPolicy:
             self.plan = self._plan_for(deadline_s)
 
     def _plan_for(self, deadline_s: float) -> Plan:
-        """The plan followers run for a deadline: the frontier's reclaimed into it, or solved
-        for it (tailored)."""
+        """The plan followers run for a deadline: the frontier's plans around it fitted to it
+        (the cheaper), or a plan solved for it (tailored)."""
         return self.frontier.plan_for(deadline_s, tailored=self.tailored_plans)
 
     @property
@@ -367,8 +367,8 @@ class StragglerPolicy:
         """The fraction of energy following saves: the plan for the deadline against the base
         plan, both waiting (blocking power) until the deadline.
 
-        Always the frontier's own plan, neither reclaimed into the deadline nor tailored: this
-        runs at every iteration a lasting straggler is weighed, where even a reclamation
+        Always the frontier's own plan, neither fitted to the deadline nor tailored: this
+        runs at every iteration a lasting straggler is weighed, where even fitting
         (milliseconds; a tailored search takes up to seconds) would slow training, and either
         only saves more, so the decisions stay the frontier's."""
         plan = self.frontier.plan_for(deadline_s, reclaim=False)
