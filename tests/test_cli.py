@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import perseus
 import pytest
 from deadline_support import example_profile
@@ -633,7 +634,8 @@ def fitting(tmp_path_factory):
     """GPT-3 (the small example's frontier leaves nothing to fit between its plans) solved
     and saved, with, for each way plan_for fits a deadline between plans `index` and
     `index + 1`, one such deadline: {"faster": (deadline, index), "slower": (...)}, where
-    "faster" slows plan `index` into it and "slower" speeds plan `index + 1` up to it.
+    plan_for's plan is plan `index` slowed into it ("faster") or plan `index + 1` sped up
+    to it ("slower").
     Returns (frontier.json, the Frontier, those deadlines)."""
     from perseus._tailored import fitted_plan
 
@@ -646,7 +648,7 @@ def fitting(tmp_path_factory):
         for share in (0.25, 0.5, 0.75):
             deadline = float(times[k] + share * (times[k + 1] - times[k]))
             plan, origin = fitted_plan(frontier, k, deadline)
-            if plan is not frontier[k]:
+            if plan is not frontier[k] and origin in (k, k + 1):
                 found.setdefault("faster" if origin == k else "slower", (deadline, k))
         if len(found) == 2:
             return path, frontier, found
@@ -692,6 +694,78 @@ def test_plan_deadline_fits_unless_told_not_to(fitting, tmp_path, capsys, origin
     assert facts["plan"]["index"] == index
     assert facts["plan"]["energy_j"] == frontier[index].energy_j
     assert "fitted" not in facts["chosen"]
+
+
+def test_plan_files_say_when_the_plan_is_not_the_frontiers(fitting, tmp_path, capsys):
+    # A fitted plan is not frontier plan `index`: its Zeus file is named so (never taken for,
+    # nor written over, that plan's), its JSON says where it came from, and the output gives
+    # the energy over the deadline that the choice is judged by.
+    path, frontier, found = fitting
+    deadline, index = found["slower"]
+    status, out, _ = run(
+        capsys, "plan", path, "--deadline", deadline, "--format", "zeus", "-o", tmp_path
+    )
+    assert status == 0
+    fitted_file = tmp_path / f"freqs_pipeline_{index:05d}_fitted.py"
+    assert f"written       {fitted_file}" in out
+    over = next(line for line in out.splitlines() if line.startswith("over "))
+    expected = frontier.plan_for(deadline)
+    assert f"{expected.energy_at(deadline):.1f} J" in over
+    assert f"frontier plan {index}, idling for the rest: " in over
+    assert f"{frontier[index].energy_at(deadline):.1f} J" in over
+    assert "# fitted plan: plan " in fitted_file.read_text()
+    back = perseus.Plan.from_zeus(fitted_file, frontier.profile)
+    assert np.array_equal(back.frequencies_mhz, expected.frequencies_mhz)
+    # The frontier's own plan lands beside it, no --force needed.
+    status, _, _ = run(
+        capsys,
+        "plan",
+        path,
+        "--deadline",
+        deadline,
+        "--no-reclaim",
+        "--format",
+        "zeus",
+        "-o",
+        tmp_path,
+    )
+    assert status == 0
+    own_file = tmp_path / f"freqs_pipeline_{index:05d}.py"
+    assert "fitted plan" not in own_file.read_text()
+    assert fitted_file.exists()
+
+    status, out, _ = run(capsys, "plan", path, "--deadline", deadline, "-o", tmp_path, "--json")
+    assert status == 0
+    facts = json.loads(out)["plan"]
+    assert facts["deadline_s"] == deadline
+    assert facts["energy_at_deadline_j"] == expected.energy_at(deadline)
+    assert facts["frontier_plan_energy_at_deadline_j"] == frontier[index].energy_at(deadline)
+    assert facts["energy_at_deadline_j"] < facts["frontier_plan_energy_at_deadline_j"]
+    assert facts["derived_from_index"] == index + 1
+    document = json.loads((tmp_path / "plan.json").read_text())
+    assert document["frontier_index"] is None
+    derived = document["derived"]
+    assert derived["kind"] == "fitted"
+    assert derived["made_from_frontier_index"] == index + 1
+    assert derived["deadline_s"] == deadline
+    assert derived["energy_at_deadline_j"] == expected.energy_at(deadline)
+    assert f"plan {index + 1} sped up to --deadline" in derived["how"]
+
+    status, _, _ = run(
+        capsys,
+        "plan",
+        path,
+        "--deadline",
+        deadline,
+        "--no-reclaim",
+        "-o",
+        tmp_path,
+        "--force",
+    )
+    assert status == 0
+    document = json.loads((tmp_path / "plan.json").read_text())
+    assert document["frontier_index"] == index
+    assert "derived" not in document
 
 
 def test_plan_power_cap(solved, tmp_path, capsys):
@@ -782,6 +856,38 @@ def test_evaluate_our_plans_in_every_format(solved, tmp_path, capsys):
         assert result["energy_j"] == pytest.approx(plan.energy_j, rel=1e-12)
         assert result["frontier"]["index"] == index
         assert result["frontier"]["saving_vs_plan_percent"] == pytest.approx(0, abs=1e-9)
+
+
+def test_evaluate_compares_with_what_plan_for_gives(fitting, tmp_path, capsys):
+    # A plan `perseus plan` fitted to a deadline, evaluated against its frontier: the
+    # comparison is with what plan_for gives for the plan's time, never the frontier plan
+    # that idles (which the fitted plan beats), and names where that plan came from.
+    path, frontier, found = fitting
+    deadline, _ = found["slower"]
+    assert run(capsys, "plan", path, "--deadline", deadline, "-o", tmp_path)[0] == 0
+    csv = tmp_path / "profile.csv"
+    frontier.profile.to_csv(csv)
+    status, out, err = run(
+        capsys,
+        "evaluate",
+        csv,
+        tmp_path / "plan.json",
+        "--frontier",
+        path,
+        "--blocking-power",
+        frontier.blocking_power_w,
+        "--json",
+    )
+    assert status == 0, err
+    result = json.loads(out)
+    time_s = result["iteration_time_s"]
+    expected = frontier.plan_for(time_s)
+    assert result["frontier"]["energy_at_plan_time_j"] == expected.energy_at(time_s)
+    assert result["frontier"]["saving_vs_plan_percent"] >= -1e-9
+    own = frontier.plan_for(time_s, reclaim=False)
+    assert own.energy_at(time_s) > result["energy_j"]  # what the old comparison showed
+    if result["frontier"]["index"] is None:
+        assert result["frontier"]["fitted_from_index"] >= 0
 
 
 LOWTIME_FILE = """[

@@ -5,6 +5,7 @@ Every fitted plan is replayed from the profile's measured rows
 (`perseus.evaluate`), must meet its deadline and must never cost more over
 it than the frontier's own plan (``reclaim=False``) nor than the faster
 plan slowed into the deadline alone; it must beat both at some deadlines.
+Plans on both sides of the deadline, not only the nearest, must be used.
 The oracle for "slowed into the deadline" works from the raw measured rows,
 not the solver's option table: no computation can move on its own to any
 slower measured clock that still meets the deadline and costs less over it.
@@ -22,8 +23,9 @@ from deadline_support import deadlines_between_plans, example_profile, other_clo
 from perseus import Frontier, Plan
 from perseus._plan_store import _CACHED_PLANS
 from perseus._replay import _setup
-from perseus._tailored import fitted_plan
+from perseus._tailored import FIT_STARTS_PER_SIDE, fitted_plan
 from perseus._zeus_format import INSTRUCTIONS
+from perseus.switch_latency import switch_aware_plan
 
 
 @pytest.fixture(scope="module")
@@ -85,27 +87,29 @@ def test_fitted_plans_meet_the_deadline_and_never_cost_more(profile, frontier):
         assert plan.energy_at(deadline) <= faster_j * (1 + 1e-12)
         gains.append(own.energy_at(deadline) / plan.energy_at(deadline) - 1)
         over_faster.append(faster_j / plan.energy_at(deadline) - 1)
-    # Observed: 16 of these 24 deadlines gain over the frontier's plan, up to 0.016 %;
-    # at 7 the slower plan sped up beats the faster one slowed down, by up to 0.016 %.
-    assert sum(g > 1e-6 for g in gains) >= 10, gains
+    # Observed: 21 of these 24 deadlines gain over the frontier's plan, up to 0.026 %;
+    # at 17 another fitted plan beats the faster one slowed down alone, by up to 0.019 %.
+    assert sum(g > 1e-6 for g in gains) >= 12, gains
     assert max(gains) > 1e-4, gains
-    assert sum(g > 1e-6 for g in over_faster) >= 3, over_faster
+    assert sum(g > 1e-6 for g in over_faster) >= 8, over_faster
 
 
-def test_both_neighbours_are_used(frontier):
-    # The slower plan sped up to the deadline wins at some deadlines, the faster one
-    # slowed into it at others; either way the plan is what plan_for returns.
-    origins = set()
+def test_plans_on_both_sides_are_used(frontier):
+    # Slower plans sped up to the deadline win at some deadlines, faster ones slowed into
+    # it at others, not only the nearest; either way the plan is what plan_for returns.
+    sides, farther = set(), False
     for deadline in _deadlines(frontier, 24, seed=7):
         own = frontier.plan_for(deadline, reclaim=False)
         index = frontier.index(own)
         plan, origin = fitted_plan(frontier, index, deadline)
-        assert origin in (index, index + 1)
+        assert index - FIT_STARTS_PER_SIDE < origin <= index + FIT_STARTS_PER_SIDE
         default = frontier.plan_for(deadline)
         assert np.array_equal(plan.frequencies_mhz, default.frequencies_mhz)
         if plan is not own:
-            origins.add(origin - index)
-    assert origins == {0, 1}
+            sides.add(origin > index)
+            farther |= origin not in (index, index + 1)
+    assert sides == {False, True}
+    assert farther
 
 
 def _saving_moves(profile, spec, plan, deadline):
@@ -163,7 +167,7 @@ def test_at_plan_times_and_past_the_last(profile, frontier):
             continue
         checked, _ = _checked(profile, frontier, times[k])
         assert checked.energy_at(times[k]) < frontier[k].energy_at(times[k])
-    assert kept > 0  # observed: 29 of 42 kept, 13 fitted for less
+    assert kept > 0  # observed: 23 of 42 kept, 19 fitted for less
     assert frontier.plan_for(times[-1]) is frontier[-1]
     with pytest.raises(ValueError, match="no plan meets"):
         frontier.plan_for(times[0] * 0.99)
@@ -185,7 +189,7 @@ def test_refine_false_plans_are_slowed_into_their_own_time(profile):
         plan, own = _checked(profile, plain, times[k])
         assert own is plain[k]
         gained += plan.energy_at(times[k]) < own.energy_at(times[k]) * (1 - 1e-9)
-    assert gained >= 10, gained  # observed: 20 of 25, up to 0.043 %
+    assert gained >= 12, gained  # observed: 23 of 25, up to 0.045 %
 
 
 def test_same_plan_from_a_saved_frontier(tmp_path, frontier):
@@ -296,6 +300,19 @@ def test_tailored_never_costs_more_than_fitted(frontier):
         assert tailored.energy_at(deadline) <= fitted.energy_at(deadline) * (1 + 1e-12)
 
 
+def test_switch_aware_plan_at_zero_latency_costs_no_more(frontier):
+    # With no latency the switch-aware plan is the cheapest candidate meeting the deadline,
+    # and plan_for's fitted plan is one of them.
+    fitted_won = 0
+    for deadline in _deadlines(frontier, 8, seed=13):
+        aware = switch_aware_plan(frontier, deadline, 0.0)
+        assert aware.energy_at_deadline_j <= frontier.energy_at(deadline) * (1 + 1e-12)
+        fitted_won += aware.fitted
+        if aware.fitted:
+            assert frontier.plan_for(deadline) is not frontier.plan_for(deadline, reclaim=False)
+    assert fitted_won > 0
+
+
 @pytest.mark.parametrize(
     ("schedule", "virtual_stages"), [("interleaved-1f1b", 2), ("gpipe", 1)], ids=["v2", "gpipe"]
 )
@@ -315,3 +332,6 @@ def test_bad_arguments(frontier):
     deadline = _deadlines(frontier, 1)[0]
     with pytest.raises(TypeError, match="reclaim must be True or False"):
         frontier.plan_for(deadline, reclaim=1)
+    for other in ({"tailored": True}, {"switch_latency_s": 1e-3}):
+        with pytest.raises(TypeError, match="reclaim=False is not for tailored=True or"):
+            frontier.plan_for(deadline, reclaim=False, **other)

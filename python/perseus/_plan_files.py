@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import os
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -30,7 +31,7 @@ from .plan import Plan, replayed_plan, steps_in_order
 from .profile import LIMITS, Profile
 from .schedule import SCHEDULES
 
-__all__ = ["CSV_COLUMNS", "FORMATS", "file_name", "read_plan", "write_plan"]
+__all__ = ["CSV_COLUMNS", "FORMATS", "Derived", "file_name", "read_plan", "write_plan"]
 
 FORMATS = ("json", "csv", "zeus")
 CSV_COLUMNS = ("gpu", "position", "instruction", "chunk", "microbatch", "frequency_mhz")
@@ -39,15 +40,33 @@ PLAN_VERSION = 1
 _MAX_BYTES = 256 * 1024 * 1024
 
 
-def file_name(kind: str, index: int) -> str:
-    """The file `write_plan` writes for plan `index` of a frontier."""
-    return {"json": "plan.json", "csv": "plan.csv"}.get(kind) or _zeus_plan.file_name(index)
+@dataclass(frozen=True)
+class Derived:
+    """Where a plan that is not one of the frontier's own came from (a plan fitted or
+    solved for a deadline, or merged for switch latency), for the file's readers."""
+
+    kind: str  #: ``fitted``, ``tailored`` or ``switch-aware``: names the Zeus file too
+    made_from_index: Optional[int]  #: the frontier plan it was made from (None: all-fastest)
+    deadline_s: float  #: the iteration time it was made for
+    how: str  #: in words, as `perseus plan` says it
 
 
-def plan_document(plan: Plan, index: Optional[int] = None) -> dict[str, Any]:
-    """The JSON document of a plan."""
+def file_name(kind: str, index: int, derived: Optional[Derived] = None) -> str:
+    """The file `write_plan` writes for plan `index` of a frontier, or for a plan
+    `derived` from the frontier near plan `index` (a Zeus file then says how in its name,
+    so that it is never taken for, nor written over, frontier plan `index`'s)."""
+    if kind in ("json", "csv"):
+        return f"plan.{kind}"
+    return _zeus_plan.file_name(index, None if derived is None else derived.kind)
+
+
+def plan_document(
+    plan: Plan, index: Optional[int] = None, derived: Optional[Derived] = None
+) -> dict[str, Any]:
+    """The JSON document of a plan: frontier plan `index`, or a plan `derived` from it
+    (then ``frontier_index`` is null and ``derived`` says how)."""
     spec = plan.spec
-    return {
+    document: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "version": PLAN_VERSION,
         "pipeline": {
@@ -56,7 +75,17 @@ def plan_document(plan: Plan, index: Optional[int] = None) -> dict[str, Any]:
             "virtual_stages": spec.virtual_stages,
             "microbatches": spec.microbatches,
         },
-        "frontier_index": index,
+        "frontier_index": index if derived is None else None,
+    }
+    if derived is not None:
+        document["derived"] = {
+            "kind": derived.kind,
+            "made_from_frontier_index": derived.made_from_index,
+            "deadline_s": derived.deadline_s,
+            "energy_at_deadline_j": plan.energy_at(max(derived.deadline_s, plan.iteration_time_s)),
+            "how": derived.how,
+        }
+    return document | {
         "iteration_time_s": plan.iteration_time_s,
         "energy_j": plan.energy_j,
         "blocking_power_w": plan.blocking_power_w,
@@ -95,17 +124,21 @@ def write_plan(
     index: Optional[int],
     *,
     overwrite: bool = True,
+    derived: Optional[Derived] = None,
 ) -> None:
-    """Write `plan` to `path` as `kind` (``json``, ``csv`` or ``zeus``), atomically.
+    """Write `plan` to `path` as `kind` (``json``, ``csv`` or ``zeus``), atomically: frontier
+    plan `index`, or a plan `derived` from the frontier (the JSON document and the Zeus
+    file's comments say how; CSV has no place for it).
 
     With ``overwrite=False`` an existing file is never replaced (`OutputExistsError`).
     """
     if kind == "zeus":
-        plan.write_zeus(path, overwrite=overwrite)
+        notes = [] if derived is None else [f"{derived.kind} plan: {derived.how}"]
+        replace_user_file(path, plan._zeus_text(notes), overwrite=overwrite)
     elif kind == "csv":
         replace_user_file(path, plan_csv(plan), overwrite=overwrite)
     elif kind == "json":
-        text = json.dumps(plan_document(plan, index), indent=1) + "\n"
+        text = json.dumps(plan_document(plan, index, derived), indent=1) + "\n"
         replace_user_file(path, text, overwrite=overwrite)
     else:
         raise ValueError(f"unknown plan format {kind!r}; known: {', '.join(FORMATS)}")

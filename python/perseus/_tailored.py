@@ -55,6 +55,13 @@ if TYPE_CHECKING:
 #: of it, so the all-fastest start, which took 1.7 and 5.9 s there, is cut).
 TAILORED_SEARCH_WORK = 32_000_000
 
+#: Frontier plans fitted to a deadline on each side of it by `plan_for`'s default (see
+#: `fitted_plan`). Each costs one reclamation (a few ms at 16 x 128); on bench/run.py
+#: --dense (user 16 x 16, GPT-3 8 x 24) the deadlines losing more than 0.01 % to a plan
+#: searched for them were 116 and 527 with one per side, 28 and 315 with two, 7 and 209
+#: with three, 3 and 162 with four (bench/results/dense-2026-12-07.txt).
+FIT_STARTS_PER_SIDE = 3
+
 #: Frontier plans tried as starts on each side of the deadline: the solver's own count.
 STARTS_PER_SIDE: int = int(cast(int, dict(_core.LOCAL_SEARCH_MOVES)["starts_per_side"]))
 
@@ -97,20 +104,21 @@ def tailored_plan(
 
 
 def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan, int]:
-    """The frontier plans on either side of `deadline_s` fitted to it, the cheaper of the two.
+    """The frontier plans nearest `deadline_s` fitted to it, the cheapest one.
 
-    Plan `index` (the slowest meeting the deadline) slowed into the rest of
-    it, and plan ``index + 1`` (the next slower) sped up to it and then
-    slowed into what is left: whichever uses less energy over the deadline
-    (the faster one on a tie). Returns that plan and the index of the
-    frontier plan it was fitted from. At plan `index`'s own time the
-    slower plan may still be sped up to it for less (frontier plans are not
-    exact optima), and a plan of a ``refine=False`` frontier slowed into its
-    own time for less. Plan `index` itself (with `index`) when neither saves
-    energy, when the deadline is ``inf``, or when the frontier has no
-    profile (or one without the plans' clocks: a frontier loaded with
-    another profile), since fitting needs the measured times the plans were
-    solved on.
+    Plan `index` (the slowest meeting the deadline) and the
+    FIT_STARTS_PER_SIDE - 1 faster ones before it slowed into the rest of
+    the deadline; the FIT_STARTS_PER_SIDE slower ones after it sped up to
+    it and then slowed into what is left. Returns the plan that uses least
+    energy over the deadline (the nearest on a tie, plan `index` first)
+    and the index of the frontier plan it was fitted from. At plan
+    `index`'s own time a neighbour may still be fitted to it for less
+    (frontier plans are not exact optima; a ``refine=False`` frontier's
+    were never slowed into their slack). Plan `index` itself (with `index`)
+    when no fit saves energy, when the deadline is ``inf``, or when the
+    frontier has no profile (or one without the plans' clocks: a frontier
+    loaded with another profile), since fitting needs the measured times
+    the plans were solved on.
     """
     plan = frontier[index]
     source = frontier.profile
@@ -118,37 +126,44 @@ def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan
         return plan, index
     spec = frontier.spec
     problem, table, pipeline = _setup(source, spec)
-    neighbours = range(index, min(index + 2, len(frontier)))
+    faster = range(max(0, index - FIT_STARTS_PER_SIDE + 1), index + 1)
+    slower = range(index + 1, min(index + 1 + FIT_STARTS_PER_SIDE, len(frontier)))
     try:
-        starts = _option_indices(frontier, neighbours, table, pipeline)
+        starts = _option_indices(frontier, range(faster.start, slower.stop), table, pipeline)
     except ValueError:
         return plan, index
     deadline = float(deadline_s)
-    # The faster plan reclaimed (never slower than the deadline), then the
-    # slower one tightened and reclaimed (slower only where it cannot meet it).
-    fitted = [problem.reclaim(starts[:1], deadline)]
-    if len(starts) > 1:
-        fitted.append(problem.tighten(starts[1:], deadline))
+    # Faster plans reclaimed (never slower than the deadline), slower ones
+    # tightened and reclaimed (slower only where they cannot meet it): one
+    # call each, a row per plan.
+    fitted = {}
+    for plans, (times, energies, choices) in (
+        (faster, problem.reclaim(starts[: len(faster)], deadline)),
+        (slower, problem.tighten(starts[len(faster) :], deadline) if slower else ((), (), ())),
+    ):
+        fitted.update(
+            (k, (float(t), float(e), c)) for k, t, e, c in zip(plans, times, energies, choices)
+        )
+    blocking_w = spec.num_gpus * source.blocking_power_w  # the whole pipeline, waiting
     best, best_j, origin = plan, plan.energy_at(deadline), index
-    for k, (times, energies, choices) in zip(neighbours, fitted):
-        time_s = float(times[0])
-        if time_s > deadline:
+    for k in sorted(fitted, key=lambda k: (abs(k - index), k)):  # nearest first
+        time_s, energy_j, choice = fitted[k]
+        if time_s > deadline or energy_j + blocking_w * (deadline - time_s) >= best_j:
             continue
-        mhz = table.frequency_mhz[table.offsets[pipeline.group] + choices[0]].astype(np.int32)
+        mhz = table.frequency_mhz[table.offsets[pipeline.group] + choice].astype(np.int32)
         # Before fitting: plan `index`'s own unimproved energy, waiting as long (what
         # the user would run otherwise).
-        waited_j = spec.num_gpus * source.blocking_power_w * (time_s - plan.iteration_time_s)
-        candidate = Plan(
+        waited_j = blocking_w * (time_s - plan.iteration_time_s)
+        best = Plan(
             spec,
             mhz,
             time_s,
-            float(energies[0]),
+            energy_j,
             plan.energy_before_reclaim_j + max(waited_j, 0.0),
             blocking_power_w=source.blocking_power_w,
             profile=source,
         )
-        if candidate.energy_at(deadline) < best_j:
-            best, best_j, origin = candidate, candidate.energy_at(deadline), k
+        best_j, origin = best.energy_at(deadline), k
     return best, origin
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from typing import Optional
 
 from ._files import read_plan_text
 from ._validate import integer
@@ -33,9 +34,11 @@ MAX_FILE_BYTES = 256 * 1024 * 1024
 ZeusSchedule = list[list[tuple[str, int]]]
 
 
-def file_name(index: int) -> str:
-    """``freqs_pipeline_%05d.py``, the name lowtime and Zeus's examples use."""
-    return f"freqs_pipeline_{index:05d}.py"
+def file_name(index: int, variant: Optional[str] = None) -> str:
+    """``freqs_pipeline_%05d.py``, the name lowtime and Zeus's examples use; with a
+    `variant` (a plan made from frontier plan `index`, not that plan),
+    ``freqs_pipeline_%05d_<variant>.py``. Zeus reads any ``.py`` name it is given."""
+    return f"freqs_pipeline_{index:05d}{'' if variant is None else '_' + variant}.py"
 
 
 def format_plan(schedule: Sequence[Sequence[tuple[str, int]]], comments: Sequence[str] = ()) -> str:

@@ -191,7 +191,11 @@ class Frontier(Sequence[Plan]):
                     and np.array_equal(mine.frequencies_mhz, value.frequencies_mhz)
                 ):
                     return k
-        raise ValueError("the plan is not in this frontier")
+        raise ValueError(
+            "the plan is not in this frontier (plan_for fits the frontier's plans to a "
+            "deadline between them by default; plan_for(..., reclaim=False) gives the "
+            "frontier's own)"
+        )
 
     def frequencies_mhz(self, index: int, gpu: Optional[int] = None) -> npt.NDArray[np.int32]:
         """Plan `index`'s MHz per computation (core id order), or only GPU `gpu`'s computations.
@@ -500,7 +504,8 @@ class Frontier(Sequence[Plan]):
             NaN; with ``tailored=True`` also when the frontier has no profile
             or its profile lacks a clock the nearby plans run.
         TypeError
-            If it is not a number, or `tailored` or `reclaim` is not a bool.
+            If it is not a number, or `tailored` or `reclaim` is not a bool, or
+            ``reclaim=False`` comes with ``tailored=True`` or `switch_latency_s`.
         """
         if deadline is not None:
             if deadline_s is not None:
@@ -514,6 +519,9 @@ class Frontier(Sequence[Plan]):
             raise TypeError(f"tailored must be True or False, got {tailored!r}")
         if not isinstance(reclaim, bool):
             raise TypeError(f"reclaim must be True or False, got {reclaim!r}")
+        if not reclaim and (tailored or switch_latency_s is not None):
+            # Each of those makes a plan of its own; reclaim=False asks for the frontier's.
+            raise TypeError("reclaim=False is not for tailored=True or switch_latency_s")
         if switch_latency_s is not None:
             if tailored:
                 raise TypeError("give tailored=True or switch_latency_s, not both")

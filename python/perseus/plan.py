@@ -483,19 +483,21 @@ class Plan:
         >>> back.to_zeus() == plan.to_zeus()
         True
         """
+        replace_user_file(
+            path, self._zeus_text(), follow_symlinks=follow_symlinks, overwrite=overwrite
+        )
+
+    def _zeus_text(self, notes: Sequence[str] = ()) -> str:
+        """`write_zeus`'s file text, with `notes` as further comment lines."""
         spec = self._spec
         comments = [
             f"perseus plan: {spec.schedule}, {spec.num_gpus} GPUs, "
             f"{spec.virtual_stages} chunk(s) per GPU, {spec.microbatches} microbatches",
             f"iteration time {self._iteration_time_s!r} s, energy {self._energy_j!r} J "
             f"(blocking power {self._blocking_power_w!r} W)",
+            *notes,
         ]
-        replace_user_file(
-            path,
-            _zeus_plan.format_plan(self.to_zeus(), comments),
-            follow_symlinks=follow_symlinks,
-            overwrite=overwrite,
-        )
+        return _zeus_plan.format_plan(self.to_zeus(), comments)
 
     @classmethod
     def from_zeus(

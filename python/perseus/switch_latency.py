@@ -313,6 +313,9 @@ class SwitchAwarePlan:
     unmerged_switches_per_iteration: int  #: of the frontier plan it was merged from
     #: its energy without latency minus that plan's, both over the longer of their times
     merge_energy_cost_j: float
+    #: it was merged from frontier plan `frontier_index` fitted to the deadline (what
+    #: Frontier.plan_for gives without latency), not from that plan itself
+    fitted: bool = False
 
 
 def _base_indices(frontier: Frontier, deadline_s: float) -> list[int]:
@@ -337,9 +340,14 @@ def switch_aware_plan(
 ) -> SwitchAwarePlan:
     """The cheapest plan that meets `deadline_s` when every clock change takes `switch_latency_s`.
 
-    ``profile`` defaults to the frontier's own. Raises ValueError if no
-    candidate meets the deadline under the model (the message names the
-    fastest replayed time), and TypeError/ValueError for bad arguments.
+    The candidates are frontier plans near the deadline, the all-fastest
+    plan and what `Frontier.plan_for` gives for the deadline without latency
+    (the frontier plans nearest it fitted to it), each also with its clock
+    changes merged, so that at zero latency this costs no more than
+    plan_for's plan. ``profile`` defaults to the frontier's own (the fitted
+    candidate needs it). Raises ValueError if no candidate meets the
+    deadline under the model (the message names the fastest replayed
+    time), and TypeError/ValueError for bad arguments.
     """
     from .plan import _all_fastest_frequencies, _seconds, replayed_plan
 
@@ -353,13 +361,17 @@ def switch_aware_plan(
     spec = frontier.spec
     rows = _Rows(source, spec)
     blocking_w = source.blocking_power_w
-    best: Optional[tuple[float, np.ndarray, LatencyReplay, int, int]] = None
+    best: Optional[tuple[float, np.ndarray, LatencyReplay, int, int, Plan]] = None
     fastest_s = math.inf
     # The all-fastest plan (index -1) too: under a long latency, a plan with
     # few clock changes may be the only one that meets a tight deadline.
-    bases = [(i, frontier[i].frequencies_mhz) for i in _base_indices(frontier, deadline)]
-    bases.append((-1, np.asarray(_all_fastest_frequencies(source, spec))))
-    for index, base_frequencies in bases:
+    bases = [(i, frontier[i]) for i in _base_indices(frontier, deadline)]
+    bases.append((-1, replayed_plan(spec, _all_fastest_frequencies(source, spec), source)))
+    fitted = _fitted_base(frontier, deadline, profile)
+    if fitted is not None:
+        bases.append(fitted)
+    for index, base_plan in bases:
+        base_frequencies = base_plan.frequencies_mhz
         base_mhz = np.asarray(base_frequencies, dtype=np.int64)
         base_replay = _replay(spec, rows, base_mhz, latency, blocking_w)
         seen: set[bytes] = set()
@@ -379,18 +391,13 @@ def switch_aware_plan(
                 deadline - result.iteration_time_s
             )
             if best is None or at_deadline < best[0]:
-                best = (at_deadline, mhz, result, tolerance, index)
+                best = (at_deadline, mhz, result, tolerance, index, base_plan)
     if best is None:
         raise ValueError(
             f"no plan meets a deadline of {deadline:.6g} s with a switch latency of {latency:.6g} s: "
             f"the fastest takes {fastest_s:.6g} s under that latency"
         )
-    at_deadline, mhz, result, tolerance, index = best
-    base = (
-        frontier[index]
-        if index >= 0
-        else replayed_plan(spec, _all_fastest_frequencies(source, spec), source)
-    )
+    at_deadline, mhz, result, tolerance, index, base = best
     plan = replayed_plan(spec, mhz, source)
     unmerged = _replay(
         spec, rows, np.asarray(base.frequencies_mhz, dtype=np.int64), latency, blocking_w
@@ -407,4 +414,23 @@ def switch_aware_plan(
         frontier_index=index,
         unmerged_switches_per_iteration=unmerged.switches_per_iteration,
         merge_energy_cost_j=float(merge_cost),
+        fitted=fitted is not None and base is fitted[1],
     )
+
+
+def _fitted_base(
+    frontier: Frontier, deadline_s: float, profile: Optional[Profile]
+) -> Optional[tuple[int, Plan]]:
+    """(the frontier plan it was made from, the plan) of what plan_for gives without latency,
+    when that is not a frontier plan: a base like the frontier's, so that at zero latency the
+    switch-aware plan costs no more than plan_for's. None with another profile than the
+    frontier's (the fit is made on the frontier's own)."""
+    from ._tailored import fitted_plan
+
+    if profile is not None and profile is not frontier.profile:
+        return None
+    index = int(np.searchsorted(frontier.iteration_times_s, deadline_s, side="right")) - 1
+    if index < 0:
+        return None
+    plan, origin = fitted_plan(frontier, index, deadline_s)
+    return None if plan is frontier[index] else (origin, plan)

@@ -10,6 +10,8 @@ import os
 import sys
 from typing import Any, Optional
 
+import numpy as np
+
 from .._files import check_writable_directory, publish_new_file, replace_user_file
 from .._shipped import shipped_profile
 from .._sidecar import BLOCKING_POWER_KEY, read_blocking_power, sidecar_path
@@ -321,7 +323,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .._plan_files import file_name, write_plan
+    from .._plan_files import Derived, file_name, write_plan
 
     check_writable_directory(args.output)
     frontier = _load_frontier(args.frontier)
@@ -331,19 +333,43 @@ def _plan(args: argparse.Namespace) -> int:
         raise UsageError("argument --no-reclaim: not with --tailored or --switch-latency")
     chosen, index, how = _choose(frontier, args)
     aware = None
+    made_from: Optional[int] = index
     if args.switch_latency is not None:
         chosen, index, how, aware = _switch_aware_choice(frontier, args)
+        made_from = aware.frontier_index if aware.frontier_index >= 0 else None
     if args.tailored:
         chosen, how = _tailored_choice(frontier, args, index)
     elif aware is None and (args.deadline is not None or args.slowdown is not None):
         if not args.no_reclaim:
-            chosen, how = _fitted_choice(frontier, args, index, chosen, how)
+            chosen, how, made_from = _fitted_choice(frontier, args, index, chosen, how)
     elif args.no_reclaim:
         raise UsageError("argument --no-reclaim: only with --deadline or --slowdown")
-    target = os.path.join(args.output, file_name(args.format, index))
+    derived = None
+    if not _is_frontier_plan(frontier, chosen, index):
+        deadline, _ = _deadline_of(frontier, args, "--deadline")
+        kind = "tailored" if args.tailored else "fitted" if aware is None else "switch-aware"
+        derived = Derived(kind, made_from, deadline, how)
+    target = os.path.join(args.output, file_name(args.format, index, derived))
     _refuse_existing(target, args.force)
-    write_plan(chosen, target, args.format, index, overwrite=args.force)
+    write_plan(chosen, target, args.format, index, overwrite=args.force, derived=derived)
     facts = _plan_facts(frontier, chosen, index)
+    over_deadline = ""
+    if args.deadline is not None or args.slowdown is not None:
+        # What the choice is judged by: energy over the deadline, this plan's and the
+        # frontier plan's that meets it (which idles for the rest).
+        deadline, _ = _deadline_of(frontier, args, "--deadline")
+        own = frontier[index]
+        facts["deadline_s"] = deadline
+        facts["energy_at_deadline_j"] = chosen.energy_at(max(deadline, chosen.iteration_time_s))
+        facts["frontier_plan_energy_at_deadline_j"] = own.energy_at(
+            max(deadline, own.iteration_time_s)
+        )
+        if derived is not None:
+            facts["derived_from_index"] = made_from
+        over_deadline = (
+            f"over {deadline:.6g} s  {facts['energy_at_deadline_j']:.1f} J (frontier plan "
+            f"{index}, idling for the rest: {facts['frontier_plan_energy_at_deadline_j']:.1f} J)\n"
+        )
     if aware is not None:
         facts["switch_latency"] = {
             "switch_latency_s": aware.replay.switch_latency_s,
@@ -373,6 +399,7 @@ def _plan(args: argparse.Namespace) -> int:
         f"time, energy  {chosen.iteration_time_s:.4f} s  {chosen.energy_j:.1f} J  "
         f"{facts['saving_vs_all_fastest_percent']:.2f}% less than all-fastest over the same "
         f"time; average {chosen.average_power_w:.0f} W{peak} (all GPUs)\n"
+        f"{over_deadline}"
         f"{latency}"
         f"written       {_shown(target)} ({args.format}, {frontier.spec.num_gpus} GPUs)"
     )
@@ -401,21 +428,35 @@ def _tailored_choice(frontier: Frontier, args: argparse.Namespace, index: int) -
 
 def _fitted_choice(
     frontier: Frontier, args: argparse.Namespace, index: int, chosen: Plan, how: str
-) -> tuple[Plan, str]:
+) -> tuple[Plan, str, int]:
     """`perseus plan/plot --deadline/--slowdown`: what Frontier.plan_for gives by default,
-    the plans around the deadline fitted to it, or plan `index` itself when neither saves."""
+    the frontier plans nearest the deadline fitted to it, or plan `index` itself when no fit
+    saves energy; with how it was chosen and the frontier plan it was made from."""
     from .._tailored import fitted_plan
 
     deadline, flag = _deadline_of(frontier, args, "--deadline")
     plan, origin = fitted_plan(frontier, index, deadline)
     if plan is chosen:
-        return chosen, how
-    if origin == index:
-        return plan, f"plan {index} slowed into {flag} (fitted; --no-reclaim for plan {index})"
-    return plan, (
-        f"plan {origin} sped up to {flag}, then slowed into what is left (fitted; --no-reclaim "
-        f"for plan {index})"
+        return chosen, how, index
+    if origin <= index:
+        return (
+            plan,
+            f"plan {origin} slowed into {flag} (fitted; --no-reclaim for plan {index})",
+            origin,
+        )
+    return (
+        plan,
+        f"plan {origin} sped up to {flag}, then slowed into what is left (fitted; "
+        f"--no-reclaim for plan {index})",
+        origin,
     )
+
+
+def _is_frontier_plan(frontier: Frontier, plan: Plan, index: int) -> bool:
+    try:
+        return frontier.index(plan) == index
+    except ValueError:
+        return False
 
 
 def _switch_aware_choice(
@@ -430,6 +471,8 @@ def _switch_aware_choice(
     except ValueError as error:
         raise UsageError(f"argument --switch-latency: {error}") from None
     origin = f"plan {aware.frontier_index}" if aware.frontier_index >= 0 else "all-fastest"
+    if aware.fitted:
+        origin += " fitted to the deadline"
     how = (
         f"the cheapest plan within {flag} with {args.switch_latency:g} s per clock change "
         f"({origin}, changes within {aware.tolerance_mhz} MHz merged)"
@@ -501,20 +544,32 @@ def _evaluate(args: argparse.Namespace) -> int:
                 f"{frontier.fastest.iteration_time_s:.4f} s"
             )
         else:
-            ours = frontier.plan_for(plan.iteration_time_s, reclaim=False)
-            ours_j = ours.energy_at(plan.iteration_time_s)
+            # What plan_for gives for this plan's time (by default, the frontier plans
+            # nearest it fitted to it), as a user of the frontier would get it.
+            from .._tailored import fitted_plan
+
+            time_s = plan.iteration_time_s
+            index = int(np.searchsorted(frontier.iteration_times_s, time_s, side="right")) - 1
+            ours, origin = fitted_plan(frontier, index, time_s)
+            fitted = not _is_frontier_plan(frontier, ours, index)
+            ours_j = ours.energy_at(time_s)
             saving = 100 * (1 - ours_j / plan.energy_j)
             result["frontier"] = {
-                "index": frontier.index(ours),
+                "index": None if fitted else index,
+                "fitted_from_index": origin if fitted else None,
                 "iteration_time_s": ours.iteration_time_s,
                 "energy_j": ours.energy_j,
                 "energy_at_plan_time_j": ours_j,
                 "saving_vs_plan_percent": saving,
             }
+            which = (
+                f"plan_for's plan (plan {origin} of {args.frontier} fitted to this time)"
+                if fitted
+                else f"plan {index} of {args.frontier}"
+            )
             lines.append(
-                f"perseus       {ours.iteration_time_s:.4f} s  {ours.energy_j:.1f} J  plan "
-                f"{frontier.index(ours)} of {args.frontier}, no slower: {saving:.2f}% less than "
-                f"this plan over its {plan.iteration_time_s:.4f} s"
+                f"perseus       {ours.iteration_time_s:.4f} s  {ours.energy_j:.1f} J  {which}, "
+                f"no slower: {saving:.2f}% less than this plan over its {time_s:.4f} s"
             )
     if args.json:
         _emit_json(result)
@@ -550,7 +605,7 @@ def _plot(args: argparse.Namespace) -> int:
     if (args.deadline is not None or args.slowdown is not None) and not args.no_reclaim:
         # The plan `perseus plan` writes for the same flags.
         frontier_plan = chosen
-        chosen, how = _fitted_choice(frontier, args, index, chosen, how)
+        chosen, how, _ = _fitted_choice(frontier, args, index, chosen, how)
         if chosen is not frontier_plan:
             named = how
     if args.timeline:
