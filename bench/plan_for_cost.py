@@ -1,8 +1,9 @@
 """What `Frontier.plan_for(d)` costs by default at user scale, and what it saves.
 
 A Megatron rank loads the frontier file and, when a replica straggles, asks for
-the plan for the straggler's deadline; by default that is the frontier plan
-that meets it, reclaimed into the rest of the deadline. This solves a case,
+the plan for the straggler's deadline; by default that is the frontier plans
+nearest it fitted to it (the faster ones slowed into it, the slower ones sped
+up to it and slowed into what is left), the cheapest. This solves a case,
 saves and loads the frontier as a rank would, then times plan_for at 20
 deadlines between plans (70 % of the way from one plan to the next) and
 compares each with the frontier's own plan (``reclaim=False``) over the
@@ -11,7 +12,7 @@ deadline.
     python bench/plan_for_cost.py user-h100-16u-16x512 user-h100-16u-16x1024 --plain
 
 ``--plain`` solves with refine=False (a 16 x 1024 refined solve takes minutes;
-the cost of a reclaim does not depend on how the frontier was solved, the
+the cost of fitting does not depend on how the frontier was solved, the
 saving does: refine=False plans were never reclaimed).
 """
 

@@ -246,8 +246,9 @@ def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[
     energy of an iteration that long run with the next-faster frontier plan (paying blocking
     power for the gap) against a plan solved for that deadline (that plan reclaimed into it,
     then a local search at it; never worse than the plan itself), as % of the solved one.
-    The same for the plan a user gets by default, ``plan_for(d)``: that frontier plan
-    reclaimed into the deadline (through the API, as a user calls it).
+    The same for the plan a user gets by default, ``plan_for(d)``: the frontier plans nearest
+    the deadline fitted to it (through the API, as a user calls it); the reference is then
+    the better of the solved plan and that one.
 
     Then the plan a user gets for that deadline with ``plan_for(d, tailored=True)``, at
     DENSE_TAILORED_DEADLINES of those deadlines, against a stronger reference: the better of
@@ -662,7 +663,7 @@ def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResu
             f"  dense: {res.dense['over']}/{res.dense['deadlines']} deadlines lose > "
             f"{DENSE_LOSS_TARGET_PCT:g} % with the next-faster plan; worst "
             f"{res.dense['worst_pct']:.4f} % at {res.dense['worst_at_s']} s, mean "
-            f"{res.dense['mean_pct']:.5f} %; with plan_for(d) (reclaimed into d) "
+            f"{res.dense['mean_pct']:.5f} %; with plan_for(d) (fitted to d) "
             f"{res.dense['default_over']} lose > {DENSE_LOSS_TARGET_PCT:g} %, worst "
             f"{res.dense['default_worst_pct']:.4f} %, mean {res.dense['default_mean_pct']:.5f} % "
             f"({1e3 * res.dense['default_cpu_s_median']:.1f} CPU ms each, median), "
@@ -940,7 +941,7 @@ def check_targets(
                 f"{r.dense['worst_pct']:.4f} %",
             )
             add(
-                f"{r.case} dense: plan_for(d) (reclaimed) within +{DENSE_LOSS_TARGET_PCT:g} % "
+                f"{r.case} dense: plan_for(d) (fitted) within +{DENSE_LOSS_TARGET_PCT:g} % "
                 "at every unit",
                 "ok" if r.dense["default_over"] == 0 else "MISS",
                 f"{r.dense['default_over']}/{r.dense['deadlines']} deadlines over, worst "

@@ -66,8 +66,7 @@ ImprovedPlans LockedProblem::local_search(const OptionIndex* choices, std::size_
                       [&](PlanImprover& improver) { improver.local_search(deadline_s, max_work); });
 }
 
-ImprovedPlans LockedProblem::tighten(const OptionIndex* choices, std::size_t plans,
-                                     double deadline_s) {
+ImprovedPlans LockedProblem::tighten(const OptionIndex* choices, std::size_t plans, double deadline_s) {
   // An infinite deadline would slow every computation to its slowest option
   // and a NaN one stop nothing: neither is a time to tighten to.
   if (!std::isfinite(deadline_s)) throw std::invalid_argument("deadline_s must be finite");

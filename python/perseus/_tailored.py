@@ -35,6 +35,7 @@ import math
 from typing import TYPE_CHECKING, Optional, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _core
 from ._replay import _OptionTable, _setup
@@ -136,14 +137,13 @@ def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan
     # Faster plans reclaimed (never slower than the deadline), slower ones
     # tightened and reclaimed (slower only where they cannot meet it): one
     # call each, a row per plan.
-    fitted = {}
-    for plans, (times, energies, choices) in (
-        (faster, problem.reclaim(starts[: len(faster)], deadline)),
-        (slower, problem.tighten(starts[len(faster) :], deadline) if slower else ((), (), ())),
-    ):
-        fitted.update(
-            (k, (float(t), float(e), c)) for k, t, e, c in zip(plans, times, energies, choices)
-        )
+    batches = [(faster, problem.reclaim(starts[: len(faster)], deadline))]
+    if slower:
+        batches.append((slower, problem.tighten(starts[len(faster) :], deadline)))
+    fitted: dict[int, tuple[float, float, npt.NDArray[np.uint16]]] = {}
+    for plans, (times, energies, choices) in batches:
+        for k, t, e, c in zip(plans, times, energies, choices):
+            fitted[k] = (float(t), float(e), c)
     blocking_w = spec.num_gpus * source.blocking_power_w  # the whole pipeline, waiting
     best, best_j, origin = plan, plan.energy_at(deadline), index
     for k in sorted(fitted, key=lambda k: (abs(k - index), k)):  # nearest first

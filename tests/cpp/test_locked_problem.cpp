@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -117,6 +118,46 @@ TEST(LockedProblem, BatchesAgreeWithADirectReplayAndImprover) {
   direct.assign(rows.data());
   direct.local_search(deadline_s, 20000);
   EXPECT_EQ(searched.choices, direct.choice());
+}
+
+// tighten: each plan sped up to the deadline, then slowed into what is left.
+// Against a direct PlanImprover doing the same; a plan that meets the
+// deadline after it replays within it, one that cannot (the deadline below
+// the all-fastest time) comes back no faster than the all-fastest plan; a
+// deadline that is not finite is refused.
+TEST(LockedProblem, TightenMeetsTheDeadlineWhereItCan) {
+  const Fixture f;
+  LockedProblem locked = f.locked();
+  std::mt19937 rng(12);
+  const std::size_t plans = 6;
+  const std::vector<OptionIndex> rows = f.random_plans(plans, rng);
+  const auto n = ix(f.pipeline.size());
+  Evaluator evaluator(f.pipeline, f.dag, f.table);
+  const std::vector<OptionIndex> fastest(n, 0);
+  const double fastest_s = evaluator.evaluate(fastest.data()).iteration_time_s;
+  PlanImprover direct(f.pipeline, f.dag, f.table);
+  for (const double deadline_s : {1.02 * fastest_s, 1.2 * fastest_s, 0.9 * fastest_s}) {
+    const ImprovedPlans out = locked.tighten(rows.data(), plans, deadline_s);
+    ASSERT_EQ(out.choices.size(), plans * n);
+    for (std::size_t k = 0; k < plans; ++k) {
+      direct.assign(rows.data() + k * n);
+      const bool met = direct.tighten(deadline_s, TightenOrder::kUsefulSecond);
+      if (met) direct.reclaim(deadline_s);
+      const std::vector<OptionIndex> plan(
+          out.choices.begin() + static_cast<std::ptrdiff_t>(k * n),
+          out.choices.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+      EXPECT_EQ(plan, direct.choice()) << "plan " << k;
+      const Evaluation replayed = evaluator.evaluate(plan.data());
+      EXPECT_EQ(out.evaluations[k].iteration_time_s, replayed.iteration_time_s);
+      EXPECT_EQ(met, deadline_s >= fastest_s);
+      if (met) EXPECT_LE(replayed.iteration_time_s, deadline_s * (1 + 1e-12));
+      else EXPECT_GE(replayed.iteration_time_s, fastest_s * (1 - 1e-12));
+    }
+  }
+  EXPECT_THROW(locked.tighten(rows.data(), 1, std::numeric_limits<double>::infinity()),
+               std::invalid_argument);
+  EXPECT_THROW(locked.tighten(rows.data(), 1, std::numeric_limits<double>::quiet_NaN()),
+               std::invalid_argument);
 }
 
 TEST(LockedProblem, RefusesAnOptionOutOfRangeBeforeImproving) {
