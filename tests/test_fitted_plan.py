@@ -13,6 +13,7 @@ slower measured clock that still meets the deadline and costs less over it.
 
 from __future__ import annotations
 
+import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -171,6 +172,11 @@ def test_at_plan_times_and_past_the_last(profile, frontier):
     assert frontier.plan_for(times[-1]) is frontier[-1]
     with pytest.raises(ValueError, match="no plan meets"):
         frontier.plan_for(times[0] * 0.99)
+    # One ulp too tight: the message shows two different numbers.
+    with pytest.raises(ValueError, match="no plan meets") as refused:
+        frontier.plan_for(float(np.nextafter(times[0], 0)))
+    wanted, fastest = re.findall(r"([0-9.]+) s", str(refused.value))
+    assert float(wanted) < float(fastest) == times[0]
     # Past the slowest plan: still never more than it, and within the deadline.
     late = 1.5 * times[-1]
     plan = frontier.plan_for(late)

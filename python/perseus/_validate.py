@@ -56,6 +56,17 @@ def _shown(value: object) -> str:
     return repr(value)
 
 
+def distinct_seconds(a: float, b: float) -> tuple[str, str]:
+    """`a` and `b` (seconds) with as few significant digits as tell them apart (6 at
+    least): an error that names a deadline and the time it misses must not print two
+    equal numbers."""
+    for digits in (6, 9, 12, 17):
+        shown = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if shown[0] != shown[1]:
+            break
+    return shown
+
+
 def real(
     value: object,
     name: str,

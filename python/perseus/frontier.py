@@ -26,7 +26,7 @@ from ._fingerprint import FingerprintValue, check_fingerprint
 from ._frontier_file import FORMAT_VERSION, MAX_FILE_BYTES
 from ._plan_store import PlanStore
 from ._tailored import fitted_plan, tailored_plan
-from ._validate import is_integer, is_real
+from ._validate import distinct_seconds, is_integer, is_real
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan, _all_fastest_frequencies, _check_profile_fits, _seconds
 from .plotting import plot_frontier
@@ -528,9 +528,9 @@ class Frontier(Sequence[Plan]):
             return switch_aware_plan(self, limit, switch_latency_s).plan
         index = int(np.searchsorted(self._times, limit, side="right")) - 1
         if index < 0:
+            wanted, fastest = distinct_seconds(limit, float(self._times[0]))
             raise ValueError(
-                f"no plan meets a deadline of {limit:.6g} s: the fastest plan takes "
-                f"{self._times[0]:.6g} s"
+                f"no plan meets a deadline of {wanted} s: the fastest plan takes {fastest} s"
             )
         if tailored:
             return tailored_plan(self, index, limit)

@@ -213,7 +213,10 @@ def _parser() -> argparse.ArgumentParser:
         "order with the SM clock of each. Formats: json (DIR/plan.json), csv (DIR/plan.csv: "
         "gpu,position,instruction,chunk,microbatch,frequency_mhz), zeus "
         "(DIR/freqs_pipeline_NNNNN.py, as Zeus's pipeline frequency optimizer reads it; NNNNN "
-        "is the plan's index on the frontier).",
+        "is the plan's index on the frontier). A plan that is not one of the frontier's (fitted "
+        "to --deadline or --slowdown, --tailored, --switch-latency) is made near plan NNNNN: "
+        "its Zeus file is DIR/freqs_pipeline_NNNNN_<fitted|tailored|switch-aware>.py, and "
+        "plan.json says where it came from.",
     )
     plan.add_argument("frontier", metavar="FRONTIER.json", help="written by `perseus optimize`")
     _plan_choice(plan, required=True)
@@ -233,7 +236,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --deadline or --slowdown: a plan solved for that time itself, from the "
         "frontier plans nearest it (Frontier.plan_for(..., tailored=True)); never more energy "
-        "over the deadline than the frontier's own plan, which idles for the gap",
+        "over the deadline than the default, those plans fitted to it",
     )
     _no_reclaim_flag(plan)
     force_flag(plan)

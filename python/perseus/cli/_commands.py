@@ -16,6 +16,7 @@ from .._files import check_writable_directory, publish_new_file, replace_user_fi
 from .._shipped import shipped_profile
 from .._sidecar import BLOCKING_POWER_KEY, read_blocking_power, sidecar_path
 from .._table import format_table, frontier_table
+from .._validate import distinct_seconds
 from ..errors import OutputExistsError, ProfileError
 from ..frontier import Frontier, PowerCapError
 from ..plan import Evaluation, Plan, all_fastest_plan
@@ -159,9 +160,10 @@ def _choose(frontier: Frontier, args: argparse.Namespace) -> tuple[Plan, int, st
         try:
             chosen = frontier.plan_for(args.deadline, reclaim=False)
         except ValueError:
+            wanted, fastest_s = distinct_seconds(args.deadline, fastest.iteration_time_s)
             raise UsageError(
-                f"argument --deadline: no plan takes at most {args.deadline:g} s; the fastest "
-                f"plan takes {fastest.iteration_time_s:.6g} s"
+                f"argument --deadline: no plan takes at most {wanted} s; the fastest "
+                f"plan takes {fastest_s} s"
             ) from None
         how = f"the cheapest plan within --deadline {args.deadline:g} s"
     elif args.slowdown is not None:
@@ -385,6 +387,9 @@ def _plan(args: argparse.Namespace) -> int:
         _emit_json({"written": target, "format": args.format, "chosen": how, "plan": facts})
         return 0
     peak = f", peak {facts['peak_power_w']:.0f} W" if "peak_power_w" in facts else ""
+    which = f"{index} of {len(frontier)}"
+    if derived is not None:
+        which = f"{derived.kind}, not a frontier plan (near plan {index} of {len(frontier)})"
     latency = ""
     if aware is not None:
         r = aware.replay
@@ -395,7 +400,7 @@ def _plan(args: argparse.Namespace) -> int:
             f"{aware.merge_energy_cost_j:.2f} J without latency)\n"
         )
     print(
-        f"plan          {index} of {len(frontier)}: {how}\n"
+        f"plan          {which}: {how}\n"
         f"time, energy  {chosen.iteration_time_s:.4f} s  {chosen.energy_j:.1f} J  "
         f"{facts['saving_vs_all_fastest_percent']:.2f}% less than all-fastest over the same "
         f"time; average {chosen.average_power_w:.0f} W{peak} (all GPUs)\n"
