@@ -1,4 +1,4 @@
-"""Shared by the tests of plans for one deadline (reclaimed, tailored, followed): the
+"""Shared by the tests of plans for one deadline (fitted, tailored, followed): the
 example profile whose frontier plans sit far enough apart for such plans to gain, and
 seeded deadlines between those plans."""
 
@@ -10,7 +10,7 @@ import numpy as np
 from perseus import Profile
 
 #: The GPT-3 A100 example (8 stages); solved at 16 microbatches its frontier plans sit
-#: apart enough that reclaiming or searching into a deadline between them gains.
+#: apart enough that fitting or searching plans for a deadline between them gains.
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gpt3-a100-8stage.csv"
 
 

@@ -1534,20 +1534,20 @@ def test_policy_with_tailored_plans_follows_with_the_plan_solved_for_the_deadlin
         StragglerPolicy(frontier, frontier.fastest, tailored_plans="yes")
 
 
-def test_policy_follows_with_the_frontier_plan_reclaimed_into_the_deadline():
-    """By default each follow runs frontier.plan_for(deadline): the frontier's plan slowed
-    into the deadline, which costs less over it than the frontier's own plan on this trace
-    (the example GPT-3 profile, 8 x 16, whose plans sit apart). Whether to follow is weighed
-    on the frontier's own plan, with no reclamation at every iteration; a restored policy
-    runs the same plan."""
+def test_policy_follows_with_the_frontier_plans_fitted_to_the_deadline():
+    """By default each follow runs frontier.plan_for(deadline): the frontier's plans nearest
+    the deadline fitted to it, which costs less over it than the frontier's own plan on this
+    trace (the example GPT-3 profile, 8 x 16, whose plans sit apart). Whether to follow is
+    weighed on the frontier's own plan, with no fitting at every iteration; a restored
+    policy runs the same plan."""
     rows = _noisy(40, 2, seed=5, noise=0.02, slow=lambda i, r: 1.2 if r == 1 and i >= 10 else 1.0)
     profile = example_profile()
     frontier = perseus.optimize(profile, microbatches=16, progress=False)
-    reclaimed = []  # deadlines plan_for reclaimed into
+    fitted = []  # deadlines plan_for fitted plans to
     original = frontier.plan_for
 
     def counting(deadline_s, **options):
-        reclaimed.extend([deadline_s] if options.get("reclaim", True) else [])
+        fitted.extend([deadline_s] if options.get("reclaim", True) else [])
         return original(deadline_s, **options)
 
     frontier.plan_for = counting
@@ -1555,7 +1555,7 @@ def test_policy_follows_with_the_frontier_plan_reclaimed_into_the_deadline():
     healthy, straggler = _replay(policies, rows)
     del frontier.plan_for
     assert straggler == []
-    assert reclaimed == [s.deadline_s for s in healthy if s.reason != "recovered"]
+    assert fitted == [s.deadline_s for s in healthy if s.reason != "recovered"]
     follow = healthy[0]
     plan = policies[0].plan
     assert plan.iteration_time_s == follow.to_time_s <= follow.deadline_s
