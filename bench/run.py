@@ -248,7 +248,7 @@ def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[
     then a local search at it; never worse than the plan itself), as % of the solved one.
     The same for the plan a user gets by default, ``plan_for(d)``: the frontier plans nearest
     the deadline fitted to it (through the API, as a user calls it); the reference is then
-    the better of the solved plan and that one.
+    the best of the solved plan, that one and a local search from that one.
 
     Then the plan a user gets for that deadline with ``plan_for(d, tailored=True)``, at
     DENSE_TAILORED_DEADLINES of those deadlines, against a stronger reference: the better of
@@ -272,18 +272,25 @@ def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[
     losses = np.zeros(deadlines.size)
     own: dict[int, float] = {}  # the same loss at plan k's own time
 
-    def loss(k: int, deadline: float) -> float:
-        used = e[k] + blocking_w * (deadline - t[k])
-        wanted = group * 1_000_000 + np.asarray(frontier[k].frequencies_mhz, dtype=np.int64)
+    def choice_of(plan: Any, what: str) -> np.ndarray:
+        """The plan's clocks as the core's option indices, one row."""
+        wanted = group * 1_000_000 + np.asarray(plan.frequencies_mhz, dtype=np.int64)
         at = order[np.searchsorted(key, wanted, sorter=order)]
         if not np.array_equal(key[at], wanted):
-            raise AssertionError(f"plan {k} has a clock its profile does not offer")
-        choice = (at - offsets[group]).astype(np.uint16)[None, :]
-        _, _, reclaimed = problem.reclaim(choice, deadline)
-        st, se, _ = problem.local_search(reclaimed, deadline, DENSE_SEARCH_WORK)
-        solved = used
-        if st[0] <= deadline * (1 + 1e-12):
-            solved = min(used, float(se[0]) + blocking_w * (deadline - float(st[0])))
+            raise AssertionError(f"{what} has a clock its profile does not offer")
+        return (at - offsets[group]).astype(np.uint16)[None, :]
+
+    def searched_j(choice: np.ndarray, deadline: float) -> float:
+        """Energy over the deadline of a local search from `choice` (inf if it misses it)."""
+        st, se, _ = problem.local_search(choice, deadline, DENSE_SEARCH_WORK)
+        if st[0] > deadline * (1 + 1e-12):
+            return math.inf
+        return float(se[0]) + blocking_w * (deadline - float(st[0]))
+
+    def loss(k: int, deadline: float) -> float:
+        used = e[k] + blocking_w * (deadline - t[k])
+        _, _, reclaimed = problem.reclaim(choice_of(frontier[k], f"plan {k}"), deadline)
+        solved = min(used, searched_j(reclaimed, deadline))
         return (used - solved) / solved * 100
 
     solved_j = np.zeros(deadlines.size)
@@ -301,7 +308,9 @@ def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[
         default_cpu_s.append(time.process_time() - started)
         got = default.energy_at(float(deadline))
         default_idle_units[j] = (deadline - default.iteration_time_s) / case.unit_time_s
-        solved_j[j] = min(solved_j[j], got)
+        # The reference: the best of the solved plan, plan_for's and a search from plan_for's.
+        from_default = searched_j(choice_of(default, "plan_for's plan"), float(deadline))
+        solved_j[j] = min(solved_j[j], got, from_default)
         default_losses[j] = (got - solved_j[j]) / solved_j[j] * 100
         if k not in own:
             own[k] = loss(k, float(t[k]))
@@ -316,12 +325,10 @@ def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[
         plan = frontier.plan_for(deadline, tailored=True)
         tailored_s.append(time.process_time() - started)
         got = plan.energy_at(deadline)
-        choice = (
-            order[np.searchsorted(key, group * 1_000_000 + plan.frequencies_mhz, sorter=order)]
-            - offsets[group]
-        ).astype(np.uint16)[None, :]
         st, se, _ = problem.local_search(
-            choice, deadline, DENSE_TAILORED_REFERENCE_FACTOR * TAILORED_SEARCH_WORK
+            choice_of(plan, "the tailored plan"),
+            deadline,
+            DENSE_TAILORED_REFERENCE_FACTOR * TAILORED_SEARCH_WORK,
         )
         reference = min(solved_j[j], got)
         if st[0] <= deadline * (1 + 1e-12):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-CASE = "h100-coarse-4s8c-4x8"  # 8 clocks: plans far apart, so some deadlines idle > 1 unit
+CASE = "a100-coarse-2s5c-2x4"  # 5 clocks: plans far apart, so some deadlines idle > 1 unit
 
 
 @pytest.fixture(scope="module")
