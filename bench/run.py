@@ -233,6 +233,8 @@ def perseus_order(stages: int, microbatches: int) -> list[list[tuple[str, int]]]
 #: (blocking power for the gap) may use at most this much more energy than a plan solved for
 #: that deadline, in %.
 DENSE_LOSS_TARGET_PCT = 0.01
+#: --dense: plan times sampled for whether plan_for one ulp earlier costs less.
+DENSE_MONOTONE_SAMPLES = 200
 #: --dense: local-search work (cpp/solver_options.hpp's work units) per deadline.
 DENSE_SEARCH_WORK = 200_000
 #: --dense: deadlines (evenly strided through the unit grid) at which the tailored plan,
@@ -316,6 +318,16 @@ def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[
             own[k] = loss(k, float(t[k]))
     worst = int(np.argmax(losses)) if losses.size else -1
 
+    # Whether energy_at(d) can fall as d tightens: at sampled plan times, plan_for one ulp
+    # earlier against plan_for at the plan's time (neither is an exact optimum).
+    tighter_cheaper = []
+    for k in range(1, t.size, max(1, t.size // DENSE_MONOTONE_SAMPLES)):
+        at_j = frontier.plan_for(float(t[k])).energy_at(float(t[k]))
+        earlier = float(np.nextafter(t[k], 0))
+        earlier_j = frontier.plan_for(earlier).energy_at(float(t[k]))
+        tighter_cheaper.append(max(0.0, (at_j - earlier_j) / earlier_j * 100))
+    tc = np.asarray(tighter_cheaper)
+
     # The tailored plan at a stride of the same deadlines.
     picks = np.unique(np.linspace(0, deadlines.size - 1, DENSE_TAILORED_DEADLINES).astype(int))
     tailored_losses, tailored_s = [], []
@@ -349,6 +361,10 @@ def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[
         "default_unmet": int(
             np.sum((default_idle_units > 1 + 1e-9) & (dl > DENSE_LOSS_TARGET_PCT))
         ),
+        # Sampled plan times where plan_for one ulp earlier is cheaper over the plan's time.
+        "monotone_samples": int(tc.size),
+        "tighter_cheaper": int(np.sum(tc > 1e-9)),
+        "tighter_cheaper_worst_pct": float(tc.max()) if tc.size else 0.0,
         "tailored_deadlines": int(tl.size),
         "tailored_worst_pct": float(tl.max()) if tl.size else 0.0,
         "tailored_mean_pct": float(tl.mean()) if tl.size else 0.0,
@@ -676,7 +692,9 @@ def run_case(case: corpus.Case, args: argparse.Namespace, tmp: Path) -> CaseResu
             f"({1e3 * res.dense['default_cpu_s_median']:.1f} CPU ms each, median), "
             f"idles > 1 unit at {res.dense['default_idle_over_unit']} (most "
             f"{res.dense['default_idle_max_units']:.2f} units), both at "
-            f"{res.dense['default_unmet']}; at the plans' own times worst "
+            f"{res.dense['default_unmet']}; one ulp earlier is cheaper at "
+            f"{res.dense['tighter_cheaper']} of {res.dense['monotone_samples']} plan times "
+            f"(worst {res.dense['tighter_cheaper_worst_pct']:.4f} %); at the plans' own times worst "
             f"{res.dense['own_worst_pct']:.4f} %, mean {res.dense['own_mean_pct']:.5f} %; "
             f"plan_for(tailored=True) at {res.dense['tailored_deadlines']} of them: "
             f"{res.dense['tailored_over']} lose > {DENSE_LOSS_TARGET_PCT:g} %, worst "

@@ -75,6 +75,8 @@ def test_dense_reports_what_plan_for_gives(report, tmp_path):
         0 <= dense["default_unmet"] <= min(dense["default_over"], dense["default_idle_over_unit"])
     )
     assert dense["default_worst_pct"] >= 0
+    assert 0 <= dense["tighter_cheaper"] <= dense["monotone_samples"] > 0
+    assert (dense["tighter_cheaper_worst_pct"] > 0) == (dense["tighter_cheaper"] > 0)
 
 
 def test_item_4_target_line(report):

@@ -5,8 +5,8 @@ extra), the table is HTML, and a deadline slider in plain JavaScript reads
 the frontier's data embedded in the page (each plan's time and energy, and
 each GPU's clocks in execution order) to show, for any deadline, the
 frontier plan that meets it and what it saves (``plan_for(d, reclaim=False)``;
-``plan_for``'s default slows that plan into the deadline, which needs the
-solver and saves a little more).
+``plan_for``'s default fits the frontier plans nearest the deadline to it,
+which needs the solver and saves a little more).
 """
 
 from __future__ import annotations
@@ -167,7 +167,8 @@ th:first-child, td:first-child {{ text-align: left; white-space: nowrap; }}
 <h2>Plan for a deadline</h2>
 <p class="note">Drag to set the iteration time a straggler or a time budget allows; the
 plan shown is the slowest frontier plan that meets it, waiting out the rest (perseus's
-plan_for then slows it into the deadline with the profile, saving a little more).</p>
+plan_for then fits the frontier plans nearest the deadline to it with the profile, saving a
+little more).</p>
 <input type="range" id="slider" min="{low}" max="{high}" step="{step}" value="{low}"
  aria-label="deadline in seconds">
 <div id="choice">loading...</div>
