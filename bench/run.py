@@ -325,8 +325,9 @@ def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[
         at_j = frontier.plan_for(float(t[k])).energy_at(float(t[k]))
         earlier = float(np.nextafter(t[k], 0))
         earlier_j = frontier.plan_for(earlier).energy_at(float(t[k]))
-        tighter_cheaper.append(max(0.0, (at_j - earlier_j) / earlier_j * 100))
+        tighter_cheaper.append((at_j - earlier_j) / earlier_j * 100)
     tc = np.asarray(tighter_cheaper)
+    tc[tc <= 1e-9] = 0.0  # replay rounding is not a cheaper plan
 
     # The tailored plan at a stride of the same deadlines.
     picks = np.unique(np.linspace(0, deadlines.size - 1, DENSE_TAILORED_DEADLINES).astype(int))
@@ -363,7 +364,7 @@ def dense_frontier_loss(frontier: Any, profile: Any, case: corpus.Case) -> dict[
         ),
         # Sampled plan times where plan_for one ulp earlier is cheaper over the plan's time.
         "monotone_samples": int(tc.size),
-        "tighter_cheaper": int(np.sum(tc > 1e-9)),
+        "tighter_cheaper": int(np.sum(tc > 0)),
         "tighter_cheaper_worst_pct": float(tc.max()) if tc.size else 0.0,
         "tailored_deadlines": int(tl.size),
         "tailored_worst_pct": float(tl.max()) if tl.size else 0.0,
