@@ -6,18 +6,17 @@ that meets a deadline between two of them would finish early and idle,
 drawing blocking power, for the rest of it. Two ways to use that time:
 
 A fitted plan (`plan_for`'s default when the frontier has its profile) is
-the cheaper over the deadline of the two frontier plans around it, each
+the cheapest over the deadline of the frontier plans nearest it, each
 fitted to it with the solver's own moves (``cpp/plan_improver.hpp``): the
-faster one slowed into the deadline (``PlanImprover::reclaim``: computations
-with room move to slower, cheaper clocks, most saving per second first,
-while the iteration still meets it), and the slower one sped up to it
-(``PlanImprover::tighten``, cheapest useful speed-ups first) and then
-slowed into what is left. These are the first two starts of the solver's
+faster ones slowed into the deadline (``PlanImprover::reclaim``:
+computations with room move to slower, cheaper clocks, most saving per
+second first, while the iteration still meets it), and the slower ones sped
+up to it (``PlanImprover::tighten``, cheapest useful speed-ups first) and
+then slowed into what is left. These are the starts of the solver's
 per-deadline search, without the search. It costs milliseconds, so every
 rank can make it. On bench/run.py --dense, user 16 x 16, the deadlines that
-lose more than 0.01 % to a plan solved for them fell from 29 % with the
-frontier's own plan to 6 % with the faster plan reclaimed and 0.6 % with
-the better of both (bench/results/dense-2026-12-07.txt).
+lose more than 0.01 % to a plan searched for them fell from 610 of 2,085
+with the frontier's own plan to 10 (bench/results/dense-2026-12-07-fitted.txt).
 
 A tailored plan (``tailored=True``) is solved for the
 deadline itself by the solver's own per-deadline search (``search_deadline``
@@ -57,10 +56,11 @@ if TYPE_CHECKING:
 TAILORED_SEARCH_WORK = 32_000_000
 
 #: Frontier plans fitted to a deadline on each side of it by `plan_for`'s default (see
-#: `fitted_plan`). Each costs one reclamation (a few ms at 16 x 128); on bench/run.py
-#: --dense (user 16 x 16, GPT-3 8 x 24) the deadlines losing more than 0.01 % to a plan
-#: searched for them were 116 and 527 with one per side, 28 and 315 with two, 7 and 209
-#: with three, 3 and 162 with four (bench/results/dense-2026-12-07.txt).
+#: `fitted_plan`). Each costs about one reclamation (median 11 CPU ms for all six at
+#: 16 x 128, 109 ms at 16 x 1024). On user 16 x 16 and GPT-3 8 x 24 the unit deadlines
+#: losing more than 0.01 % to the best plan known for them were 116 and 527 with one per
+#: side, 28 and 315 with two, 7 and 209 with three, 3 and 162 with four, at 0.17, 0.32,
+#: 0.53 and 0.80 CPU ms a call on 16 x 16 (bench/results/fit-starts-2026-12-07.txt).
 FIT_STARTS_PER_SIDE = 3
 
 #: Frontier plans tried as starts on each side of the deadline: the solver's own count.

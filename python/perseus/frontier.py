@@ -468,13 +468,14 @@ class Frontier(Sequence[Plan]):
         Along the frontier that is the slowest plan that meets it; between
         two frontier plans that one would idle, drawing blocking power, for
         the rest of the deadline, so by default (``reclaim=True``, when the
-        frontier has its profile) the two plans around the deadline are
-        fitted to it instead, and the cheaper one is returned: the faster
-        one slowed into the deadline (computations with room move to slower,
-        cheaper clocks while the iteration still meets it: the solver's
-        slack reclamation), and the slower one sped up to it (cheapest
-        useful speed-ups first) and then slowed into what is left. That
-        takes a few milliseconds; the plan is not part of the frontier,
+        frontier has its profile) the frontier plans nearest the deadline
+        are fitted to it instead, and the cheapest is returned: the three
+        faster ones slowed into the deadline (computations with room move to
+        slower, cheaper clocks while the iteration still meets it: the
+        solver's slack reclamation), and the three slower ones sped up to it
+        (cheapest useful speed-ups first) and then slowed into what is left.
+        That takes milliseconds (a median 11 CPU ms at 4,096 computations,
+        0.11 s at 32,768); the plan is not part of the frontier,
         never uses more energy over the deadline than the frontier's, and
         is the same on every machine. ``reclaim=False``, or a frontier
         without a profile, gives the frontier's own plan. Use it for a

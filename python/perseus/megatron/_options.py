@@ -129,11 +129,11 @@ class StragglerOptions:
     tailored_plans : bool
         Followers run the plan solved for the straggler's deadline itself
         (``Frontier.plan_for(deadline, tailored=True)``) rather than the
-        frontier plans around it fitted to it (``plan_for``'s default, a few
-        milliseconds): never more energy, 0.07-0.3
-        CPU s per switch up to 4,096 computations (0.4-0.5 s at
-        16,384-32,768), the same plan on every rank. Needs the frontier's profile (a frontier
-        file carries it).
+        frontier plans nearest it fitted to it (``plan_for``'s default: 11
+        CPU ms at 4,096 computations, 0.11 s at 32,768): never more energy,
+        0.07-0.3 CPU s per switch up to 4,096 computations (0.4-0.5 s at
+        16,384-32,768), the same plan on every rank. Needs the frontier's
+        profile (a frontier file carries it).
     data_parallel_group, model_parallel_group
         Process groups whose members define a replica and its pipeline;
         default megatron's ``parallel_state`` ones.
