@@ -131,10 +131,13 @@ class LowtimeResult:
     stage_orders: list[list[tuple[str, int]]]
 
 
-def lowtime_version() -> str:
-    """The installed lowtime version (the benchmark expects 0.3.0)."""
-    import lowtime
-
+def lowtime_version() -> Optional[str]:
+    """The installed lowtime version (the benchmark expects 0.3.0), or None where lowtime is
+    not installed: a ``--no-lowtime`` run needs none, and its JSON says so."""
+    try:
+        import lowtime
+    except ImportError:
+        return None
     return str(lowtime.__version__)
 
 

@@ -647,8 +647,8 @@ def fitting(tmp_path_factory):
     for k in range(len(times) - 1):
         for share in (0.25, 0.5, 0.75):
             deadline = float(times[k] + share * (times[k + 1] - times[k]))
-            plan, origin = fitted_plan(frontier, k, deadline)
-            if plan is not frontier[k] and origin in (k, k + 1):
+            _, origin = fitted_plan(frontier, k, deadline)
+            if origin in (k, k + 1):
                 found.setdefault("faster" if origin == k else "slower", (deadline, k))
         if len(found) == 2:
             return path, frontier, found
@@ -768,6 +768,54 @@ def test_plan_files_say_when_the_plan_is_not_the_frontiers(fitting, tmp_path, ca
     assert "derived" not in document
 
 
+def test_switch_aware_plan_is_filed_under_the_plan_that_meets_the_deadline(
+    fitting, tmp_path, capsys
+):
+    # A switch-aware plan merged from a slower plan fitted to the deadline is still filed
+    # under, and compared with, the frontier plan that meets the deadline.
+    from perseus.switch_latency import switch_aware_plan
+
+    path, frontier, found = fitting
+    deadline, index = found["slower"]
+    aware = switch_aware_plan(frontier, deadline, 0.0)
+    assert aware.fitted
+    assert aware.frontier_index > index  # its base came from a slower plan
+    status, out, _ = run(
+        capsys,
+        "plan",
+        path,
+        "--deadline",
+        deadline,
+        "--switch-latency",
+        0,
+        "--format",
+        "zeus",
+        "-o",
+        tmp_path,
+    )
+    assert status == 0
+    assert f"near plan {index} of {len(frontier)}" in out
+    assert f"frontier plan {index}, idling for the rest" in out
+    assert f"plan {aware.frontier_index} fitted to the deadline" in out
+    assert (tmp_path / f"freqs_pipeline_{index:05d}_switch-aware.py").exists()
+    status, out, _ = run(
+        capsys,
+        "plan",
+        path,
+        "--deadline",
+        deadline,
+        "--switch-latency",
+        0,
+        "-o",
+        tmp_path,
+        "--json",
+    )
+    facts = json.loads(out)["plan"]
+    assert facts["index"] == index
+    assert facts["derived_from_index"] == aware.frontier_index
+    assert facts["energy_at_deadline_j"] <= facts["frontier_plan_energy_at_deadline_j"]
+
+
 def test_plan_power_cap(solved, tmp_path, capsys):
     _, path, frontier = solved
     cap = 0.97 * frontier.fastest.average_power_w
@@ -862,6 +910,8 @@ def test_evaluate_compares_with_what_plan_for_gives(fitting, tmp_path, capsys):
     # A plan `perseus plan` fitted to a deadline, evaluated against its frontier: the
     # comparison is with what plan_for gives for the plan's time, never the frontier plan
     # that idles (which the fitted plan beats), and names where that plan came from.
+    from perseus._tailored import fitted_plan
+
     path, frontier, found = fitting
     deadline, _ = found["slower"]
     assert run(capsys, "plan", path, "--deadline", deadline, "-o", tmp_path)[0] == 0
@@ -886,8 +936,18 @@ def test_evaluate_compares_with_what_plan_for_gives(fitting, tmp_path, capsys):
     assert result["frontier"]["saving_vs_plan_percent"] >= -1e-9
     own = frontier.plan_for(time_s, reclaim=False)
     assert own.energy_at(time_s) > result["energy_j"]  # what the old comparison showed
-    if result["frontier"]["index"] is None:
-        assert result["frontier"]["fitted_from_index"] >= 0
+    index = frontier.index(own)
+    _, origin = fitted_plan(frontier, index, time_s)
+    if origin is None:
+        assert (result["frontier"]["index"], result["frontier"]["fitted_from_index"]) == (
+            index,
+            None,
+        )
+    else:
+        assert (result["frontier"]["index"], result["frontier"]["fitted_from_index"]) == (
+            None,
+            origin,
+        )
 
 
 LOWTIME_FILE = """[

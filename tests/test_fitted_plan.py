@@ -1,5 +1,5 @@
-"""`Frontier.plan_for(deadline_s)`: between frontier plans, the two around the deadline
-fitted to it, the cheaper one.
+"""`Frontier.plan_for(deadline_s)`: the frontier plans nearest the deadline fitted to it,
+the cheapest one.
 
 Every fitted plan is replayed from the profile's measured rows
 (`perseus.evaluate`), must meet its deadline and must never cost more over
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -103,12 +105,15 @@ def test_plans_on_both_sides_are_used(frontier):
         own = frontier.plan_for(deadline, reclaim=False)
         index = frontier.index(own)
         plan, origin = fitted_plan(frontier, index, deadline)
-        assert index - FIT_STARTS_PER_SIDE < origin <= index + FIT_STARTS_PER_SIDE
         default = frontier.plan_for(deadline)
         assert np.array_equal(plan.frequencies_mhz, default.frequencies_mhz)
-        if plan is not own:
-            sides.add(origin > index)
-            farther |= origin not in (index, index + 1)
+        if origin is None:  # the frontier's own plan
+            assert plan is own
+            continue
+        assert index - FIT_STARTS_PER_SIDE < origin <= index + FIT_STARTS_PER_SIDE
+        assert plan.energy_at(deadline) < own.energy_at(deadline)
+        sides.add(origin > index)
+        farther |= origin not in (index, index + 1)
     assert sides == {False, True}
     assert farther
 
@@ -157,8 +162,9 @@ def test_no_single_slower_clock_would_still_save(profile, frontier):
 
 
 def test_at_plan_times_and_past_the_last(profile, frontier):
-    # At a plan's own time the slower plan may still be sped up to it for less; otherwise
-    # (and at the last plan, which has no slower neighbour) plan_for gives the plan itself.
+    # At a plan's own time a neighbour may still be fitted to it for less (slower ones sped
+    # up to it, or faster ones slowed into it); otherwise plan_for gives the plan itself.
+    # The last plan has no slower neighbour, and here no faster one fits its time for less.
     times = frontier.iteration_times_s
     kept = 0
     for k in range(0, len(times), max(1, len(times) // 40)):
@@ -251,6 +257,45 @@ def test_same_plans_from_several_threads(tmp_path, frontier):
     assert loaded[3] is loaded[3]
 
 
+def test_the_plan_cache_holds_an_eviction_back(tmp_path, frontier):
+    # Deterministically what the test above leaves to chance: another thread asks for a
+    # plan that evicts plan 0 while this one is between looking plan 0 up and marking it
+    # recently used. The cache's lock makes the other thread wait; without it, plan 0
+    # would be gone by then (KeyError) or built twice.
+    path = tmp_path / "frontier.json"
+    frontier.save(path)
+    loaded = Frontier.load(path)
+    store = loaded._plans
+    for k in range(_CACHED_PLANS):
+        loaded[k]  # plan 0 is now the least recently used
+    inside, evicted = threading.Event(), threading.Event()
+
+    class PausingCache(OrderedDict):
+        paused = False
+
+        def get(self, key, default=None):
+            found = super().get(key, default)
+            if key == 0 and not self.paused:
+                self.paused = True
+                inside.set()
+                evicted.wait(timeout=1.0)  # the other thread's chance to evict plan 0
+            return found
+
+    store._cache = PausingCache(store._cache)
+
+    def evict():
+        inside.wait(timeout=10)
+        loaded[_CACHED_PLANS]  # not cached: evicts the least recently used plan
+        evicted.set()
+
+    other = threading.Thread(target=evict)
+    other.start()
+    first = loaded[0]
+    other.join()
+    assert evicted.is_set()
+    assert loaded[0] is first
+
+
 def test_without_a_profile_the_frontier_plan(frontier):
     bare = [
         Plan(
@@ -299,7 +344,7 @@ def test_a_profile_without_the_plans_clocks_gives_the_frontier_plan(profile, fro
 
 
 def test_tailored_never_costs_more_than_fitted(frontier):
-    # The tailored search's first two starts are the two fitted plans.
+    # plan_for(tailored=True) keeps the fitted plan where the search found nothing cheaper.
     for deadline in _deadlines(frontier, 4, seed=3):
         fitted = frontier.plan_for(deadline)
         tailored = frontier.plan_for(deadline, tailored=True)

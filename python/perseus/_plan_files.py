@@ -46,7 +46,9 @@ class Derived:
     solved for a deadline, or merged for switch latency), for the file's readers."""
 
     kind: str  #: ``fitted``, ``tailored`` or ``switch-aware``: names the Zeus file too
-    made_from_index: Optional[int]  #: the frontier plan it was made from (None: all-fastest)
+    #: the frontier plan it was made from (a tailored plan: the one its search started from
+    #: first, the plan meeting the deadline; None: the all-fastest plan)
+    made_from_index: Optional[int]
     deadline_s: float  #: the iteration time it was made for
     how: str  #: in words, as `perseus plan` says it
 

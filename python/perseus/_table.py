@@ -39,7 +39,7 @@ def frontier_table(frontier: Frontier) -> tuple[list[Row], float]:
         deadline = factor * fastest.iteration_time_s
         if deadline >= common:
             break
-        index = int(np.searchsorted(frontier.iteration_times_s, deadline, side="right")) - 1
+        index = frontier._slowest_meeting(deadline)
         if index > chosen[-1][1]:
             chosen.append((f"within +{100 * (factor - 1):.0f}% time", index))
     if len(frontier) - 1 > chosen[-1][1]:

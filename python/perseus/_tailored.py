@@ -22,9 +22,10 @@ A tailored plan (``tailored=True``) is solved for the
 deadline itself by the solver's own per-deadline search (``search_deadline``
 in ``cpp/refinement.hpp``): the frontier plans nearest the deadline on both
 sides as starts (faster ones slowed into it, slower ones sped up to it),
-the all-fastest plan, then a local search from the best. Its first two
-starts are the two fitted plans, made the same way, so a tailored plan
-never uses more energy over the deadline than `plan_for`'s. The work is counted in machine-independent
+the all-fastest plan, then a local search from the best. It tries as many
+starts as its budget allows, so `Frontier.plan_for(..., tailored=True)`
+keeps the fitted plan where that costs less: a tailored plan never uses
+more energy over the deadline than `plan_for`'s default. The work is counted in machine-independent
 units, so every rank of a job gets the same plan from the same inputs.
 """
 
@@ -104,7 +105,7 @@ def tailored_plan(
     )
 
 
-def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan, int]:
+def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan, Optional[int]]:
     """The frontier plans nearest `deadline_s` fitted to it, the cheapest one.
 
     Plan `index` (the slowest meeting the deadline) and the
@@ -115,7 +116,8 @@ def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan
     and the index of the frontier plan it was fitted from. At plan
     `index`'s own time a neighbour may still be fitted to it for less
     (frontier plans are not exact optima; a ``refine=False`` frontier's
-    were never slowed into their slack). Plan `index` itself (with `index`)
+    were never slowed into their slack). Plan `index` itself, with None
+    (the frontier's own plan, however the plan cache has moved meanwhile),
     when no fit saves energy, when the deadline is ``inf``, or when the
     frontier has no profile (or one without the plans' clocks: a frontier
     loaded with another profile), since fitting needs the measured times
@@ -124,7 +126,7 @@ def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan
     plan = frontier[index]
     source = frontier.profile
     if source is None or not deadline_s < math.inf:
-        return plan, index
+        return plan, None
     spec = frontier.spec
     problem, table, pipeline = _setup(source, spec)
     faster = range(max(0, index - FIT_STARTS_PER_SIDE + 1), index + 1)
@@ -132,7 +134,7 @@ def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan
     try:
         starts = _option_indices(frontier, range(faster.start, slower.stop), table, pipeline)
     except ValueError:
-        return plan, index
+        return plan, None
     deadline = float(deadline_s)
     # Faster plans reclaimed (never slower than the deadline), slower ones
     # tightened and reclaimed (slower only where they cannot meet it): one
@@ -145,7 +147,8 @@ def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan
         for k, t, e, c in zip(plans, times, energies, choices):
             fitted[k] = (float(t), float(e), c)
     blocking_w = spec.num_gpus * source.blocking_power_w  # the whole pipeline, waiting
-    best, best_j, origin = plan, plan.energy_at(deadline), index
+    best, best_j = plan, plan.energy_at(deadline)
+    origin: Optional[int] = None
     for k in sorted(fitted, key=lambda k: (abs(k - index), k)):  # nearest first
         time_s, energy_j, choice = fitted[k]
         if time_s > deadline or energy_j + blocking_w * (deadline - time_s) >= best_j:

@@ -216,7 +216,9 @@ class Plan:
     energy_before_reclaim_j : float
         Replayed energy of the plan the min-cut step produced, before slack
         reclamation and local search, over an iteration as long as this
-        plan's, in joules.
+        plan's, in joules. For a plan `Frontier.plan_for` fitted to a
+        deadline: that of the frontier plan meeting the deadline (what would
+        run otherwise), over the longer of its iteration and this plan's.
     blocking_power_w : float
         Watts a GPU draws while it waits (from the profile).
     profile : Profile or None

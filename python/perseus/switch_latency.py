@@ -429,8 +429,8 @@ def _fitted_base(
 
     if profile is not None and profile is not frontier.profile:
         return None
-    index = int(np.searchsorted(frontier.iteration_times_s, deadline_s, side="right")) - 1
+    index = frontier._slowest_meeting(deadline_s)
     if index < 0:
         return None
     plan, origin = fitted_plan(frontier, index, deadline_s)
-    return None if plan is frontier[index] else (origin, plan)
+    return None if origin is None else (origin, plan)

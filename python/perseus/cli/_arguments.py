@@ -497,8 +497,8 @@ def _no_reclaim_flag(sub: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --deadline or --slowdown: the frontier's own plan, which idles for the rest "
         "of the deadline (Frontier.plan_for(..., reclaim=False)), instead of the default: the "
-        "two plans around the deadline fitted to it, the cheaper one, never costing more over "
-        "the deadline",
+        "frontier plans nearest the deadline fitted to it, the cheapest, never costing more "
+        "over the deadline",
     )
 
 

@@ -10,8 +10,6 @@ import os
 import sys
 from typing import Any, Optional
 
-import numpy as np
-
 from .._files import check_writable_directory, publish_new_file, replace_user_file
 from .._shipped import shipped_profile
 from .._sidecar import BLOCKING_POWER_KEY, read_blocking_power, sidecar_path
@@ -337,7 +335,10 @@ def _plan(args: argparse.Namespace) -> int:
     aware = None
     made_from: Optional[int] = index
     if args.switch_latency is not None:
-        chosen, index, how, aware = _switch_aware_choice(frontier, args)
+        # `index` stays the frontier plan that meets the deadline (the file is named after
+        # it, the energy over the deadline compared with it); the merged plan's base may be
+        # a slower plan fitted to the deadline, or the all-fastest plan.
+        chosen, how, aware = _switch_aware_choice(frontier, args)
         made_from = aware.frontier_index if aware.frontier_index >= 0 else None
     if args.tailored:
         chosen, how = _tailored_choice(frontier, args, index)
@@ -441,7 +442,7 @@ def _fitted_choice(
 
     deadline, flag = _deadline_of(frontier, args, "--deadline")
     plan, origin = fitted_plan(frontier, index, deadline)
-    if plan is chosen:
+    if origin is None:
         return chosen, how, index
     if origin <= index:
         return (
@@ -464,9 +465,7 @@ def _is_frontier_plan(frontier: Frontier, plan: Plan, index: int) -> bool:
         return False
 
 
-def _switch_aware_choice(
-    frontier: Frontier, args: argparse.Namespace
-) -> tuple[Plan, int, str, Any]:
+def _switch_aware_choice(frontier: Frontier, args: argparse.Namespace) -> tuple[Plan, str, Any]:
     """`perseus plan --switch-latency`: the switch-aware plan for --deadline or --slowdown."""
     from ..switch_latency import switch_aware_plan
 
@@ -482,7 +481,7 @@ def _switch_aware_choice(
         f"the cheapest plan within {flag} with {args.switch_latency:g} s per clock change "
         f"({origin}, changes within {aware.tolerance_mhz} MHz merged)"
     )
-    return aware.plan, max(aware.frontier_index, 0), how, aware
+    return aware.plan, how, aware
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -554,9 +553,9 @@ def _evaluate(args: argparse.Namespace) -> int:
             from .._tailored import fitted_plan
 
             time_s = plan.iteration_time_s
-            index = int(np.searchsorted(frontier.iteration_times_s, time_s, side="right")) - 1
+            index = frontier._slowest_meeting(time_s)
             ours, origin = fitted_plan(frontier, index, time_s)
-            fitted = not _is_frontier_plan(frontier, ours, index)
+            fitted = origin is not None
             ours_j = ours.energy_at(time_s)
             saving = 100 * (1 - ours_j / plan.energy_j)
             result["frontier"] = {

@@ -280,8 +280,8 @@ class StragglerPolicy:
             self.plan = self._plan_for(deadline_s)
 
     def _plan_for(self, deadline_s: float) -> Plan:
-        """The plan followers run for a deadline: the frontier's plans around it fitted to it
-        (the cheaper), or a plan solved for it (tailored)."""
+        """The plan followers run for a deadline: the frontier's plans nearest it fitted to it
+        (the cheapest), or a plan solved for it (tailored)."""
         return self.frontier.plan_for(deadline_s, tailored=self.tailored_plans)
 
     @property
