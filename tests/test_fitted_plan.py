@@ -296,6 +296,26 @@ def test_the_plan_cache_holds_an_eviction_back(tmp_path, frontier):
     assert loaded[0] is first
 
 
+def _first_plans(frontier, plans, profile=None):
+    """A frontier of the first of `frontier`'s plans (`plans`), with `profile` attached."""
+    return Frontier(
+        plans,
+        baseline=frontier.baseline,
+        spec=frontier.spec,
+        unit_time_s=frontier.unit_time_s,
+        blocking_power_w=frontier.blocking_power_w,
+        solve_time_s=0.0,
+        profile=profile,
+    )
+
+
+def _gives_its_own_plans_between_them(frontier):
+    times = frontier.iteration_times_s
+    for k in range(len(times) - 1):
+        deadline = 0.5 * (times[k] + times[k + 1])
+        assert frontier.plan_for(deadline) is frontier[k]
+
+
 def test_without_a_profile_the_frontier_plan(frontier):
     bare = [
         Plan(
@@ -307,40 +327,18 @@ def test_without_a_profile_the_frontier_plan(frontier):
         )
         for plan in frontier[:40]
     ]
-    plain = Frontier(
-        bare,
-        baseline=frontier.baseline,
-        spec=frontier.spec,
-        unit_time_s=frontier.unit_time_s,
-        blocking_power_w=frontier.blocking_power_w,
-        solve_time_s=0.0,
-    )
+    plain = _first_plans(frontier, bare)
     assert plain.profile is None
-    times = plain.iteration_times_s
-    for k in range(len(times) - 1):
-        deadline = 0.5 * (times[k] + times[k + 1])
-        assert plain.plan_for(deadline) is plain[k]
+    _gives_its_own_plans_between_them(plain)
 
 
 def test_a_profile_without_the_plans_clocks_gives_the_frontier_plan(profile, frontier):
     # The same stages measured at other clocks only (a frontier given another profile):
-    # there is nothing to reclaim on, so plan_for falls back to the frontier's plan.
+    # there is nothing to fit on, so plan_for falls back to the frontier's plan.
     other = other_clocks(profile)
-    mine = list(frontier[:40])
-    moved = Frontier(
-        mine,
-        baseline=frontier.baseline,
-        spec=frontier.spec,
-        unit_time_s=frontier.unit_time_s,
-        blocking_power_w=frontier.blocking_power_w,
-        solve_time_s=0.0,
-        profile=other,
-    )
+    moved = _first_plans(frontier, list(frontier[:40]), other)
     assert moved.profile is other
-    times = moved.iteration_times_s
-    for k in range(len(times) - 1):
-        deadline = 0.5 * (times[k] + times[k + 1])
-        assert moved.plan_for(deadline) is moved[k]
+    _gives_its_own_plans_between_them(moved)
 
 
 def test_tailored_never_costs_more_than_fitted(frontier):

@@ -77,6 +77,8 @@ def tailored_plan(
 ) -> Plan:
     """Plan `index` (the slowest meeting `deadline_s`) and its neighbours, searched at `deadline_s`.
 
+    The fitted plan (`fitted_plan`, on `profile`) instead where it costs
+    less: so never more energy over the deadline than plan_for's default.
     ``profile`` defaults to the frontier's own, ``max_work`` to
     TAILORED_SEARCH_WORK. Raises ValueError when there
     is no profile, or when a start's clock is not one of the profile's
@@ -96,13 +98,19 @@ def tailored_plan(
     times = np.asarray(frontier.iteration_times_s[lo:hi], dtype=np.float64)
     work = TAILORED_SEARCH_WORK if max_work is None else int(max_work)
     found = problem.search_deadline(starts, times, float(deadline_s), work)
+    # The search tries only as many starts as its budget allows, the fit three a side on
+    # this same problem: keep whichever is cheaper over the deadline (the search on a tie).
+    fitted, origin = _fitted(frontier, index, float(deadline_s), source, problem, table, pipeline)
     if found is None:  # unreachable: plan `index` meets the deadline
-        return frontier[index]
+        return fitted
     time_s, energy_j, choice = found
     mhz = table.frequency_mhz[table.offsets[pipeline.group] + choice].astype(np.int32)
-    return Plan(
+    searched = Plan(
         spec, mhz, time_s, energy_j, blocking_power_w=source.blocking_power_w, profile=source
     )
+    if origin is not None and fitted.energy_at(deadline_s) < searched.energy_at(deadline_s):
+        return fitted
+    return searched
 
 
 def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan, Optional[int]]:
@@ -123,19 +131,31 @@ def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan
     loaded with another profile), since fitting needs the measured times
     the plans were solved on.
     """
-    plan = frontier[index]
     source = frontier.profile
     if source is None or not deadline_s < math.inf:
-        return plan, None
+        return frontier[index], None
+    return _fitted(frontier, index, float(deadline_s), source, *_setup(source, frontier.spec))
+
+
+def _fitted(
+    frontier: Frontier,
+    index: int,
+    deadline: float,
+    source: Profile,
+    problem: _core.Problem,
+    table: _OptionTable,
+    pipeline: _core.Pipeline,
+) -> tuple[Plan, Optional[int]]:
+    """`fitted_plan` on a core problem already set up from `source` (so that a tailored
+    plan, which compares itself with it, sets one up once)."""
+    plan = frontier[index]
     spec = frontier.spec
-    problem, table, pipeline = _setup(source, spec)
     faster = range(max(0, index - FIT_STARTS_PER_SIDE + 1), index + 1)
     slower = range(index + 1, min(index + 1 + FIT_STARTS_PER_SIDE, len(frontier)))
     try:
         starts = _option_indices(frontier, range(faster.start, slower.stop), table, pipeline)
     except ValueError:
         return plan, None
-    deadline = float(deadline_s)
     # Faster plans reclaimed (never slower than the deadline), slower ones
     # tightened and reclaimed (slower only where they cannot meet it): one
     # call each, a row per plan.

@@ -535,13 +535,7 @@ class Frontier(Sequence[Plan]):
                 f"no plan meets a deadline of {wanted} s: the fastest plan takes {fastest} s"
             )
         if tailored:
-            # The search tries only as many starts as its budget allows; the fitted plan
-            # tries three a side, so keep whichever is cheaper (the search, on a tie).
-            searched = tailored_plan(self, index, limit)
-            fitted, origin = fitted_plan(self, index, limit)
-            if origin is not None and fitted.energy_at(limit) < searched.energy_at(limit):
-                return fitted
-            return searched
+            return tailored_plan(self, index, limit)
         if reclaim:
             return fitted_plan(self, index, limit)[0]
         return self._plans[index]

@@ -29,6 +29,12 @@ struct Flat {
   std::vector<double> time_s, energy_j;
 };
 
+// Row k of plans laid out n options each, as ImprovedPlans holds them.
+std::vector<OptionIndex> row(const std::vector<OptionIndex>& rows, std::size_t k, std::size_t n) {
+  return {rows.begin() + static_cast<std::ptrdiff_t>(k * n),
+          rows.begin() + static_cast<std::ptrdiff_t>((k + 1) * n)};
+}
+
 Flat flatten(const OptionTable& table) {
   Flat flat;
   for (GroupId g(0); g.value() < table.num_groups(); ++g) {
@@ -107,9 +113,7 @@ TEST(LockedProblem, BatchesAgreeWithADirectReplayAndImprover) {
     EXPECT_EQ(replayed[k].energy_j, own.energy_j);
     direct.assign(rows.data() + k * n);
     direct.reclaim(deadline_s, ReclaimOrder::kSaving);
-    const std::vector<OptionIndex> plan(
-        improved.choices.begin() + static_cast<std::ptrdiff_t>(k * n),
-        improved.choices.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+    const std::vector<OptionIndex> plan = row(improved.choices, k, n);
     EXPECT_EQ(plan, direct.choice()) << "plan " << k;
     const Evaluation after = evaluator.evaluate(plan.data());
     EXPECT_EQ(improved.evaluations[k].iteration_time_s, after.iteration_time_s);
@@ -144,9 +148,7 @@ TEST(LockedProblem, TightenMeetsTheDeadlineWhereItCan) {
       direct.assign(rows.data() + k * n);
       const bool met = direct.tighten(deadline_s, TightenOrder::kUsefulSecond);
       if (met) direct.reclaim(deadline_s);
-      const std::vector<OptionIndex> plan(
-          out.choices.begin() + static_cast<std::ptrdiff_t>(k * n),
-          out.choices.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+      const std::vector<OptionIndex> plan = row(out.choices, k, n);
       EXPECT_EQ(plan, direct.choice()) << "plan " << k;
       const Evaluation replayed = evaluator.evaluate(plan.data());
       EXPECT_EQ(out.evaluations[k].iteration_time_s, replayed.iteration_time_s);
