@@ -251,7 +251,9 @@ void register_problem(py::module_& m) {
       .def_readwrite("local_search_work_per_element", &SolverBudgets::local_search_work_per_element)
       .def_readwrite("local_search_work_floor", &SolverBudgets::local_search_work_floor)
       .def_readwrite("local_search_floor_computations", &SolverBudgets::local_search_floor_computations)
-      .def_readwrite("local_search_floor_max_growth", &SolverBudgets::local_search_floor_max_growth)
+      .def_readwrite("local_search_floor_exponent", &SolverBudgets::local_search_floor_exponent)
+      .def_readwrite("local_search_floor_exponent_below",
+                     &SolverBudgets::local_search_floor_exponent_below)
       .def_readwrite("local_search_work_cap", &SolverBudgets::local_search_work_cap)
       .def_readwrite("local_search_max_grid", &SolverBudgets::local_search_max_grid)
       .def_readwrite("local_search_rounds", &SolverBudgets::local_search_rounds)

@@ -392,21 +392,6 @@ class ParetoSet {
   std::vector<double> time_s_, energy_j_, before_j_;
 };
 
-// The local search's work budget for a whole solve (SolverBudgets): a share
-// per DAG element up to a cap, and a floor that scales with the square of
-// local_search_floor_computations / computations, up to
-// local_search_floor_max_growth times itself (tiny pipelines get much
-// search, large ones their per-element share).
-double local_search_budget(const Dag& dag, const SolverBudgets& budgets) {
-  const double elements = static_cast<double>(dag.num_nodes() + dag.num_edges());
-  const double small =
-      budgets.local_search_floor_computations / std::max(static_cast<double>(dag.num_nodes()), 1.0);
-  const double floor =
-      budgets.local_search_work_floor * std::min(small * small, budgets.local_search_floor_max_growth);
-  return std::max(
-      std::min(budgets.local_search_work_per_element * elements, budgets.local_search_work_cap), floor);
-}
-
 // Local search in rounds, each from the frontier the one before left (a good
 // structure found at one deadline spreads to its neighbours); a round splits
 // its deadlines and budget in two halves, this thread's and a second thread's
@@ -415,7 +400,9 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
                               const SolverOptions& options, Pacer& pacer, PlanImprover& improver,
                               ParetoSet& kept) {
   const SolverBudgets& budgets = options.budgets;
-  const double budget = local_search_budget(dag, budgets);
+  const double budget =
+      local_search_budget(static_cast<double>(dag.num_nodes()),
+                          static_cast<double>(dag.num_nodes() + dag.num_edges()), budgets);
   const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
   const std::size_t grid = ix(budgets.local_search_max_grid);
   PlanImprover second(pipeline, dag, table);

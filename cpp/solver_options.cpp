@@ -1,5 +1,7 @@
 #include "solver_options.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -18,6 +20,19 @@ void check_range(const char* field, double value, double low, double high) {
 
 }  // namespace
 
+// A floor that peaks at local_search_floor_computations and falls off on
+// both sides as a power of the ratio: pipelines near the peak get much
+// search, large ones their per-element share, tiny ones what their few,
+// short searches need.
+double local_search_budget(double computations, double elements, const SolverBudgets& budgets) {
+  const double ratio = std::max(computations, 1.0) / budgets.local_search_floor_computations;
+  const double floor = budgets.local_search_work_floor *
+                       (ratio >= 1.0 ? std::pow(ratio, -budgets.local_search_floor_exponent)
+                                     : std::pow(ratio, budgets.local_search_floor_exponent_below));
+  return std::max(
+      std::min(budgets.local_search_work_per_element * elements, budgets.local_search_work_cap), floor);
+}
+
 void check_options(const SolverOptions& options) {
   const SolverBudgets& b = options.budgets;
   const auto count = [](std::int64_t v) { return static_cast<double>(v); };
@@ -30,7 +45,8 @@ void check_options(const SolverOptions& options) {
   check_range("local_search_work_per_element", b.local_search_work_per_element, 0.0, 1e12);
   check_range("local_search_work_floor", b.local_search_work_floor, 0.0, 1e15);
   check_range("local_search_floor_computations", b.local_search_floor_computations, 1.0, 0x1p30);
-  check_range("local_search_floor_max_growth", b.local_search_floor_max_growth, 0.0, 1e6);
+  check_range("local_search_floor_exponent", b.local_search_floor_exponent, 0.0, 16.0);
+  check_range("local_search_floor_exponent_below", b.local_search_floor_exponent_below, 0.0, 16.0);
   check_range("local_search_work_cap", b.local_search_work_cap, 0.0, 1e15);
   check_range("local_search_max_grid", count(b.local_search_max_grid), 0.0, 0x1p20);
   check_range("local_search_rounds", count(b.local_search_rounds), 0.0, 1000.0);

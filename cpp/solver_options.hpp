@@ -70,25 +70,33 @@ struct SolverBudgets {
   // fastest first until this budget is spent (beyond tiny pipelines it
   // reaches the fast part of the range only, where the chains' plans are
   // weakest; refinement.hpp): work units per DAG element (node or edge)
-  // for the whole frontier, at most the cap, but at least the floor scaled
-  // by the square of
-  // local_search_floor_computations / computations (at most
-  // local_search_floor_max_growth times the floor, and above the cap when
-  // that is more). Tiny pipelines get the floor or more: their search is
-  // cheap and pays off most (coarse clock tables leave the convex model far
-  // from the discrete optimum; on the corpus's 4-8-clock cases less than
-  // 3e7 leaves plans that lose to the reference; with three rounds below,
-  // 4.5e7 keeps each round's share at 2-round 3e7's, where 3e7 lost to
-  // lowtime by 0.02 % on a 4 x 8 H100 case). Below 64 computations it
-  // grows up to twice that: at 4.5e7 bench/quality.py's 4 x 6 case (48
-  // computations) was 0.033 % above a lowtime plan and, as GPipe, 0.126 %
-  // above the exact optimum; at 8e7 neither (0.0 % and 0.08 %), for about
-  // 0.4 CPU s more on such cases. Large pipelines, whose candidates are
-  // dense, get their per-element share.
+  // for the whole frontier, at most the cap, but at least a floor (and
+  // above the cap when that is more). The floor is local_search_work_floor
+  // at local_search_floor_computations computations; above that it falls
+  // as (computations / that) to the power -local_search_floor_exponent,
+  // below it as (computations / that) to the power
+  // local_search_floor_exponent_below. Why: near 64 computations the
+  // search is cheap and pays off most (the convex model's plans are far
+  // from the discrete optimum there, most of all with coarse clock tables),
+  // and one deadline's search needs about 1e5-3e5 work units to reach its
+  // local optimum. On the corpus's 8-clock 4 x 8 H100 case (64
+  // computations) a floor of 4.5e7 left plans 0.21 % above the exact
+  // optimum (HiGHS), 9e7 0.15 %, 1.8e8 0.06 %, for 0.5, 1.0 and 2.0 CPU s
+  // a solve; SOSP '24 GPT-3 4 x 8 (38 clocks) gains too (its plans' worst
+  // loss to a longer search from them 0.10 -> 0.08 %, mean 0.010 ->
+  // 0.006 %; bench/results/small-pipeline-search-2026-12-07.txt). The cube
+  // keeps 8 x 12 (192 computations) near its former 5e6 (6.7e6), where the
+  // lowtime ratio is measured; larger pipelines, whose candidates are
+  // dense, get their per-element share. Smaller ones have fewer plans and
+  // shorter searches: the linear fall-off gives bench/quality.py's 4 x 6
+  // case (48 computations) 1.35e8 where it needed 8e7 (0.126 % above the
+  // exact optimum as GPipe at 4.5e7, 0.081 % at 8e7), and the 36-computation
+  // 6-clock corpus case about the 1e8 it had.
   double local_search_work_per_element = 2e3;
-  double local_search_work_floor = 4.5e7;
+  double local_search_work_floor = 1.8e8;
   double local_search_floor_computations = 64;
-  double local_search_floor_max_growth = 2.0;
+  double local_search_floor_exponent = 3.0;
+  double local_search_floor_exponent_below = 1.0;
   double local_search_work_cap = 5e7;
   std::int64_t local_search_max_grid = 512;
   // Rounds of it, each from the frontier the last one left (the budget is
@@ -167,6 +175,12 @@ inline constexpr double kImprovementShare = 1e-12;
 // deadline: replayed times carry the same last-bit noise.
 inline constexpr double kCriticalShare = 1e-9;
 }  // namespace local_search_moves
+
+// The local search's work budget for a whole solve of a DAG with this many
+// computations and elements (computations + dependency edges): the
+// per-element share up to the cap, or the floor where that is more (see
+// SolverBudgets above).
+double local_search_budget(double computations, double elements, const SolverBudgets& budgets);
 
 // Throws std::invalid_argument naming the first field of options.budgets
 // outside its range (non-finite, negative, or so large that a count

@@ -258,8 +258,8 @@ def test_a_gpipe_optimum_two_options_apart_on_two_computations_is_found():
 
 # bench/quality.py's suite case 15 (4 stages x 6 microbatches, 48 computations) run as
 # GPipe, every measured row. At 0.4653 s its frontier was 0.126 % above the exact optimum
-# when tiny pipelines got the same local-search floor as 64-computation ones; the floor's
-# growth below 64 computations (local_search_floor_max_growth) brings it within 0.1 %.
+# with a local-search budget of 4.5e7 work units; from 8e7 on it is within 0.1 % (the
+# floor gives 48 computations 1.35e8; SolverBudgets in cpp/solver_options.hpp).
 GPIPE_4X6_W = 50.68590289518029
 GPIPE_4X6_ROWS = {
     (0, "forward"): [

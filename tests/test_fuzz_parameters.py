@@ -63,7 +63,8 @@ BUDGET_FIELDS = [
     "multi_unit_steps", "units_per_option_gap", "max_unit_divisor", "max_solver_units",
     "candidate_energy_resolution", "candidate_max_spacing_units", "tight_chain_coarsening",
     "local_search_work_per_element", "local_search_work_floor", "local_search_floor_computations",
-    "local_search_floor_max_growth", "local_search_work_cap", "local_search_max_grid",
+    "local_search_floor_exponent",
+    "local_search_floor_exponent_below", "local_search_work_cap", "local_search_max_grid",
     "local_search_rounds",
     "plan_energy_resolution", "no_such_field",
 ]  # fmt: skip

@@ -119,7 +119,8 @@ class SolverBudgets:
     local_search_work_per_element: float
     local_search_work_floor: float
     local_search_floor_computations: float
-    local_search_floor_max_growth: float
+    local_search_floor_exponent: float
+    local_search_floor_exponent_below: float
     local_search_work_cap: float
     local_search_max_grid: int
     local_search_rounds: int
