@@ -95,7 +95,7 @@ ImprovedPlans LockedProblem::search_deadline(const OptionIndex* plans, std::size
   try {
     best_j = perseus::search_deadline(
         deadline_s, times, [&](std::size_t k) { return plans + k * n; }, fastest.data(),
-        improver.work() + max_work, 1, improver, nullptr, best);
+        improver.work() + max_work, 1, improver, nullptr, best, nullptr, StartSearch::kEvery);
   } catch (...) {
     improver_.reset();  // stopped mid-search: the next call builds a fresh one
     throw;

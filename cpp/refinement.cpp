@@ -157,7 +157,7 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
                        const std::function<const OptionIndex*(std::size_t)>& row_at,
                        const OptionIndex* fastest, std::int64_t end, std::size_t deadlines_left,
                        PlanImprover& improver, PlanLog* log, std::vector<OptionIndex>& best,
-                       std::int64_t* fastest_cost) {
+                       std::int64_t* fastest_cost, StartSearch start_search) {
   // The slowest plan that meets the deadline, and the next one (the first
   // plan when none meets it: it is tightened like a slower one).
   const auto after = static_cast<std::size_t>(std::upper_bound(time_s.begin(), time_s.end(), deadline) -
@@ -166,12 +166,25 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
   const std::size_t k = any_meets ? after - 1 : 0;
   double best_j = kInfinity;
   Evaluation best_before{};
+  // kEvery: each start that meets the deadline, once (several starts often
+  // fit to one plan), with its energy over the deadline.
+  const std::size_t n = best.size();
+  std::vector<OptionIndex> fitted;
+  std::vector<double> fitted_j;
+  auto keep_fitted = [&] {
+    const OptionIndex* plan = improver.choice().data();
+    for (std::size_t f = 0; f < fitted_j.size(); ++f)
+      if (std::equal(plan, plan + n, fitted.begin() + static_cast<std::ptrdiff_t>(f * n))) return;
+    fitted.insert(fitted.end(), plan, plan + n);
+    fitted_j.push_back(improver.energy_at(deadline));
+  };
   auto consider = [&](const OptionIndex* start, bool tighten, std::int64_t max_work_end = INT64_MAX) {
     improver.assign(start);
     if (tighten && !improver.tighten(deadline, TightenOrder::kUsefulSecond)) return;
     improver.checkpoint();
     const Evaluation before = improver.evaluation();
     improver.reclaim_until(deadline, max_work_end);
+    if (start_search == StartSearch::kEvery && improver.makespan() <= deadline) keep_fitted();
     if (improver.makespan() <= deadline && improver.energy_at(deadline) < best_j) {
       best_j = improver.energy_at(deadline);
       best_before = before;
@@ -210,6 +223,28 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
     *fastest_cost = improver.work() - before_fastest;
   }
   if (best_j == kInfinity) return kInfinity;
+  if (start_search == StartSearch::kEvery) {
+    // The cheapest start first, with all that is left (as kCheapest does);
+    // where its search reaches a local optimum early, each other start
+    // with an even share of the rest.
+    std::vector<std::size_t> order(fitted_j.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return fitted_j[a] < fitted_j[b]; });
+    for (std::size_t r = 0; r < order.size(); ++r) {
+      const std::int64_t rest = end - improver.work();
+      if (rest <= 0) break;
+      const std::int64_t share = rest / static_cast<std::int64_t>(r == 0 ? 1 : order.size() - r);
+      improver.assign(fitted.data() + order[r] * n);
+      improver.local_search(deadline, share);
+      if (improver.makespan() <= deadline &&
+          improver.energy_at(deadline) < best_j * (1 - kImprovementShare)) {
+        best_j = improver.energy_at(deadline);
+        std::copy(improver.choice().begin(), improver.choice().end(), best.begin());
+      }
+    }
+    return best_j;
+  }
   // A local search from the best start, with an even share of what is left.
   const std::int64_t share = (end - improver.work()) / left;
   if (share <= 0) return best_j;

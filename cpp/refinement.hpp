@@ -107,6 +107,16 @@ void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, 
                       std::int64_t max_work, Share share, PlanImprover& improver, PlanLog& log,
                       const Ticker& tick);
 
+// Which starts search_deadline searches from: the cheapest one after the
+// starts are fitted (the solve's phase, where a deadline's share is small),
+// or, for a tailored plan, which has the budget, the cheapest one with all
+// of it and then, with what that search leaves when it reaches a local
+// optimum early, every other distinct start, each with an even share of
+// the rest (on a coarse-clock 4 x 8 pipeline the search from the cheapest
+// start stalled 0.14 % above the exact optimum, where one from another start
+// reached 0.034 %; bench/results/small-pipeline-search-2026-12-07.txt).
+enum class StartSearch : std::uint8_t { kCheapest, kEvery };
+
 // One deadline of the local-search phase, also what Frontier.plan_for(...,
 // tailored=True) runs: starts from the plans (times time_s, fastest first,
 // read through row_at) nearest the deadline on both sides, at least the
@@ -124,7 +134,8 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
                        const std::function<const OptionIndex*(std::size_t)>& row_at,
                        const OptionIndex* fastest, std::int64_t end, std::size_t deadlines_left,
                        PlanImprover& improver, PlanLog* log, std::vector<OptionIndex>& best,
-                       std::int64_t* fastest_cost = nullptr);
+                       std::int64_t* fastest_cost = nullptr,
+                       StartSearch start_search = StartSearch::kCheapest);
 
 // Indices of the plans worth keeping, fastest first: strictly increasing
 // time, and effective energy (energy_j - blocking_w * time_s) falling by more
