@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +153,29 @@ def test_round_trip_keeps_everything(tmp_path, frontier):
     assert loaded.fastest.profile is loaded.profile
     assert loaded.profile.blocking_power_w == frontier.profile.blocking_power_w
     assert loaded.peak_powers_w().tolist() == pytest.approx(frontier.peak_powers_w().tolist())
+
+
+def test_a_pickled_frontier_comes_back_whole_and_checked(frontier):
+    # multiprocessing and caches pickle frontiers: as the file's text, checked again.
+    back = pickle.loads(pickle.dumps(frontier))
+    assert back.spec == frontier.spec
+    assert back.baseline == frontier.baseline
+    assert back.iteration_times_s.tolist() == frontier.iteration_times_s.tolist()
+    assert back.energies_j.tolist() == frontier.energies_j.tolist()
+    assert back.fingerprint == frontier.fingerprint
+    for a, b in zip(back, frontier):
+        assert np.array_equal(a.frequencies_mhz, b.frequencies_mhz)
+    deadline = float(frontier.iteration_times_s[3] * 1.001)
+    assert back.profile is not None  # plan_for fits plans on it
+    assert back.plan_for(deadline).energy_at(deadline) == frontier.plan_for(deadline).energy_at(
+        deadline
+    )
+    # A pickle whose stored energy was edited is refused, naming what is wrong.
+    unpickle, (cls, text) = frontier.__reduce__()
+    document = json.loads(text)
+    document["baseline"]["energy_j"] *= 1.5
+    with pytest.raises(ValueError, match=r"pickled frontier.*baseline\.energy_j"):
+        unpickle(cls, json.dumps(document))
 
 
 def to_version_1(document):

@@ -728,7 +728,17 @@ def decode(cls: type[Frontier], name: str, profile: Optional[Profile], max_bytes
     """Read and check the frontier file `name` (see `Frontier.load`)."""
     if profile is not None and not isinstance(profile, Profile):
         raise TypeError(f"profile must be a perseus.Profile, got {type(profile).__name__}")
-    data = read_bounded(name, max_bytes, "a frontier file")
+    return _decode_bytes(cls, read_bounded(name, max_bytes, "a frontier file"), name, profile)
+
+
+def unpickle(cls: type[Frontier], text: str) -> Frontier:
+    """The frontier pickled as `save`'s JSON text, checked as `Frontier.load` checks a file."""
+    return _decode_bytes(cls, text.encode("utf-8"), "(pickled frontier)", None)
+
+
+def _decode_bytes(
+    cls: type[Frontier], data: bytes, name: str, profile: Optional[Profile]
+) -> Frontier:
     try:
         document = loads_strict(data, name)
     except JsonError as error:

@@ -700,6 +700,12 @@ class Frontier(Sequence[Plan]):
         warn_renamed("Frontier.reclaim_savings", "Frontier.reclaim_savings_j")
         return self.reclaim_savings_j
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Pickled (multiprocessing, caches) as the JSON text `save` writes: compact plans,
+        # the profile and the fingerprint, checked again when unpickled, as `load` does.
+        text = json.dumps(_frontier_file.encode(self), separators=(",", ":"))
+        return (_frontier_file.unpickle, (type(self), text))
+
     def __repr__(self) -> str:
         return (
             f"Frontier({len(self)} plans, {self._times[0]:.6g}-{self._times[-1]:.6g} s, "
