@@ -363,7 +363,9 @@ def test_switch_aware_plan_at_zero_latency_costs_no_more(frontier):
 
 
 @pytest.mark.parametrize(
-    ("schedule", "virtual_stages"), [("interleaved-1f1b", 2), ("gpipe", 1)], ids=["v2", "gpipe"]
+    ("schedule", "virtual_stages"),
+    [("interleaved-1f1b", 2), ("interleaved-1f1b", 4), ("gpipe", 1)],
+    ids=["v2", "v4", "gpipe"],
 )
 def test_other_schedules(profile, schedule, virtual_stages):
     # The plan's clocks map to the right (chunk, instruction) options on other schedules too.
