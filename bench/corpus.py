@@ -280,6 +280,13 @@ CASES: tuple[Case, ...] = (
         note="3 stages, 4 clocks in 1980..1380 MHz: too few for lowtime's cost model to fit",
     ),
     _syn("h100-coarse-4s8c", 4, 8, lowtime=True, quick=True, note="4 stages, 8 clocks"),
+    _syn(
+        "h100-coarse-4s8c",
+        4,
+        32,
+        lowtime=True,
+        note="8 clocks at 256 computations, past the small-pipeline floor: the coarse-table share",
+    ),
     # --- synthetic A100 (81 clocks 1410..210) and H100 (79 clocks 1980..810), with lowtime.
     _syn(
         "a100-gpt-8",

@@ -254,6 +254,7 @@ void register_problem(py::module_& m) {
       .def_readwrite("local_search_floor_exponent", &SolverBudgets::local_search_floor_exponent)
       .def_readwrite("local_search_floor_exponent_below",
                      &SolverBudgets::local_search_floor_exponent_below)
+      .def_readwrite("local_search_coarse_options", &SolverBudgets::local_search_coarse_options)
       .def_readwrite("local_search_work_cap", &SolverBudgets::local_search_work_cap)
       .def_readwrite("local_search_max_grid", &SolverBudgets::local_search_max_grid)
       .def_readwrite("local_search_rounds", &SolverBudgets::local_search_rounds)

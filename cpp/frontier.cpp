@@ -400,9 +400,16 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
                               const SolverOptions& options, Pacer& pacer, PlanImprover& improver,
                               ParetoSet& kept) {
   const SolverBudgets& budgets = options.budgets;
-  const double budget =
-      local_search_budget(static_cast<double>(dag.num_nodes()),
-                          static_cast<double>(dag.num_nodes() + dag.num_edges()), budgets);
+  // The median group's count of useful options: how coarse the clock table is.
+  std::vector<double> option_counts;
+  for (GroupId g(0); g.value() < table.num_groups(); ++g)
+    option_counts.push_back(static_cast<double>(table.num_options(g)));
+  std::nth_element(option_counts.begin(),
+                   option_counts.begin() + static_cast<std::ptrdiff_t>(option_counts.size() / 2),
+                   option_counts.end());
+  const double budget = local_search_budget(
+      static_cast<double>(dag.num_nodes()), static_cast<double>(dag.num_nodes() + dag.num_edges()),
+      option_counts.empty() ? 1.0 : option_counts[option_counts.size() / 2], budgets);
   const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
   const std::size_t grid = ix(budgets.local_search_max_grid);
   PlanImprover second(pipeline, dag, table);

@@ -24,13 +24,16 @@ void check_range(const char* field, double value, double low, double high) {
 // both sides as a power of the ratio: pipelines near the peak get much
 // search, large ones their per-element share, tiny ones what their few,
 // short searches need.
-double local_search_budget(double computations, double elements, const SolverBudgets& budgets) {
+double local_search_budget(double computations, double elements, double median_options,
+                           const SolverBudgets& budgets) {
+  const double coarse =
+      std::max(1.0, budgets.local_search_coarse_options / std::max(median_options, 1.0));
+  const double per_element = budgets.local_search_work_per_element * coarse * coarse * coarse;
   const double ratio = std::max(computations, 1.0) / budgets.local_search_floor_computations;
   const double floor = budgets.local_search_work_floor *
                        (ratio >= 1.0 ? std::pow(ratio, -budgets.local_search_floor_exponent)
                                      : std::pow(ratio, budgets.local_search_floor_exponent_below));
-  return std::max(
-      std::min(budgets.local_search_work_per_element * elements, budgets.local_search_work_cap), floor);
+  return std::max(std::min(per_element * elements, budgets.local_search_work_cap), floor);
 }
 
 void check_options(const SolverOptions& options) {
@@ -47,6 +50,7 @@ void check_options(const SolverOptions& options) {
   check_range("local_search_floor_computations", b.local_search_floor_computations, 1.0, 0x1p30);
   check_range("local_search_floor_exponent", b.local_search_floor_exponent, 0.0, 16.0);
   check_range("local_search_floor_exponent_below", b.local_search_floor_exponent_below, 0.0, 16.0);
+  check_range("local_search_coarse_options", b.local_search_coarse_options, 0.0, 1e6);
   check_range("local_search_work_cap", b.local_search_work_cap, 0.0, 1e15);
   check_range("local_search_max_grid", count(b.local_search_max_grid), 0.0, 0x1p20);
   check_range("local_search_rounds", count(b.local_search_rounds), 0.0, 1000.0);

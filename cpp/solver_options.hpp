@@ -97,6 +97,18 @@ struct SolverBudgets {
   double local_search_floor_computations = 64;
   double local_search_floor_exponent = 3.0;
   double local_search_floor_exponent_below = 1.0;
+  // Coarse clock tables: where the median group has fewer useful options
+  // than local_search_coarse_options, the per-element share grows as
+  // (local_search_coarse_options / that median) cubed, up to the cap. The
+  // convex model spans whole option gaps there, its plans sit further from
+  // the discrete optimum, and the walk that makes them is cheap (few
+  // breakpoints). On 4 x 32 microbatches of the corpus's 8-clock H100
+  // profile (256 computations) the frontier lost to lowtime by up to 0.35 %
+  // at 21 of 471 of its plans with 2e3 per element, at 8 with 2e4, at none
+  // with 5.4e4 ((24 / 8)^3 x 2e3; 0.41 CPU s a solve, lowtime 10 s).
+  // Tables of 29-30 (SOSP '24) and 44-64 (synthetic A100/H100) useful
+  // options per group are unaffected.
+  double local_search_coarse_options = 24.0;
   double local_search_work_cap = 5e7;
   std::int64_t local_search_max_grid = 512;
   // Rounds of it, each from the frontier the last one left (the budget is
@@ -178,9 +190,11 @@ inline constexpr double kCriticalShare = 1e-9;
 
 // The local search's work budget for a whole solve of a DAG with this many
 // computations and elements (computations + dependency edges): the
-// per-element share up to the cap, or the floor where that is more (see
-// SolverBudgets above).
-double local_search_budget(double computations, double elements, const SolverBudgets& budgets);
+// per-element share (larger for coarse clock tables) up to the cap, or the
+// floor where that is more (see SolverBudgets above).
+// median_options: the median group's count of useful options.
+double local_search_budget(double computations, double elements, double median_options,
+                           const SolverBudgets& budgets);
 
 // Throws std::invalid_argument naming the first field of options.budgets
 // outside its range (non-finite, negative, or so large that a count

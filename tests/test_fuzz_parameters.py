@@ -64,7 +64,8 @@ BUDGET_FIELDS = [
     "candidate_energy_resolution", "candidate_max_spacing_units", "tight_chain_coarsening",
     "local_search_work_per_element", "local_search_work_floor", "local_search_floor_computations",
     "local_search_floor_exponent",
-    "local_search_floor_exponent_below", "local_search_work_cap", "local_search_max_grid",
+    "local_search_floor_exponent_below", "local_search_coarse_options",
+    "local_search_work_cap", "local_search_max_grid",
     "local_search_rounds",
     "plan_energy_resolution", "no_such_field",
 ]  # fmt: skip

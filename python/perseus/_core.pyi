@@ -121,6 +121,7 @@ class SolverBudgets:
     local_search_floor_computations: float
     local_search_floor_exponent: float
     local_search_floor_exponent_below: float
+    local_search_coarse_options: float
     local_search_work_cap: float
     local_search_max_grid: int
     local_search_rounds: int
