@@ -223,7 +223,7 @@ def test_merge_never_slows_a_computation(profile, frontier):
     for plan in frontier:
         base = np.asarray(plan.frequencies_mhz, dtype=np.int64)
         for tolerance in (0, 200, 1000):
-            merged = merge_switches(frontier.spec, rows, base, tolerance)
+            merged = merge_switches(rows, base, tolerance)
             assert np.all(merged >= base)
             pipeline = frontier.spec.pipeline()
             for i in np.nonzero(merged != base)[0]:
@@ -389,6 +389,6 @@ def test_merge_skips_a_higher_clock_that_is_slower():
     pipeline = spec.pipeline()
     mhz = np.full(spec.num_computations, 1200)
     mhz[pipeline.id_of(1, 0, 1)] = 1410  # GPU 1: F1 at 1200, B1 at 1410
-    merged = merge_switches(spec, _Rows(profile, spec), mhz, 1000)
+    merged = merge_switches(_Rows(profile, spec), mhz, 1000)
     assert merged[pipeline.id_of(1, 0, 0)] == 1200  # F1 stays: 1410 MHz is slower for it
     assert merged[pipeline.id_of(0, 0, 1)] == 1200  # GPU 0 had nothing to merge

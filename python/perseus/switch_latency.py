@@ -77,8 +77,10 @@ MERGE_TOLERANCES_MHZ = (0, 15, 30, 60, 120, 240, 480, 960, 2000)
 # one much slower than the deadline would need merges that cost more than a
 # faster frontier plan), ...
 BASE_SLACK = 1.25
-# ... at most this many, evenly spaced in time (replay is pure Python: a
-# few ms per plan of a few hundred computations, times the ladder above).
+# ... at most this many, evenly spaced in time (replay is pure Python: about
+# 1 ms per plan of 256 computations, times the ladder above; one switch-aware
+# plan took 0.09 CPU s at 64 computations, 0.34 s at 256, 1.4 s at 1,024,
+# bench/results/switch-aware-cost-2026-12-07.txt).
 MAX_BASE_PLANS = 96
 
 
@@ -103,34 +105,59 @@ def _latency_argument(value: object) -> float:
 
 
 class _Rows:
-    """Measured time and energy of each (stage, instruction) at any clock, interpolated."""
+    """Measured time and energy of each (stage, instruction) at any clock, interpolated, and the
+    pipeline's layout (each GPU's order, each computation's cross-stage predecessor).
+
+    Replays and merges ask for the same few clocks hundreds of thousands of
+    times, so each (stage, instruction, clock) is interpolated once and
+    memoised (the same np.interp result, so replays are unchanged to the
+    last bit), and the layout is read into plain lists once: numpy scalar
+    calls in the inner loop cost 20x a dict lookup.
+    """
 
     def __init__(self, profile: Profile, spec: PipelineSpec) -> None:
         self._table = {}
+        self._clocks: dict[tuple[int, int], frozenset[float]] = {}
+        self._at: dict[tuple[int, int, float], tuple[float, float]] = {}
         for stage in range(spec.num_stages):
             for k, instruction in enumerate(INSTRUCTIONS):
                 rows = profile.measured(stage, instruction)
                 order = np.argsort(rows.frequency_mhz)
+                frequency = np.asarray(rows.frequency_mhz, dtype=np.float64)[order]
                 self._table[(stage, k)] = (
-                    np.asarray(rows.frequency_mhz, dtype=np.float64)[order],
+                    frequency,
                     np.asarray(rows.time_s, dtype=np.float64)[order],
                     np.asarray(rows.energy_j, dtype=np.float64)[order],
                 )
+                self._clocks[(stage, k)] = frozenset(frequency.tolist())
+        pipeline = spec.pipeline()
+        self.stage: list[int] = [int(s) for s in pipeline.stage]
+        self.instruction: list[int] = [int(k) for k in pipeline.instruction]
+        self.orders: list[list[int]] = [
+            [int(i) for i in pipeline.order(g)] for g in range(spec.num_gpus)
+        ]
+        self.predecessor: list[int] = _predecessors(spec)
 
     def measured(self, stage: int, instruction: int, mhz: int) -> bool:
-        f = self._table[(stage, instruction)][0]
-        return bool(np.any(f == mhz))
+        return mhz in self._clocks[(stage, instruction)]
 
     def at(self, stage: int, instruction: int, mhz: float) -> tuple[float, float]:
-        f, t, e = self._table[(stage, instruction)]
-        return float(np.interp(mhz, f, t)), float(np.interp(mhz, f, e))
+        key = (stage, instruction, mhz)
+        found = self._at.get(key)
+        if found is None:
+            f, t, e = self._table[(stage, instruction)]
+            found = (float(np.interp(mhz, f, t)), float(np.interp(mhz, f, e)))
+            self._at[key] = found
+        return found
 
 
-def _predecessors(spec: PipelineSpec) -> list[list[int]]:
-    """Each computation's pipeline predecessors on other stages (not its GPU's previous one)."""
+def _predecessors(spec: PipelineSpec) -> list[int]:
+    """Each computation's pipeline predecessor on another stage (not its GPU's previous one), or
+    -1: a forward's on the stage before, a backward's on the stage after (the last stage's
+    backward follows its own forward)."""
     pipeline = spec.pipeline()
     last = spec.num_stages - 1
-    preds: list[list[int]] = []
+    preds: list[int] = []
     for i in range(len(pipeline)):
         stage, m, k = (
             int(pipeline.stage[i]),
@@ -138,56 +165,61 @@ def _predecessors(spec: PipelineSpec) -> list[list[int]]:
             int(pipeline.instruction[i]),
         )
         if k == 0:
-            preds.append([pipeline.id_of(stage - 1, m, 0)] if stage > 0 else [])
+            preds.append(pipeline.id_of(stage - 1, m, 0) if stage > 0 else -1)
         elif stage == last:
-            preds.append([pipeline.id_of(stage, m, 0)])
+            preds.append(pipeline.id_of(stage, m, 0))
         else:
-            preds.append([pipeline.id_of(stage + 1, m, 1)])
+            preds.append(pipeline.id_of(stage + 1, m, 1))
     return preds
 
 
 def _replay(
     spec: PipelineSpec, rows: _Rows, mhz: np.ndarray, latency_s: float, blocking_w: float
 ) -> LatencyReplay:
-    pipeline = spec.pipeline()
-    stage, instruction = pipeline.stage, pipeline.instruction
-    preds = _predecessors(spec)
-    orders = [list(map(int, pipeline.order(g))) for g in range(spec.num_gpus)]
-    finish = np.full(len(pipeline), np.nan)
+    stage, instruction, pred, orders = rows.stage, rows.instruction, rows.predecessor, rows.orders
+    clock_of = [int(c) for c in mhz.tolist()]
+    count = len(clock_of)
+    finish = [0.0] * count
+    done = [False] * count
     # Per computation: how long it ran and what it spent, summed at the end
     # in the core's order (computation id), so that at L = 0 this gives the
     # core's replay to the last bit.
-    ran_s = [0.0] * len(pipeline)
-    spent_j = [0.0] * len(pipeline)
+    ran_s = [0.0] * count
+    spent_j = [0.0] * count
     late_s = 0.0
     switches = 0
     # Per GPU: effect times and clocks, in order (effect times never decrease).
     events: list[list[tuple[float, int]]] = []
     requested: list[int] = []
     for order in orders:
-        start_clock = int(mhz[order[-1]]) if order else 0
+        start_clock = clock_of[order[-1]] if order else 0
         events.append([(-math.inf, start_clock)])
         requested.append(start_clock)
     position = [0] * spec.num_gpus
-    remaining = len(pipeline)
+    # Per GPU: the event in effect when its last computation finished. A GPU's
+    # computations start no earlier than that, so the search for the clock in
+    # effect resumes there rather than from the timeline's start.
+    in_effect = [0] * spec.num_gpus
+    remaining = count
     while remaining:
         progressed = False
         for g, order in enumerate(orders):
+            timeline = events[g]
             while position[g] < len(order):
                 i = order[position[g]]
-                if any(np.isnan(finish[p]) for p in preds[i]):
+                p = pred[i]
+                if p >= 0 and not done[p]:
                     break
                 previous_end = finish[order[position[g] - 1]] if position[g] else 0.0
-                target = int(mhz[i])
+                target = clock_of[i]
                 if target != requested[g]:
                     requested[g] = target
                     switches += 1
-                    events[g].append((previous_end + latency_s, target))
-                start = max([previous_end] + [float(finish[p]) for p in preds[i]])
+                    timeline.append((previous_end + latency_s, target))
+                start = max(previous_end, finish[p]) if p >= 0 else previous_end
                 t, work, spent, ran = start, 1.0, 0.0, 0.0
-                s, k = int(stage[i]), int(instruction[i])
-                timeline = events[g]
-                e = 0
+                s, k = stage[i], instruction[i]
+                e = in_effect[g]
                 while e + 1 < len(timeline) and timeline[e + 1][0] <= t:
                     e += 1
                 while True:
@@ -212,7 +244,9 @@ def _replay(
                     work -= share
                     t = next_change
                     e += 1
+                in_effect[g] = e
                 finish[i] = t
+                done[i] = True
                 ran_s[i] = ran
                 spent_j[i] = spent
                 position[g] += 1
@@ -220,14 +254,14 @@ def _replay(
                 progressed = True
         if not progressed:  # pragma: no cover - the schedules the core builds never deadlock
             raise ProfileError("the schedule deadlocks")
-    iteration_s = float(np.max(finish)) if len(finish) else 0.0
+    iteration_s = max(finish) if count else 0.0
     busy_s = energy_j = 0.0
-    for i in range(len(pipeline)):  # one by one in id order, as the core (not np.sum's pairs)
+    for i in range(count):  # one by one in id order, as the core (not np.sum's pairs)
         busy_s += ran_s[i]
         energy_j += spent_j[i]
     total_j = energy_j + blocking_w * (float(spec.num_gpus) * iteration_s - busy_s)
     return LatencyReplay(
-        iteration_time_s=iteration_s,
+        iteration_time_s=float(iteration_s),
         energy_j=float(total_j),
         switch_latency_s=latency_s,
         switches_per_iteration=switches,
@@ -263,9 +297,7 @@ def replay_with_switch_latency(
     )
 
 
-def merge_switches(
-    spec: PipelineSpec, rows: _Rows, frequencies_mhz: np.ndarray, tolerance_mhz: int
-) -> np.ndarray:
+def merge_switches(rows: _Rows, frequencies_mhz: np.ndarray, tolerance_mhz: int) -> np.ndarray:
     """The plan with small clock drops merged into the clock already requested (see module notes).
 
     A computation keeps the requested clock only where that clock was
@@ -273,21 +305,20 @@ def merge_switches(
     it no slower than its planned clock (measured rows are not always
     faster at a higher clock).
     """
-    pipeline = spec.pipeline()
-    out = np.array(frequencies_mhz, dtype=np.int64, copy=True)
-    for g in range(spec.num_gpus):
-        order = [int(i) for i in pipeline.order(g)]
+    out = [int(c) for c in np.asarray(frequencies_mhz, dtype=np.int64).tolist()]
+    stage, instruction = rows.stage, rows.instruction
+    for order in rows.orders:
         if not order:
             continue
         # Two passes: iterations repeat, so the first computations follow the
         # last one's clock (after one pass at the largest tolerance a GPU's
         # clocks only rise along its order, and the second pass then keeps it
         # at one clock all iteration: no change left to land late).
-        current = int(out[order[0]])
+        current = out[order[0]]
         for position in range(1, 2 * len(order)):
             i = order[position % len(order)]
-            planned = int(out[i])
-            s, k = int(pipeline.stage[i]), int(pipeline.instruction[i])
+            planned = out[i]
+            s, k = stage[i], instruction[i]
             if (
                 current - tolerance_mhz <= planned < current
                 and rows.measured(s, k, current)
@@ -297,7 +328,7 @@ def merge_switches(
                 out[i] = current
             else:
                 current = planned
-    return out
+    return np.asarray(out, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -376,7 +407,7 @@ def switch_aware_plan(
         base_replay = _replay(spec, rows, base_mhz, latency, blocking_w)
         seen: set[bytes] = set()
         for tolerance in MERGE_TOLERANCES_MHZ:
-            mhz = merge_switches(spec, rows, base_mhz, tolerance)
+            mhz = merge_switches(rows, base_mhz, tolerance)
             key = mhz.tobytes()
             if key in seen:
                 continue
