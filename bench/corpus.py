@@ -401,6 +401,31 @@ CASES: tuple[Case, ...] = (
         target_cpu_s=10.0,
         note="user scale: interleaved V=8, 16 GPUs x 64",
     ),
+    # A coarse (8-clock) table at user scale: the coarse-table share of the local search
+    # was fitted at 4 stages; these check it at 16, against refine=False (lowtime cannot
+    # fit this profile).
+    _user(
+        "h100-coarse-16s8c",
+        16,
+        16,
+        note="user scale, 8 clocks: 16 x 16 1F1B (lowtime 0.3.0 cannot fit stage 4's forward:"
+        " 3 Pareto options)",
+    ),
+    _user(
+        "h100-coarse-16s8c",
+        16,
+        128,
+        target_cpu_s=1.0,
+        note="user scale, 8 clocks: 16 x 128 1F1B",
+    ),
+    _user(
+        "h100-coarse-16s8c",
+        16,
+        32,
+        schedule="gpipe",
+        suffix="-gpipe",
+        note="user scale, 8 clocks: GPipe 16 x 32",
+    ),
     _user(
         "h100-16u",
         16,

@@ -476,8 +476,10 @@ def _coarse(gpu: str, stages: int, clocks: int, forward_ms: float, seed: int, **
         num_stages=stages,
         forward_ms=forward_ms,
         coarse_clocks=clocks,
-        memory_bound_stages=1 if stages >= 3 else 0,
-        description=f"{stages} stages, {clocks} clocks: small enough for the exact MIP",
+        memory_bound_stages=kw.pop("memory_bound_stages", 1 if stages >= 3 else 0),
+        description=kw.pop(
+            "description", f"{stages} stages, {clocks} clocks: small enough for the exact MIP"
+        ),
         **kw,
     )
     return Preset(model, seed)
@@ -609,6 +611,16 @@ PRESETS: dict[str, Preset] = {
     "a100-coarse-3s6c": _coarse("a100", 3, 6, 14.0, seed=12),
     "h100-coarse-3s4c": _coarse("h100", 3, 4, 12.0, seed=13, coarse_lowest_mhz=1380),
     "h100-coarse-4s8c": _coarse("h100", 4, 8, 11.0, seed=14),
+    # A coarse table at user scale (issue 23: 8 clocks was measured at 4 stages only).
+    "h100-coarse-16s8c": _coarse(
+        "h100",
+        16,
+        8,
+        11.0,
+        seed=15,
+        memory_bound_stages=2,
+        description="16 stages, 8 clocks: a coarse clock table at user scale",
+    ),
 }
 
 
