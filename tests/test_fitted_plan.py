@@ -26,7 +26,7 @@ from deadline_support import deadlines_between_plans, example_profile, other_clo
 from perseus import Frontier, Plan
 from perseus._plan_store import _CACHED_PLANS
 from perseus._replay import _setup
-from perseus._tailored import FIT_STARTS_PER_SIDE, fitted_plan
+from perseus._tailored import fit_starts_per_side, fitted_plan
 from perseus._zeus_format import INSTRUCTIONS
 from perseus.switch_latency import switch_aware_plan
 
@@ -110,7 +110,8 @@ def test_plans_on_both_sides_are_used(frontier):
         if origin is None:  # the frontier's own plan
             assert plan is own
             continue
-        assert index - FIT_STARTS_PER_SIDE < origin <= index + FIT_STARTS_PER_SIDE
+        per_side = fit_starts_per_side(frontier.spec.num_computations)
+        assert index - per_side < origin <= index + per_side
         assert plan.energy_at(deadline) < own.energy_at(deadline)
         sides.add(origin > index)
         farther |= origin not in (index, index + 1)
@@ -347,6 +348,28 @@ def test_tailored_never_costs_more_than_fitted(frontier):
         fitted = frontier.plan_for(deadline)
         tailored = frontier.plan_for(deadline, tailored=True)
         assert tailored.energy_at(deadline) <= fitted.energy_at(deadline) * (1 + 1e-12)
+
+
+def test_small_pipelines_fit_more_plans_per_side(frontier, monkeypatch):
+    # 256 computations: sixteen per side. Against three per side (the floor, what 2,048
+    # computations and more get), the plan never costs more, is cheaper at some deadlines,
+    # and some winners come from beyond the third plan.
+    import perseus._tailored as tailored
+
+    assert fit_starts_per_side(frontier.spec.num_computations) == 16
+    assert [fit_starts_per_side(n) for n in (384, 1024, 4096, 10**6)] == [16, 6, 3, 3]
+    cheaper = beyond_three = 0
+    for deadline in _deadlines(frontier, 24, seed=11):
+        index = frontier.index(frontier.plan_for(deadline, reclaim=False))
+        wide, origin = fitted_plan(frontier, index, deadline)
+        with monkeypatch.context() as patch:
+            patch.setattr(tailored, "FIT_STARTS_MAX_PER_SIDE", 3)
+            narrow, _ = fitted_plan(frontier, index, deadline)
+        assert wide.energy_at(deadline) <= narrow.energy_at(deadline) * (1 + 1e-12)
+        cheaper += wide.energy_at(deadline) < narrow.energy_at(deadline) * (1 - 1e-9)
+        beyond_three += origin is not None and (origin <= index - 3 or origin > index + 3)
+    assert cheaper > 0, cheaper
+    assert beyond_three > 0, beyond_three
 
 
 def test_switch_aware_plan_at_zero_latency_costs_no_more(frontier):

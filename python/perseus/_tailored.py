@@ -57,12 +57,26 @@ if TYPE_CHECKING:
 TAILORED_SEARCH_WORK = 32_000_000
 
 #: Frontier plans fitted to a deadline on each side of it by `plan_for`'s default (see
-#: `fitted_plan`). Each costs about one reclamation (median 11 CPU ms for all six at
-#: 16 x 128, 109 ms at 16 x 1024). On user 16 x 16 and GPT-3 8 x 24 the unit deadlines
-#: losing more than 0.01 % to the best plan known for them were 116 and 527 with one per
-#: side, 28 and 315 with two, 7 and 209 with three, 3 and 162 with four, at 0.17, 0.32,
-#: 0.53 and 0.80 CPU ms a call on 16 x 16 (bench/results/fit-starts-2026-12-07.txt).
-FIT_STARTS_PER_SIDE = 3
+#: `fitted_plan`): at least FIT_STARTS_MIN_PER_SIDE, and more on smaller pipelines, where a
+#: start is cheap, up to FIT_STARTS_MAX_PER_SIDE: FIT_STARTS_COMPUTATIONS / computations
+#: (16 at 384 computations, 12 at 512, 6 at 1,024, 3 from 2,048 up). Each start costs about
+#: one reclamation (median 11 CPU ms for all six at 16 x 128, 109 ms at 16 x 1024). On user
+#: 16 x 16 and GPT-3 8 x 24 the unit deadlines losing more than 0.01 % to the best plan
+#: known for them were 116 and 527 with one per side, 28 and 315 with two, 7 and 209 with
+#: three, 3 and 162 with four, at 0.17, 0.32, 0.53 and 0.80 CPU ms a call on 16 x 16
+#: (bench/results/fit-starts-2026-12-07.txt). On GPT-3 8 x 24, the deadlines where plan_for
+#: neither lands within a unit nor within 0.01 % (issue 23, item 4) were 10 with three per
+#: side, 2 with eight and none with sixteen, at 1.1, 2.2 and 5.1 CPU ms a call.
+FIT_STARTS_MIN_PER_SIDE = 3
+FIT_STARTS_MAX_PER_SIDE = 16
+FIT_STARTS_COMPUTATIONS = 6144
+
+
+def fit_starts_per_side(computations: int) -> int:
+    """How many frontier plans on each side of a deadline `plan_for` fits (see above)."""
+    share = FIT_STARTS_COMPUTATIONS // max(1, computations)
+    return max(FIT_STARTS_MIN_PER_SIDE, min(FIT_STARTS_MAX_PER_SIDE, share))
+
 
 #: Frontier plans tried as starts on each side of the deadline: the solver's own count.
 STARTS_PER_SIDE: int = int(cast(int, dict(_core.LOCAL_SEARCH_MOVES)["starts_per_side"]))
@@ -116,10 +130,10 @@ def tailored_plan(
 def fitted_plan(frontier: Frontier, index: int, deadline_s: float) -> tuple[Plan, Optional[int]]:
     """The frontier plans nearest `deadline_s` fitted to it, the cheapest one.
 
-    Plan `index` (the slowest meeting the deadline) and the
-    FIT_STARTS_PER_SIDE - 1 faster ones before it slowed into the rest of
-    the deadline; the FIT_STARTS_PER_SIDE slower ones after it sped up to
-    it and then slowed into what is left. Returns the plan that uses least
+    Plan `index` (the slowest meeting the deadline) and the k - 1 faster
+    ones before it slowed into the rest of the deadline; the k slower ones
+    after it sped up to it and then slowed into what is left, k =
+    `fit_starts_per_side` (3 to 16, more on smaller pipelines). Returns the plan that uses least
     energy over the deadline (the nearest on a tie, plan `index` first)
     and the index of the frontier plan it was fitted from. At plan
     `index`'s own time a neighbour may still be fitted to it for less
@@ -150,8 +164,9 @@ def _fitted(
     plan, which compares itself with it, sets one up once)."""
     plan = frontier[index]
     spec = frontier.spec
-    faster = range(max(0, index - FIT_STARTS_PER_SIDE + 1), index + 1)
-    slower = range(index + 1, min(index + 1 + FIT_STARTS_PER_SIDE, len(frontier)))
+    per_side = fit_starts_per_side(spec.num_computations)
+    faster = range(max(0, index - per_side + 1), index + 1)
+    slower = range(index + 1, min(index + 1 + per_side, len(frontier)))
     try:
         starts = _option_indices(frontier, range(faster.start, slower.stop), table, pipeline)
     except ValueError:
