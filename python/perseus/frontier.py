@@ -473,10 +473,11 @@ class Frontier(Sequence[Plan]):
         faster ones slowed into the deadline (computations with room move to
         slower, cheaper clocks while the iteration still meets it: the
         solver's slack reclamation), and as many slower ones sped up to it
-        (cheapest useful speed-ups first) and then slowed into what is left;
-        16 on each side up to 384 computations, 3 from 2,048 up. That takes
-        milliseconds (a median 5 CPU ms at 384 computations, 11 ms at 4,096,
-        0.11 s at 32,768); the plan is not part of the frontier,
+        (cheapest useful speed-ups first) and then slowed into what is left:
+        three on each side, more on small pipelines (up to 16) where those
+        leave more than a unit idle. That takes milliseconds (a median
+        1.2 CPU ms at 384 computations, 11 ms at 4,096, 0.11 s at 32,768);
+        the plan is not part of the frontier,
         never uses more energy over the deadline than the frontier's, and
         is the same on every machine. ``reclaim=False``, or a frontier
         without a profile, gives the frontier's own plan. Use it for a

@@ -78,7 +78,7 @@ MERGE_TOLERANCES_MHZ = (0, 15, 30, 60, 120, 240, 480, 960, 2000)
 # faster frontier plan), ...
 BASE_SLACK = 1.25
 # ... at most this many, evenly spaced in time (replay is pure Python: about
-# 1 ms per plan of 256 computations, times the ladder above; one switch-aware
+# 0.3 ms per plan of 256 computations, times the ladder above; one switch-aware
 # plan took 0.09 CPU s at 64 computations, 0.34 s at 256, 1.4 s at 1,024,
 # bench/results/switch-aware-cost-2026-12-07.txt).
 MAX_BASE_PLANS = 96
@@ -117,8 +117,8 @@ class _Rows:
 
     def __init__(self, profile: Profile, spec: PipelineSpec) -> None:
         self._table = {}
-        self._clocks: dict[tuple[int, int], frozenset[float]] = {}
-        self._at: dict[tuple[int, int, float], tuple[float, float]] = {}
+        self._clocks: dict[tuple[int, int], frozenset[int]] = {}
+        self._at: dict[tuple[int, int, int], tuple[float, float]] = {}
         for stage in range(spec.num_stages):
             for k, instruction in enumerate(INSTRUCTIONS):
                 rows = profile.measured(stage, instruction)
@@ -129,10 +129,11 @@ class _Rows:
                     np.asarray(rows.time_s, dtype=np.float64)[order],
                     np.asarray(rows.energy_j, dtype=np.float64)[order],
                 )
-                self._clocks[(stage, k)] = frozenset(frequency.tolist())
+                self._clocks[(stage, k)] = frozenset(int(f) for f in frequency.tolist())
         pipeline = spec.pipeline()
         self.stage: list[int] = [int(s) for s in pipeline.stage]
         self.instruction: list[int] = [int(k) for k in pipeline.instruction]
+        self.num_gpus = spec.num_gpus
         self.orders: list[list[int]] = [
             [int(i) for i in pipeline.order(g)] for g in range(spec.num_gpus)
         ]
@@ -141,7 +142,7 @@ class _Rows:
     def measured(self, stage: int, instruction: int, mhz: int) -> bool:
         return mhz in self._clocks[(stage, instruction)]
 
-    def at(self, stage: int, instruction: int, mhz: float) -> tuple[float, float]:
+    def at(self, stage: int, instruction: int, mhz: int) -> tuple[float, float]:
         key = (stage, instruction, mhz)
         found = self._at.get(key)
         if found is None:
@@ -152,9 +153,9 @@ class _Rows:
 
 
 def _predecessors(spec: PipelineSpec) -> list[int]:
-    """Each computation's pipeline predecessor on another stage (not its GPU's previous one), or
-    -1: a forward's on the stage before, a backward's on the stage after (the last stage's
-    backward follows its own forward)."""
+    """Each computation's one data dependency (the DAG's other edges are its GPU's order),
+    or -1: a forward's on the stage before, a backward's on the stage after, the last
+    stage's backward on its own forward."""
     pipeline = spec.pipeline()
     last = spec.num_stages - 1
     preds: list[int] = []
@@ -173,9 +174,7 @@ def _predecessors(spec: PipelineSpec) -> list[int]:
     return preds
 
 
-def _replay(
-    spec: PipelineSpec, rows: _Rows, mhz: np.ndarray, latency_s: float, blocking_w: float
-) -> LatencyReplay:
+def _replay(rows: _Rows, mhz: np.ndarray, latency_s: float, blocking_w: float) -> LatencyReplay:
     stage, instruction, pred, orders = rows.stage, rows.instruction, rows.predecessor, rows.orders
     clock_of = [int(c) for c in mhz.tolist()]
     count = len(clock_of)
@@ -195,11 +194,11 @@ def _replay(
         start_clock = clock_of[order[-1]] if order else 0
         events.append([(-math.inf, start_clock)])
         requested.append(start_clock)
-    position = [0] * spec.num_gpus
+    position = [0] * rows.num_gpus
     # Per GPU: the event in effect when its last computation finished. A GPU's
     # computations start no earlier than that, so the search for the clock in
     # effect resumes there rather than from the timeline's start.
-    in_effect = [0] * spec.num_gpus
+    in_effect = [0] * rows.num_gpus
     remaining = count
     while remaining:
         progressed = False
@@ -220,6 +219,11 @@ def _replay(
                 t, work, spent, ran = start, 1.0, 0.0, 0.0
                 s, k = stage[i], instruction[i]
                 e = in_effect[g]
+                # Rounding can end a computation an ulp before the event it reached
+                # took effect; step back so the search gives what one from the
+                # timeline's start would.
+                while e > 0 and timeline[e][0] > t:
+                    e -= 1
                 while e + 1 < len(timeline) and timeline[e + 1][0] <= t:
                     e += 1
                 while True:
@@ -259,7 +263,7 @@ def _replay(
     for i in range(count):  # one by one in id order, as the core (not np.sum's pairs)
         busy_s += ran_s[i]
         energy_j += spent_j[i]
-    total_j = energy_j + blocking_w * (float(spec.num_gpus) * iteration_s - busy_s)
+    total_j = energy_j + blocking_w * (float(rows.num_gpus) * iteration_s - busy_s)
     return LatencyReplay(
         iteration_time_s=float(iteration_s),
         energy_j=float(total_j),
@@ -292,9 +296,7 @@ def replay_with_switch_latency(
             f"the profile has {profile.num_stages} stages; the plan's pipeline has {spec.num_stages}"
         )
     rows = _Rows(profile, spec)
-    return _replay(
-        spec, rows, _frequencies(spec, frequencies_mhz), latency, profile.blocking_power_w
-    )
+    return _replay(rows, _frequencies(spec, frequencies_mhz), latency, profile.blocking_power_w)
 
 
 def merge_switches(rows: _Rows, frequencies_mhz: np.ndarray, tolerance_mhz: int) -> np.ndarray:
@@ -404,7 +406,7 @@ def switch_aware_plan(
     for index, base_plan in bases:
         base_frequencies = base_plan.frequencies_mhz
         base_mhz = np.asarray(base_frequencies, dtype=np.int64)
-        base_replay = _replay(spec, rows, base_mhz, latency, blocking_w)
+        base_replay = _replay(rows, base_mhz, latency, blocking_w)
         seen: set[bytes] = set()
         for tolerance in MERGE_TOLERANCES_MHZ:
             mhz = merge_switches(rows, base_mhz, tolerance)
@@ -412,9 +414,7 @@ def switch_aware_plan(
             if key in seen:
                 continue
             seen.add(key)
-            result = (
-                base_replay if tolerance == 0 else _replay(spec, rows, mhz, latency, blocking_w)
-            )
+            result = base_replay if tolerance == 0 else _replay(rows, mhz, latency, blocking_w)
             fastest_s = min(fastest_s, result.iteration_time_s)
             if result.iteration_time_s > deadline:
                 continue
@@ -430,9 +430,7 @@ def switch_aware_plan(
         )
     at_deadline, mhz, result, tolerance, index, base = best
     plan = replayed_plan(spec, mhz, source)
-    unmerged = _replay(
-        spec, rows, np.asarray(base.frequencies_mhz, dtype=np.int64), latency, blocking_w
-    )
+    unmerged = _replay(rows, np.asarray(base.frequencies_mhz, dtype=np.int64), latency, blocking_w)
     # Both without latency, over the longer of their two iteration times.
     span_s = max(plan.iteration_time_s, base.iteration_time_s)
     merge_cost = plan.energy_at(span_s) - base.energy_at(span_s)
