@@ -70,7 +70,7 @@ TAILORED_SEARCH_WORK = 32_000_000
 #: three, 3 and 162 with four, at 0.17, 0.32, 0.53 and 0.80 CPU ms a call on 16 x 16
 #: (bench/results/fit-starts-2026-12-07.txt). On GPT-3 8 x 24, the deadlines where plan_for
 #: neither lands within a unit nor within 0.01 % (issue 23, item 4) were 10 with three per
-#: side, 2 with eight and none with sixteen, at 1.1, 2.2 and 5.1 CPU ms a call.
+#: side, 2 with eight and none with sixteen, at 1.1, 2.2 and 5.0 CPU ms a call.
 FIT_STARTS_MIN_PER_SIDE = 3
 FIT_STARTS_MAX_PER_SIDE = 16
 FIT_STARTS_COMPUTATIONS = 6144
@@ -169,22 +169,18 @@ def _fitted(
     """`fitted_plan` on a core problem already set up from `source` (so that a tailored
     plan, which compares itself with it, sets one up once)."""
     fitted: dict[int, tuple[float, float, npt.NDArray[np.uint16]]] = {}
-    try:
-        _fit_starts(
-            fitted, frontier, index, deadline, FIT_STARTS_MIN_PER_SIDE, problem, table, pipeline
-        )
-        best, origin = _cheapest(fitted, frontier, index, deadline, source, table, pipeline)
-        # Look further only where the nearest plans leave the deadline idle for more than
-        # a unit (issue 23, item 4): elsewhere the fit is within a unit of the deadline.
-        wide = fit_starts_per_side(frontier.spec.num_computations)
-        if (
-            wide > FIT_STARTS_MIN_PER_SIDE
-            and deadline - best.iteration_time_s > frontier.unit_time_s
-        ):
-            _fit_starts(fitted, frontier, index, deadline, wide, problem, table, pipeline)
-            best, origin = _cheapest(fitted, frontier, index, deadline, source, table, pipeline)
-    except ValueError:  # the plans' clocks are not the profile's options
+    if not _fit_starts(
+        fitted, frontier, index, deadline, FIT_STARTS_MIN_PER_SIDE, problem, table, pipeline
+    ):
         return frontier[index], None
+    best, origin = _cheapest(fitted, frontier, index, deadline, source, table, pipeline)
+    # Look further only where the nearest plans leave the deadline idle for more than a
+    # unit (issue 23, item 4): elsewhere the fit is within a unit of the deadline.
+    wide = fit_starts_per_side(frontier.spec.num_computations)
+    if wide > FIT_STARTS_MIN_PER_SIDE and deadline - best.iteration_time_s > frontier.unit_time_s:
+        if not _fit_starts(fitted, frontier, index, deadline, wide, problem, table, pipeline):
+            return frontier[index], None
+        best, origin = _cheapest(fitted, frontier, index, deadline, source, table, pipeline)
     return best, origin
 
 
@@ -197,9 +193,11 @@ def _fit_starts(
     problem: _core.Problem,
     table: _OptionTable,
     pipeline: _core.Pipeline,
-) -> None:
+) -> bool:
     """Fits the frontier plans up to `per_side` on each side of plan `index` that `fitted`
-    does not hold yet, adding (time, energy, option indices) for each."""
+    does not hold yet, adding (time, energy, option indices) for each. False, fitting
+    nothing, when their clocks are not the profile's options (a frontier loaded with
+    another profile)."""
     faster = [k for k in range(max(0, index - per_side + 1), index + 1) if k not in fitted]
     slower = [
         k for k in range(index + 1, min(index + 1 + per_side, len(frontier))) if k not in fitted
@@ -207,13 +205,19 @@ def _fit_starts(
     # Faster plans reclaimed (never slower than the deadline), slower ones
     # tightened and reclaimed (slower only where they cannot meet it): one
     # call each, a row per plan.
-    for plans, fit in ((faster, problem.reclaim), (slower, problem.tighten)):
-        if not plans:
+    starts: list[Optional[np.ndarray]] = []
+    for plans in (faster, slower):
+        try:
+            starts.append(_option_indices(frontier, plans, table, pipeline) if plans else None)
+        except ValueError:
+            return False
+    for plans, rows, fit in zip((faster, slower), starts, (problem.reclaim, problem.tighten)):
+        if rows is None:
             continue
-        starts = _option_indices(frontier, plans, table, pipeline)
-        times, energies, choices = fit(starts, deadline)
+        times, energies, choices = fit(rows, deadline)
         for k, t, e, c in zip(plans, times, energies, choices):
             fitted[k] = (float(t), float(e), c)
+    return True
 
 
 def _cheapest(
