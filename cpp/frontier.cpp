@@ -26,6 +26,14 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// The median of `values` (the upper one of an even count; reorders them).
+// Precondition: not empty.
+double median_of(std::vector<double>& values) {
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+
 // The min-cut loop's quantum when refining: the user's unit divided by an
 // integer (SolverBudgets::units_per_option_gap and its bounds).
 std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
@@ -36,9 +44,7 @@ std::int64_t unit_divisor(const Pipeline& pipeline, const Dag& dag, const Option
     for (Index k = 1; k < table.num_options(g); ++k)
       gaps.push_back(table.time_s(g, k) - table.time_s(g, k - 1));
   if (gaps.empty()) return 1;
-  std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2),
-                   gaps.end());
-  const double median_gap = gaps[gaps.size() / 2];
+  const double median_gap = median_of(gaps);
   const SolverBudgets& b = options.budgets;
   double divisor = std::ceil(b.units_per_option_gap * options.unit_time_s / median_gap);
   divisor = std::clamp(divisor, 1.0, std::max(1.0, b.max_unit_divisor));
@@ -404,12 +410,9 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
   std::vector<double> option_counts;
   for (GroupId g(0); g.value() < table.num_groups(); ++g)
     option_counts.push_back(static_cast<double>(table.num_options(g)));
-  std::nth_element(option_counts.begin(),
-                   option_counts.begin() + static_cast<std::ptrdiff_t>(option_counts.size() / 2),
-                   option_counts.end());
   const double budget = local_search_budget(
       static_cast<double>(dag.num_nodes()), static_cast<double>(dag.num_nodes() + dag.num_edges()),
-      option_counts.empty() ? 1.0 : option_counts[option_counts.size() / 2], budgets);
+      option_counts.empty() ? 1.0 : median_of(option_counts), budgets);
   const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
   const std::size_t grid = ix(budgets.local_search_max_grid);
   PlanImprover second(pipeline, dag, table);

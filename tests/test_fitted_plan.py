@@ -18,7 +18,6 @@ import sys
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import perseus
@@ -27,18 +26,10 @@ from deadline_support import deadlines_between_plans, example_profile, other_clo
 from perseus import Frontier, Plan
 from perseus._plan_store import _CACHED_PLANS
 from perseus._replay import _setup
+from perseus._shipped import SOSP24_BLOCKING_POWER_W, shipped_profile
 from perseus._tailored import fit_starts_per_side, fitted_plan
 from perseus._zeus_format import INSTRUCTIONS
 from perseus.switch_latency import switch_aware_plan
-
-#: SOSP '24's measured GPT-3 profile (bench/data/sosp24/README.md has its source).
-SOSP24_GPT3_CSV = (
-    Path(__file__).resolve().parents[1]
-    / "bench"
-    / "data"
-    / "sosp24"
-    / "gpt3-175b+a100_sxm_bf16.csv"
-)
 
 
 @pytest.fixture(scope="module")
@@ -361,7 +352,7 @@ def test_tailored_never_costs_more_than_fitted(frontier):
 
 
 def test_small_pipelines_look_further_where_the_nearest_plans_idle(monkeypatch):
-    # SOSP '24 GPT-3 at 8 x 24 (384 computations): where the fit of the nearest three per
+    # SOSP '24's measured GPT-3 profile at 8 x 24 (384 computations): where the fit of the nearest three per
     # side still idles more than a unit before the deadline, plan_for looks up to sixteen
     # per side, and is cheaper than three at some of those deadlines (issue 23, item 4:
     # 10 deadlines there had neither a plan within a unit nor one within 0.01 %); where it
@@ -369,7 +360,9 @@ def test_small_pipelines_look_further_where_the_nearest_plans_idle(monkeypatch):
     import perseus._tailored as tailored
 
     assert [fit_starts_per_side(n) for n in (384, 512, 1024, 4096, 10**6)] == [16, 12, 6, 3, 3]
-    profile = perseus.Profile.from_csv(SOSP24_GPT3_CSV, blocking_power_w=83.64)
+    profile = perseus.Profile.from_csv(
+        shipped_profile("sosp24-gpt3-175b"), blocking_power_w=SOSP24_BLOCKING_POWER_W
+    )
     frontier = perseus.optimize(profile, microbatches=24)
     times = np.asarray(frontier.iteration_times_s)
     unit = frontier.unit_time_s
