@@ -258,6 +258,8 @@ void register_problem(py::module_& m) {
       .def_readwrite("local_search_work_cap", &SolverBudgets::local_search_work_cap)
       .def_readwrite("local_search_max_grid", &SolverBudgets::local_search_max_grid)
       .def_readwrite("local_search_rounds", &SolverBudgets::local_search_rounds)
+      .def_readwrite("hull_search_share", &SolverBudgets::hull_search_share)
+      .def_readwrite("hull_search_deadlines", &SolverBudgets::hull_search_deadlines)
       .def_readwrite("plan_energy_resolution", &SolverBudgets::plan_energy_resolution);
 
   // The local search's fixed move set, read-only: visible so a user can see what a solve
@@ -272,6 +274,7 @@ void register_problem(py::module_& m) {
   move_table["starts_per_side"] = moves::kStartsPerSide;
   move_table["improvement_share"] = moves::kImprovementShare;
   move_table["critical_share"] = moves::kCriticalShare;
+  move_table["hull_gap_share"] = moves::kHullGapShare;
   m.attr("LOCAL_SEARCH_MOVES") = move_table;
   m.attr("DEFAULT_THREADS") = SolverOptions::kDefaultThreads;
   m.attr("MAX_THREADS") = SolverOptions::kMaxThreads;

@@ -374,6 +374,7 @@ class ParetoSet {
 
   const PlanRows& plans() const { return plans_; }
   const std::vector<double>& time_s() const { return time_s_; }
+  const std::vector<double>& energy_j() const { return energy_j_; }
 
   void move_into(FrontierResult& result) {
     result.choices = std::move(plans_);
@@ -415,13 +416,17 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
       option_counts.empty() ? 1.0 : median_of(option_counts), budgets);
   const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
   const std::size_t grid = ix(budgets.local_search_max_grid);
+  const double hull_budget = budget * budgets.hull_search_share;
+  const double rounds_budget = budget - hull_budget;
+  // Progress counts the hull pass as one more round.
+  const std::int64_t progress_rounds = rounds + 1;
   PlanImprover second(pipeline, dag, table);
   std::int64_t searched = 0;
   for (std::int64_t round = 0; round < rounds; ++round) {
     PlanLog found(pipeline.size()), found_second(pipeline.size());
-    const std::int64_t share = static_cast<std::int64_t>(budget) / rounds / 2;
+    const std::int64_t share = static_cast<std::int64_t>(rounds_budget) / rounds / 2;
     const auto report = [&](std::int64_t done, std::int64_t total) {
-      pacer.tick(Phase::kLocalSearch, done + round * total, total * rounds);
+      pacer.tick(Phase::kLocalSearch, done + round * total, total * progress_rounds);
     };
     {
       Worker other(solver_threads(options) >= 2, [&](const Ticker& worker_tick) {
@@ -430,6 +435,31 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
       });
       search_deadlines(kept.plans(), kept.time_s(), grid, share, Share{0, 2}, improver, found, report);
       other.finish(pacer, report);  // the other half's progress
+    }
+    searched += static_cast<std::int64_t>(found.size() + found_second.size());
+    kept.add(found, Phase::kLocalSearch);
+    kept.add(found_second, Phase::kLocalSearch);
+    kept.select();
+  }
+  // The hull pass: its deadlines split between the two threads as the rounds'.
+  const std::vector<double> deadlines =
+      hull_gap_deadlines(kept.time_s(), kept.energy_j(), options.unit_time_s,
+                         ix(std::max<std::int64_t>(0, budgets.hull_search_deadlines)));
+  if (!deadlines.empty() && hull_budget >= 1.0) {
+    const auto work_each =
+        static_cast<std::int64_t>(hull_budget / static_cast<double>(deadlines.size()));
+    PlanLog found(pipeline.size()), found_second(pipeline.size());
+    const auto report = [&](std::int64_t done, std::int64_t total) {
+      pacer.tick(Phase::kLocalSearch, done + rounds * total, total * progress_rounds);
+    };
+    {
+      Worker other(solver_threads(options) >= 2, [&](const Ticker& worker_tick) {
+        search_hull_gaps(kept.plans(), kept.time_s(), deadlines, work_each, Share{1, 2}, second,
+                         found_second, worker_tick);
+      });
+      search_hull_gaps(kept.plans(), kept.time_s(), deadlines, work_each, Share{0, 2}, improver, found,
+                       report);
+      other.finish(pacer, report);
     }
     searched += static_cast<std::int64_t>(found.size() + found_second.size());
     kept.add(found, Phase::kLocalSearch);

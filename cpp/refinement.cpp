@@ -9,6 +9,7 @@
 namespace perseus {
 namespace {
 
+using local_search_moves::kHullGapShare;
 using local_search_moves::kImprovementShare;
 using local_search_moves::kStartsPerSide;
 
@@ -241,6 +242,7 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
           improver.energy_at(deadline) < best_j * (1 - kImprovementShare)) {
         best_j = improver.energy_at(deadline);
         std::copy(improver.choice().begin(), improver.choice().end(), best.begin());
+        if (log != nullptr) record(improver, best_before, *log);
       }
     }
     return best_j;
@@ -293,6 +295,64 @@ void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, 
     tick(static_cast<std::int64_t>(d), static_cast<std::int64_t>(deadlines.size()));
     search_deadline(deadlines[d], time_s, row_at, fastest.data(), end, deadlines.size() - d, improver,
                     &log, best, &fastest_cost);
+  }
+}
+
+std::vector<double> hull_gap_deadlines(const std::vector<double>& time_s,
+                                       const std::vector<double>& energy_j, double spacing_s,
+                                       std::size_t max_count) {
+  // The lower convex hull of (time, energy), fastest first (Andrew's monotone chain).
+  std::vector<std::size_t> hull;
+  for (std::size_t k = 0; k < time_s.size(); ++k) {
+    while (hull.size() >= 2) {
+      const std::size_t a = hull[hull.size() - 2], b = hull.back();
+      // b is not below the segment a -> k: it leaves the hull.
+      if ((energy_j[b] - energy_j[a]) * (time_s[k] - time_s[a]) >=
+          (energy_j[k] - energy_j[a]) * (time_s[b] - time_s[a]))
+        hull.pop_back();
+      else break;
+    }
+    hull.push_back(k);
+  }
+  std::vector<std::pair<double, std::size_t>> gaps;  // (share above the hull, plan)
+  std::size_t h = 0;
+  for (std::size_t k = 0; k < time_s.size(); ++k) {
+    while (h + 1 < hull.size() && time_s[hull[h + 1]] < time_s[k]) ++h;
+    if (h + 1 >= hull.size() || hull[h] == k || hull[h + 1] == k) continue;  // on the hull
+    const std::size_t a = hull[h], b = hull[h + 1];
+    const double on_hull =
+        energy_j[a] + (energy_j[b] - energy_j[a]) * (time_s[k] - time_s[a]) / (time_s[b] - time_s[a]);
+    const double share = (energy_j[k] - on_hull) / std::abs(energy_j[k]);
+    if (share > kHullGapShare) gaps.emplace_back(share, k);
+  }
+  std::sort(gaps.begin(), gaps.end(), [](const auto& x, const auto& y) {
+    return x.first != y.first ? x.first > y.first : x.second < y.second;
+  });
+  std::vector<double> picked;
+  for (const auto& [share, k] : gaps) {
+    if (picked.size() >= max_count) break;
+    const double t = time_s[k];
+    if (std::none_of(picked.begin(), picked.end(),
+                     [&](double p) { return std::abs(p - t) <= spacing_s; }))
+      picked.push_back(t);
+  }
+  std::sort(picked.begin(), picked.end());
+  return picked;
+}
+
+void search_hull_gaps(const PlanRows& plans, const std::vector<double>& time_s,
+                      const std::vector<double>& deadlines, std::int64_t work_each, Share share_of,
+                      PlanImprover& improver, PlanLog& log, const Ticker& tick) {
+  if (work_each <= 0) return;
+  const std::size_t n = improver.choice().size();
+  const std::vector<OptionIndex> fastest(n, 0);
+  std::vector<OptionIndex> best(n);
+  PlanRows::Reader rows(plans);
+  const auto row_at = [&rows](std::size_t k) { return rows.row(k); };
+  for (std::size_t d = share_of.part; d < deadlines.size(); d += share_of.parts) {
+    tick(static_cast<std::int64_t>(d), static_cast<std::int64_t>(deadlines.size()));
+    search_deadline(deadlines[d], time_s, row_at, fastest.data(), improver.work() + work_each, 1,
+                    improver, &log, best, nullptr, StartSearch::kEvery);
   }
 }
 

@@ -137,6 +137,22 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
                        std::int64_t* fastest_cost = nullptr,
                        StartSearch start_search = StartSearch::kCheapest);
 
+// The hull pass's deadlines (SolverBudgets::hull_search_share), in
+// increasing order: the times of the plans furthest above the lower convex
+// hull of (time_s, energy_j) (fastest first, as a frontier), by more than
+// kHullGapShare of their energy, at most max_count and no two within
+// spacing_s of each other.
+std::vector<double> hull_gap_deadlines(const std::vector<double>& time_s,
+                                       const std::vector<double>& energy_j, double spacing_s,
+                                       std::size_t max_count);
+
+// Searches every parts-th of those deadlines from `part` with every start
+// (StartSearch::kEvery), work_each work units each (a fixed share, so the
+// plans do not depend on how jobs split them), recording into `log`.
+void search_hull_gaps(const PlanRows& plans, const std::vector<double>& time_s,
+                      const std::vector<double>& deadlines, std::int64_t work_each, Share share_of,
+                      PlanImprover& improver, PlanLog& log, const Ticker& tick);
+
 // Indices of the plans worth keeping, fastest first: strictly increasing
 // time, and effective energy (energy_j - blocking_w * time_s) falling by more
 // than resolution_j from one kept plan to the next.

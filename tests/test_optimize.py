@@ -758,6 +758,7 @@ def test_local_search_moves_are_readable_and_match_the_core_header():
         "kStartsPerSide": "starts_per_side",
         "kImprovementShare": "improvement_share",
         "kCriticalShare": "critical_share",
+        "kHullGapShare": "hull_gap_share",
     }
     assert set(header) == set(names)
     assert set(moves) == set(names.values())

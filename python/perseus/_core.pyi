@@ -125,6 +125,8 @@ class SolverBudgets:
     local_search_work_cap: float
     local_search_max_grid: int
     local_search_rounds: int
+    hull_search_share: float
+    hull_search_deadlines: int
     plan_energy_resolution: float
     def __init__(self) -> None: ...
 

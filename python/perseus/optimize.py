@@ -147,7 +147,7 @@ DEFAULT_THREADS: int = _core.DEFAULT_THREADS
 #: ``cpp/solver_options.hpp``), read-only: unlike `SolverBudgets` they are not
 #: options, because changing one changes the algorithm rather than its effort.
 #: ``squeezes`` (relative), ``jumps_options``, ``pair_candidates``,
-#: ``starts_per_side``, ``improvement_share``, ``critical_share``.
+#: ``starts_per_side``, ``improvement_share``, ``critical_share``, ``hull_gap_share``.
 LOCAL_SEARCH_MOVES: Mapping[str, Any] = MappingProxyType(dict(_core.LOCAL_SEARCH_MOVES))
 
 

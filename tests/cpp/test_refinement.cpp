@@ -2,7 +2,9 @@
 // (which plans a frontier keeps: ties, equal times, the blocking-power rule,
 // the resolution, against a pairwise-dominance oracle) and search_deadlines
 // (which deadlines it visits, its budget and shares, and that what it records
-// is never worse at a frontier plan's time than that plan). Public interface only.
+// is never worse at a frontier plan's time than that plan), and the hull
+// pass (which deadlines hull_gap_deadlines picks, against a brute-force
+// hull, and what search_hull_gaps records). Public interface only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -255,6 +257,100 @@ TEST(SearchDeadline, TriesTheAllFastestStartOnlyWhileItsLastCostFitsTheShare) {
   EXPECT_EQ(skipped + 1, always);  // one start fewer recorded
   EXPECT_EQ(too_dear, budget + 1);
   EXPECT_GE(skipped_j, always_j);
+}
+
+// Plans above the lower convex hull of (time, energy): the hull runs through
+// (1, 10), (3, 6) and (6, 3).
+struct Bent {
+  std::vector<double> time_s{1.0, 2.0, 3.0, 4.0, 5.0, 5.5, 6.0};
+  std::vector<double> energy_j{10.0, 8.5, 6.0, 5.2, 4.0004, 3.6, 3.0};
+};
+
+TEST(HullGapDeadlines, PicksThePlansFurthestAboveTheHullInTimeOrder) {
+  const Bent b;
+  // Above the hull: 2 s by 0.5 J (5.9 %), 4 s by 0.2 J (3.8 %), 5.5 s by
+  // 0.1 J (2.8 %); 5 s by 0.0004 J, under kHullGapShare of its energy.
+  EXPECT_EQ(hull_gap_deadlines(b.time_s, b.energy_j, 0.0, 10), (std::vector<double>{2.0, 4.0, 5.5}));
+  // At most two: the two largest shares.
+  EXPECT_EQ(hull_gap_deadlines(b.time_s, b.energy_j, 0.0, 2), (std::vector<double>{2.0, 4.0}));
+  // No two within 2.5 s: 4 s is too near the larger gap at 2 s.
+  EXPECT_EQ(hull_gap_deadlines(b.time_s, b.energy_j, 2.5, 10), (std::vector<double>{2.0, 5.5}));
+  EXPECT_TRUE(hull_gap_deadlines(b.time_s, b.energy_j, 0.0, 0).empty());
+}
+
+TEST(HullGapDeadlines, AConvexFrontierHasNothingToSearch) {
+  EXPECT_TRUE(hull_gap_deadlines({}, {}, 0.0, 10).empty());
+  EXPECT_TRUE(hull_gap_deadlines({1.0, 2.0}, {5.0, 4.0}, 0.0, 10).empty());
+  // Convex, with a point on a straight stretch (3 s): none above the hull.
+  EXPECT_TRUE(
+      hull_gap_deadlines({1.0, 2.0, 3.0, 4.0, 5.0}, {10.0, 7.0, 6.0, 5.0, 4.5}, 0.0, 10).empty());
+}
+
+TEST(HullGapDeadlines, MatchesABruteForceHullOnRandomFrontiers) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> step(0.01, 1.0), energy(1.0, 2.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t count = 2 + static_cast<std::size_t>(rng() % 12);
+    std::vector<double> time_s, energy_j;
+    double t = 0.0;
+    for (std::size_t k = 0; k < count; ++k) {
+      t += step(rng);
+      time_s.push_back(t);
+      energy_j.push_back(energy(rng));
+    }
+    // The lower hull at t_k: the lowest chord over t_k between two other plans.
+    std::vector<double> expected;
+    bool near_threshold = false;
+    for (std::size_t k = 0; k < count; ++k) {
+      double lowest = energy_j[k];
+      for (std::size_t a = 0; a < k; ++a)
+        for (std::size_t c = k + 1; c < count; ++c)
+          lowest =
+              std::min(lowest, energy_j[a] + (energy_j[c] - energy_j[a]) * (time_s[k] - time_s[a]) /
+                                                 (time_s[c] - time_s[a]));
+      const double share = (energy_j[k] - lowest) / energy_j[k];
+      near_threshold |= std::abs(share - local_search_moves::kHullGapShare) < 1e-9;
+      if (share > local_search_moves::kHullGapShare) expected.push_back(time_s[k]);
+    }
+    if (near_threshold) continue;
+    EXPECT_EQ(hull_gap_deadlines(time_s, energy_j, 0.0, count), expected) << "trial " << trial;
+  }
+}
+
+TEST(SearchHullGaps, RecordsNoWorsePlanAtEachDeadlineAndSharesSplitThem) {
+  Search s;
+  PlanRows plans(s.pipeline.size());
+  for (std::size_t k = 0; k < s.time_s.size(); ++k)
+    plans.append(s.rows.data() + k * ix(s.pipeline.size()));
+  auto run = [&](Share share, std::int64_t work_each, std::vector<std::int64_t>& ticked) {
+    PlanImprover improver(s.pipeline, s.dag, s.table);
+    PlanLog log(s.pipeline.size());
+    search_hull_gaps(plans, s.time_s, s.time_s, work_each, share, improver, log,
+                     [&](std::int64_t done, std::int64_t total) {
+                       EXPECT_EQ(total, 3);
+                       ticked.push_back(done);
+                     });
+    return log;
+  };
+  std::vector<std::int64_t> whole_ticks, even_ticks, odd_ticks, none_ticks;
+  const PlanLog whole = run(Share{}, 1000000, whole_ticks);
+  EXPECT_EQ(whole_ticks, (std::vector<std::int64_t>{0, 1, 2}));
+  const double blocking_w = s.evaluator.pipeline_blocking_w();
+  for (std::size_t k = 0; k < s.time_s.size(); ++k) {
+    double best = kInf;
+    for (std::size_t r = 0; r < whole.size(); ++r)
+      if (whole.time_s(r) <= s.time_s[k] * (1 + 1e-12))
+        best = std::min(best, whole.energy_j(r) + blocking_w * (s.time_s[k] - whole.time_s(r)));
+    EXPECT_LE(best, s.energy_j[k] * (1 + 1e-12)) << "deadline " << k;
+  }
+  const PlanLog even = run(Share{0, 2}, 1000000, even_ticks);
+  const PlanLog odd = run(Share{1, 2}, 1000000, odd_ticks);
+  EXPECT_EQ(even_ticks, (std::vector<std::int64_t>{0, 2}));
+  EXPECT_EQ(odd_ticks, (std::vector<std::int64_t>{1}));
+  EXPECT_GT(even.size(), 0u);
+  EXPECT_GT(odd.size(), 0u);
+  EXPECT_EQ(run(Share{}, 0, none_ticks).size(), 0u);  // no budget: nothing searched
+  EXPECT_TRUE(none_ticks.empty());
 }
 
 }  // namespace
