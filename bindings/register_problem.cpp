@@ -260,6 +260,8 @@ void register_problem(py::module_& m) {
       .def_readwrite("local_search_rounds", &SolverBudgets::local_search_rounds)
       .def_readwrite("hull_search_share", &SolverBudgets::hull_search_share)
       .def_readwrite("hull_search_deadlines", &SolverBudgets::hull_search_deadlines)
+      .def_readwrite("hull_search_work_per_computation",
+                     &SolverBudgets::hull_search_work_per_computation)
       .def_readwrite("plan_energy_resolution", &SolverBudgets::plan_energy_resolution);
 
   // The local search's fixed move set, read-only: visible so a user can see what a solve

@@ -416,10 +416,16 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
       option_counts.empty() ? 1.0 : median_of(option_counts), budgets);
   const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
   const std::size_t grid = ix(budgets.local_search_max_grid);
-  const double hull_budget = budget * budgets.hull_search_share;
+  // The hull pass's share, where it pays for at least one search (solver_options.hpp).
+  const double search_work =
+      budgets.hull_search_work_per_computation * static_cast<double>(pipeline.size());
+  const double affordable = std::floor(budget * budgets.hull_search_share / std::max(search_work, 1.0));
+  const auto hull_count = static_cast<std::size_t>(std::min(
+      affordable, static_cast<double>(std::max<std::int64_t>(0, budgets.hull_search_deadlines))));
+  const double hull_budget = hull_count > 0 ? budget * budgets.hull_search_share : 0.0;
   const double rounds_budget = budget - hull_budget;
   // Progress counts the hull pass as one more round.
-  const std::int64_t progress_rounds = rounds + 1;
+  const std::int64_t progress_rounds = rounds + (hull_count > 0 ? 1 : 0);
   PlanImprover second(pipeline, dag, table);
   std::int64_t searched = 0;
   for (std::int64_t round = 0; round < rounds; ++round) {
@@ -443,8 +449,7 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
   }
   // The hull pass: its deadlines split between the two threads as the rounds'.
   const std::vector<double> deadlines =
-      hull_gap_deadlines(kept.time_s(), kept.energy_j(), options.unit_time_s,
-                         ix(std::max<std::int64_t>(0, budgets.hull_search_deadlines)));
+      hull_gap_deadlines(kept.time_s(), kept.energy_j(), options.unit_time_s, hull_count);
   if (!deadlines.empty() && hull_budget >= 1.0) {
     const auto work_each =
         static_cast<std::int64_t>(hull_budget / static_cast<double>(deadlines.size()));

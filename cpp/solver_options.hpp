@@ -125,9 +125,15 @@ struct SolverBudgets {
   // search from the cheapest start only. A greedy search settles early at
   // such deadlines: on the corpus's 8-clock 4 x 8 H100 case the plan at
   // 0.4527 s was 0.14 % above the exact optimum and 0.12 % above the hull
-  // (the fourth plan furthest above it).
+  // (the fourth plan furthest above it). A search from every start needs
+  // about hull_search_work_per_computation work units per computation
+  // there (1.7e6 at 64 computations took that plan to 0.071 %, 1.1e6 left
+  // it at 0.136 %); where the share cannot pay for one such search (from
+  // about 150 computations up: the budget per computation falls as the
+  // pipeline grows), there is no pass and the rounds keep the share.
   double hull_search_share = 0.15;
   std::int64_t hull_search_deadlines = 16;
+  double hull_search_work_per_computation = 2.5e4;
   // Plans whose energy over any common iteration length differs from a
   // faster kept plan by less than this share are dropped (relative, so 1e-6
   // is a millionth of the iteration's energy): they cannot matter to a user,

@@ -399,3 +399,11 @@ def test_the_hull_pass_takes_the_frontier_out_of_that_local_optimum(coarse_4s8c)
     assert best_j * (1 - 1e-6) <= with_pass.energy_at(deadline) <= best_j * (1 + 1e-3)
     without = perseus.optimize(profile, microbatches=8, budgets={"hull_search_share": 0.0})
     assert with_pass.energy_at(deadline) < without.energy_at(deadline) * (1 - 1e-4)
+    # Where the share cannot pay for one search from every start (larger
+    # pipelines; here a search made dear), there is no pass and the rounds
+    # keep the whole budget: the frontier is the one without the pass.
+    unaffordable = perseus.optimize(
+        profile, microbatches=8, budgets={"hull_search_work_per_computation": 1e12}
+    )
+    np.testing.assert_array_equal(unaffordable.iteration_times_s, without.iteration_times_s)
+    np.testing.assert_array_equal(unaffordable.energies_j, without.energies_j)

@@ -67,6 +67,7 @@ BUDGET_FIELDS = [
     "local_search_floor_exponent_below", "local_search_coarse_options",
     "local_search_work_cap", "local_search_max_grid",
     "local_search_rounds", "hull_search_share", "hull_search_deadlines",
+    "hull_search_work_per_computation",
     "plan_energy_resolution", "no_such_field",
 ]  # fmt: skip
 options = st.fixed_dictionaries(

@@ -127,6 +127,7 @@ class SolverBudgets:
     local_search_rounds: int
     hull_search_share: float
     hull_search_deadlines: int
+    hull_search_work_per_computation: float
     plan_energy_resolution: float
     def __init__(self) -> None: ...
 
