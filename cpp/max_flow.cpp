@@ -53,7 +53,13 @@ void BoundedFlow::finalize() {
     adj_from_[reverse] = head_[a];
     slot_of_[2 * a + 1] = static_cast<Index>(reverse);
   }
-  slot_residual_.resize(2 * tail_.size());
+  slot_residual_.assign(2 * tail_.size(), 0.0);
+  is_touched_.assign(2 * tail_.size(), 0);
+  touched_.clear();
+  search_queue_.assign(n, FlowNode::none());
+  tail_before_.assign(n, 0);
+  last_scanned_ = last_queued_ = 0;
+  last_tolerance_ = -1.0;
   for (std::size_t a = 0; a < tail_.size(); ++a) refresh_residuals(a);
   imbalance_.assign(n, 0.0);
   is_imbalanced_.assign(n, 0);
@@ -72,6 +78,8 @@ void BoundedFlow::finalize() {
 }
 
 void BoundedFlow::refresh_residuals(std::size_t a) {
+  touch(slot_of_[2 * a]);
+  touch(slot_of_[2 * a + 1]);
   slot_residual_[ix(slot_of_[2 * a])] = upper_[a] - flow_[a];
   slot_residual_[ix(slot_of_[2 * a + 1])] = flow_[a] - lower_[a];
 }
@@ -276,22 +284,50 @@ bool BoundedFlow::search_to(FlowNode source, FlowNode sink, double tolerance, bo
   new_search();
   std::size_t head = 0, tail = 1;
   Index first = first_slot(source);  // where the first node's scan starts
+  FlowNode* queue = search_queue_.data();
   if (resume && resume_slot_ >= 0) {
     // Replay the last search up to its first saturated slot: the same nodes
     // are reached, and the same work is charged for scanning them.
+    for (const auto& touched : touched_) is_touched_[ix(touched.first)] = 0;
+    touched_.clear();
     head = resume_head_;
     tail = resume_tail_;
-    for (std::size_t k = 0; k < tail; ++k) stamp_[queue_[k]] = epoch_;
-    for (std::size_t k = 0; k < head; ++k) work_ += end_slot(queue_[k]) - first_slot(queue_[k]);
+    for (std::size_t k = 0; k < tail; ++k) stamp_[queue[k]] = epoch_;
+    for (std::size_t k = 0; k < head; ++k) work_ += end_slot(queue[k]) - first_slot(queue[k]);
     first = resume_slot_;
   } else {
-    stamp_[source] = epoch_;
-    queue_[0] = source;
-    order_[source] = 0;
+    // From scratch: the last search's order holds up to the first node it
+    // scanned whose slots have changed usability since.
+    std::size_t replay = tolerance == last_tolerance_ ? last_scanned_ : 0;
+    for (const auto& [slot, was_usable] : touched_) {
+      is_touched_[ix(slot)] = 0;
+      if ((slot_residual_[ix(slot)] > tolerance) == (was_usable != 0)) continue;
+      const FlowNode v = adj_from_[ix(slot)];
+      const auto at = ix(order_[v]);
+      if (at < last_queued_ && queue[at] == v) replay = std::min(replay, at);
+    }
+    touched_.clear();
+    if (replay > 0) {
+      head = replay;
+      // Every queued node scanned (a search that failed, nothing changed): all of it.
+      tail = replay == last_queued_ ? last_queued_ : ix(tail_before_[replay]);
+      for (std::size_t k = 0; k < tail; ++k) stamp_[queue[k]] = epoch_;
+      for (std::size_t k = 0; k < head; ++k) work_ += end_slot(queue[k]) - first_slot(queue[k]);
+      if (head < tail) first = first_slot(queue[head]);
+    } else {
+      stamp_[source] = epoch_;
+      queue[0] = source;
+      order_[source] = 0;
+    }
   }
+  last_tolerance_ = tolerance;
+  // A resumed search picks its first node's scan up mid-way: that node's
+  // count from the search it resumes stands.
+  const std::size_t partial = resume && resume_slot_ >= 0 ? head : SIZE_MAX;
   resume_slot_ = -1;
   while (head < tail) {
-    const FlowNode u = queue_[head++];
+    if (head != partial) tail_before_[head] = static_cast<Index>(tail);
+    const FlowNode u = queue[head++];
     const Index end = end_slot(u);
     for (Index k = first; k < end; ++k) {
       if (slot_residual_[ix(k)] <= tolerance) continue;  // first, as in levels_from()
@@ -302,13 +338,17 @@ bool BoundedFlow::search_to(FlowNode source, FlowNode sink, double tolerance, bo
       order_[v] = static_cast<Index>(tail);
       if (v == sink) {
         work_ += k - first_slot(u) + 1;
+        last_scanned_ = head - 1;  // u's scan stopped at the sink
+        last_queued_ = tail;
         return true;
       }
-      queue_[tail++] = v;
+      queue[tail++] = v;
     }
     work_ += end - first_slot(u);
-    if (head < tail) first = first_slot(queue_[head]);
+    if (head < tail) first = first_slot(queue[head]);
   }
+  last_scanned_ = head;
+  last_queued_ = tail;
   return false;
 }
 
