@@ -428,48 +428,47 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
   const std::int64_t progress_rounds = rounds + (hull_count > 0 ? 1 : 0);
   PlanImprover second(pipeline, dag, table);
   std::int64_t searched = 0;
-  for (std::int64_t round = 0; round < rounds; ++round) {
+  // One job's search on each of the two improvers (the second on a thread
+  // of its own when there is one), then selection; `index` places its
+  // progress among the rounds.
+  const auto in_two_jobs = [&](std::int64_t index, const auto& job) {
     PlanLog found(pipeline.size()), found_second(pipeline.size());
-    const std::int64_t share = static_cast<std::int64_t>(rounds_budget) / rounds / 2;
     const auto report = [&](std::int64_t done, std::int64_t total) {
-      pacer.tick(Phase::kLocalSearch, done + round * total, total * progress_rounds);
+      pacer.tick(Phase::kLocalSearch, done + index * total, total * progress_rounds);
     };
     {
       Worker other(solver_threads(options) >= 2, [&](const Ticker& worker_tick) {
-        search_deadlines(kept.plans(), kept.time_s(), grid, share, Share{1, 2}, second, found_second,
-                         worker_tick);
+        job(Share{1, 2}, second, found_second, worker_tick);
       });
-      search_deadlines(kept.plans(), kept.time_s(), grid, share, Share{0, 2}, improver, found, report);
+      job(Share{0, 2}, improver, found, report);
       other.finish(pacer, report);  // the other half's progress
     }
     searched += static_cast<std::int64_t>(found.size() + found_second.size());
     kept.add(found, Phase::kLocalSearch);
     kept.add(found_second, Phase::kLocalSearch);
     kept.select();
-  }
-  // The hull pass: its deadlines split between the two threads as the rounds'.
-  const std::vector<double> deadlines =
-      hull_gap_deadlines(kept.time_s(), kept.energy_j(), options.unit_time_s, hull_count);
-  if (!deadlines.empty() && hull_budget >= 1.0) {
-    const auto work_each =
-        static_cast<std::int64_t>(hull_budget / static_cast<double>(deadlines.size()));
-    PlanLog found(pipeline.size()), found_second(pipeline.size());
-    const auto report = [&](std::int64_t done, std::int64_t total) {
-      pacer.tick(Phase::kLocalSearch, done + rounds * total, total * progress_rounds);
+  };
+  const auto round_of = [&](std::int64_t share) {
+    return [&, share](Share part, PlanImprover& with, PlanLog& log, const Ticker& tick) {
+      search_deadlines(kept.plans(), kept.time_s(), grid, share, part, with, log, tick);
     };
-    {
-      Worker other(solver_threads(options) >= 2, [&](const Ticker& worker_tick) {
-        search_hull_gaps(kept.plans(), kept.time_s(), deadlines, work_each, Share{1, 2}, second,
-                         found_second, worker_tick);
+  };
+  for (std::int64_t round = 0; round < rounds; ++round)
+    in_two_jobs(round, round_of(static_cast<std::int64_t>(rounds_budget) / rounds / 2));
+  if (hull_budget >= 1.0) {
+    // The hull pass, or, where no plan is that far above the hull, one more
+    // round with its share.
+    const std::vector<double> deadlines =
+        hull_gap_deadlines(kept.time_s(), kept.energy_j(), options.unit_time_s, hull_count);
+    if (deadlines.empty()) {
+      in_two_jobs(rounds, round_of(static_cast<std::int64_t>(hull_budget) / 2));
+    } else {
+      const auto work_each =
+          static_cast<std::int64_t>(hull_budget / static_cast<double>(deadlines.size()));
+      in_two_jobs(rounds, [&](Share part, PlanImprover& with, PlanLog& log, const Ticker& tick) {
+        search_hull_gaps(kept.plans(), kept.time_s(), deadlines, work_each, part, with, log, tick);
       });
-      search_hull_gaps(kept.plans(), kept.time_s(), deadlines, work_each, Share{0, 2}, improver, found,
-                       report);
-      other.finish(pacer, report);
     }
-    searched += static_cast<std::int64_t>(found.size() + found_second.size());
-    kept.add(found, Phase::kLocalSearch);
-    kept.add(found_second, Phase::kLocalSearch);
-    kept.select();
   }
   return searched;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 
 namespace perseus {
@@ -58,7 +59,7 @@ void BoundedFlow::finalize() {
   touched_.clear();
   search_queue_.assign(n, FlowNode::none());
   tail_before_.assign(n, 0);
-  last_scanned_ = last_queued_ = 0;
+  last_queued_ = 0;
   last_tolerance_ = -1.0;
   for (std::size_t a = 0; a < tail_.size(); ++a) refresh_residuals(a);
   imbalance_.assign(n, 0.0);
@@ -298,7 +299,9 @@ bool BoundedFlow::search_to(FlowNode source, FlowNode sink, double tolerance, bo
   } else {
     // From scratch: the last search's order holds up to the first node it
     // scanned whose slots have changed usability since.
-    std::size_t replay = tolerance == last_tolerance_ ? last_scanned_ : 0;
+    const bool same_search =
+        tolerance == last_tolerance_ && source == last_source_ && sink == last_sink_;
+    std::size_t replay = same_search ? last_queued_ : 0;
     for (const auto& [slot, was_usable] : touched_) {
       is_touched_[ix(slot)] = 0;
       if ((slot_residual_[ix(slot)] > tolerance) == (was_usable != 0)) continue;
@@ -309,7 +312,7 @@ bool BoundedFlow::search_to(FlowNode source, FlowNode sink, double tolerance, bo
     touched_.clear();
     if (replay > 0) {
       head = replay;
-      // Every queued node scanned (a search that failed, nothing changed): all of it.
+      // Nothing changed: the whole last search, which found no path.
       tail = replay == last_queued_ ? last_queued_ : ix(tail_before_[replay]);
       for (std::size_t k = 0; k < tail; ++k) stamp_[queue[k]] = epoch_;
       for (std::size_t k = 0; k < head; ++k) work_ += end_slot(queue[k]) - first_slot(queue[k]);
@@ -321,6 +324,8 @@ bool BoundedFlow::search_to(FlowNode source, FlowNode sink, double tolerance, bo
     }
   }
   last_tolerance_ = tolerance;
+  last_source_ = source;
+  last_sink_ = sink;
   // A resumed search picks its first node's scan up mid-way: that node's
   // count from the search it resumes stands.
   const std::size_t partial = resume && resume_slot_ >= 0 ? head : SIZE_MAX;
@@ -338,8 +343,7 @@ bool BoundedFlow::search_to(FlowNode source, FlowNode sink, double tolerance, bo
       order_[v] = static_cast<Index>(tail);
       if (v == sink) {
         work_ += k - first_slot(u) + 1;
-        last_scanned_ = head - 1;  // u's scan stopped at the sink
-        last_queued_ = tail;
+        last_queued_ = 0;  // nothing to replay (see max_flow.hpp)
         return true;
       }
       queue[tail++] = v;
@@ -347,8 +351,7 @@ bool BoundedFlow::search_to(FlowNode source, FlowNode sink, double tolerance, bo
     work_ += end - first_slot(u);
     if (head < tail) first = first_slot(queue[head]);
   }
-  last_scanned_ = head;
-  last_queued_ = tail;
+  last_queued_ = tail;  // every node queued was scanned
   return false;
 }
 

@@ -155,13 +155,17 @@ class BoundedFlow {
   std::size_t resume_head_ = 0, resume_tail_ = 0;
   Index resume_slot_ = -1;
   // search_to()'s own queue (other searches reuse queue_), kept after it
-  // returns: its first last_scanned_ nodes were scanned in full, and node k
-  // of it began its scan with tail_before_[k] nodes queued. A later search
-  // from scratch replays that order up to the first node one of whose
-  // slots changed usability since (flipped_), and scans on from there.
+  // returns; node k of it began its scan with tail_before_[k] nodes queued.
+  // After a search that found no path (it scanned every node it queued,
+  // last_queued_ of them, from last_source_ to last_sink_), a later search
+  // from scratch between the same nodes replays that order up to the first
+  // node one of whose slots changed usability since (touched_), and scans
+  // on from there. A search that met the sink leaves nothing to replay
+  // (last_queued_ = 0): in augment() one that resumes it always follows.
   std::vector<FlowNode> search_queue_;
   std::vector<Index> tail_before_;
-  std::size_t last_scanned_ = 0, last_queued_ = 0;
+  std::size_t last_queued_ = 0;
+  FlowNode last_source_ = FlowNode::none(), last_sink_ = FlowNode::none();
   double last_tolerance_ = -1.0;
   // Slots whose residual changed since the last search_to(), each with
   // whether it was usable then (listed once: is_touched_). Both are

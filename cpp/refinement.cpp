@@ -172,12 +172,14 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
   const std::size_t n = best.size();
   std::vector<OptionIndex> fitted;
   std::vector<double> fitted_j;
-  auto keep_fitted = [&] {
+  std::vector<Evaluation> fitted_before;  // each one's start, unreclaimed (for the log)
+  auto keep_fitted = [&](const Evaluation& before) {
     const OptionIndex* plan = improver.choice().data();
     for (std::size_t f = 0; f < fitted_j.size(); ++f)
       if (std::equal(plan, plan + n, fitted.begin() + static_cast<std::ptrdiff_t>(f * n))) return;
     fitted.insert(fitted.end(), plan, plan + n);
     fitted_j.push_back(improver.energy_at(deadline));
+    fitted_before.push_back(before);
   };
   auto consider = [&](const OptionIndex* start, bool tighten, std::int64_t max_work_end = INT64_MAX) {
     improver.assign(start);
@@ -185,7 +187,7 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
     improver.checkpoint();
     const Evaluation before = improver.evaluation();
     improver.reclaim_until(deadline, max_work_end);
-    if (start_search == StartSearch::kEvery && improver.makespan() <= deadline) keep_fitted();
+    if (start_search == StartSearch::kEvery && improver.makespan() <= deadline) keep_fitted(before);
     if (improver.makespan() <= deadline && improver.energy_at(deadline) < best_j) {
       best_j = improver.energy_at(deadline);
       best_before = before;
@@ -242,7 +244,7 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
           improver.energy_at(deadline) < best_j * (1 - kImprovementShare)) {
         best_j = improver.energy_at(deadline);
         std::copy(improver.choice().begin(), improver.choice().end(), best.begin());
-        if (log != nullptr) record(improver, best_before, *log);
+        if (log != nullptr) record(improver, fitted_before[order[r]], *log);
       }
     }
     return best_j;

@@ -130,7 +130,9 @@ struct SolverBudgets {
   // there (1.7e6 at 64 computations took that plan to 0.071 %, 1.1e6 left
   // it at 0.136 %); where the share cannot pay for one such search (from
   // about 150 computations up: the budget per computation falls as the
-  // pipeline grows), there is no pass and the rounds keep the share.
+  // pipeline grows), there is no pass and the rounds keep the share; where
+  // the pass could pay but no plan is that far above the hull, the share
+  // goes to one more round.
   double hull_search_share = 0.15;
   std::int64_t hull_search_deadlines = 16;
   double hull_search_work_per_computation = 2.5e4;

@@ -304,6 +304,23 @@ TEST(BoundedFlow, RandomNetworksMatchTheReferenceWarmAndCold) {
   }
 }
 
+// A search from scratch replays the last one's order only between the same
+// source and sink: here the first augment (0 -> 1) finds nothing and the
+// second (2 -> 3, with no arc changed in between) must still find its path.
+TEST(BoundedFlow, ASearchBetweenOtherNodesStartsAfresh) {
+  BoundedFlow flow;
+  flow.reset(4);
+  const FlowArc arc = flow.add_arc(FlowNode(2), FlowNode(3));
+  const FlowArc back_01 = flow.add_arc(FlowNode(1), FlowNode(0));
+  const FlowArc back_23 = flow.add_arc(FlowNode(3), FlowNode(2));
+  flow.finalize();
+  flow.set_bounds(arc, 0.0, 5.0);
+  EXPECT_EQ(flow.augment(FlowNode(0), FlowNode(1), back_01, kTol), 0.0);
+  EXPECT_EQ(flow.augment(FlowNode(2), FlowNode(3), back_23, kTol), 5.0);
+  EXPECT_TRUE(flow.marked(FlowNode(2)));
+  EXPECT_FALSE(flow.marked(FlowNode(3)));
+}
+
 // A search from scratch replays the last search's order up to the first node
 // whose arcs changed usability. Long runs of changes on layered networks
 // (the min-cut loop's shape: most of the network unchanged between solves,
