@@ -351,6 +351,25 @@ def test_measure_blocking_power_alone(nvml, monkeypatch):
         measure_blocking_power(0, mode="cpu", window_s=0)
 
 
+def test_an_energy_reading_stalled_by_the_scheduler_is_taken_again(nvml, monkeypatch):
+    # A busy machine: the process loses 20 ms inside the first energy reading
+    # (here, the host's clock jumps while the fake's does not). The reading is
+    # taken again, so the watts still divide the energy by the time it spans;
+    # taken as it was, the window would lose 10 of its 50 ms (+25 %).
+    real_counter = time.perf_counter
+    calls = [0]
+
+    def stalled_counter():
+        calls[0] += 1
+        return real_counter() + (0.02 if calls[0] >= 2 else 0.0)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(time, "perf_counter", stalled_counter)
+        measured = measure_blocking_power(0, mode="cpu", window_s=0.05, frequency_mhz=1000)
+    assert measured.watts == pytest.approx(fake_power(1000), rel=0.05)
+    assert measured.energy_j == pytest.approx(measured.watts * measured.window_s)
+
+
 @pytest.mark.usefixtures("nvml")
 def test_driver_wait_kernel_runs_through_the_cuda_loader(fake_libraries):
     """The no-CuPy path of the blocking-power kernel, on the fake driver (which runs

@@ -180,13 +180,34 @@ def _gpu_waiter(backend: GpuBackend) -> Any:
     return _CupyWaiter(cupy, backend.device.index)
 
 
+#: An energy reading counts as taken at one instant when the clock readings on
+#: either side of it are at most this far apart (seconds); a reading that took
+#: longer (the process was descheduled inside it, as on a busy machine) is
+#: taken again, up to _READ_ATTEMPTS times. Without this a 3 ms stall inside
+#: one reading of a 50 ms window added 6 % to the watts (the energy then spans
+#: more time than the window that divides it).
+_READ_TIGHT_S = 1e-3
+_READ_ATTEMPTS = 5
+
+
+def _energy_now(backend: Backend) -> tuple[float, float]:
+    """(perf_counter seconds, NVML energy in mJ), the time the middle of the reading."""
+    for _ in range(_READ_ATTEMPTS):
+        before = time.perf_counter()
+        energy_mj = backend.energy_mj()
+        after = time.perf_counter()
+        if after - before <= _READ_TIGHT_S:
+            break
+    return (before + after) / 2, energy_mj
+
+
 def _measure(backend: Backend, window_s: float, frequency_mhz: Optional[int]) -> BlockingPower:
     """Measure on an open backend; the caller has locked the clock (or not)."""
     if backend.mode == "cpu":
         backend.sync()
-        e0, t0 = backend.energy_mj(), time.perf_counter()
+        t0, e0 = _energy_now(backend)
         time.sleep(window_s)
-        t1, e1 = time.perf_counter(), backend.energy_mj()
+        t1, e1 = _energy_now(backend)
         method = "cpu sleep"
     else:
         assert isinstance(backend, GpuBackend)
@@ -206,12 +227,12 @@ def _measure(backend: Backend, window_s: float, frequency_mhz: Optional[int]) ->
             ctypes.memset(waiter.host, 0, _BUFFER_BYTES)
             timeout_ns = int((window_s + 60.0) * 1e9)  # the kernel never outlives a lost flag
             backend.sync()
-            e0, t0 = backend.energy_mj(), time.perf_counter()
+            t0, e0 = _energy_now(backend)
             waiter.launch(timeout_ns)
             time.sleep(window_s)
             flag.value = 1
             backend.sync()
-            t1, e1 = time.perf_counter(), backend.energy_mj()
+            t1, e1 = _energy_now(backend)
             spins = ctypes.c_uint64.from_address(waiter.host + 8).value
             seen = ctypes.c_uint64.from_address(waiter.host + 16).value
         finally:
