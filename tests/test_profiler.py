@@ -351,7 +351,8 @@ def test_measure_blocking_power_alone(nvml, monkeypatch):
         measure_blocking_power(0, mode="cpu", window_s=0)
 
 
-def test_an_energy_reading_stalled_by_the_scheduler_is_taken_again(nvml, monkeypatch):
+@pytest.mark.usefixtures("nvml")
+def test_an_energy_reading_stalled_by_the_scheduler_is_taken_again(monkeypatch):
     # A busy machine: the process loses 20 ms inside the first energy reading
     # (here, the host's clock jumps while the fake's does not). The reading is
     # taken again, so the watts still divide the energy by the time it spans;
