@@ -293,8 +293,6 @@ bool BoundedFlow::search_to(FlowNode source, FlowNode sink, double tolerance, bo
     touched_.clear();
     head = resume_head_;
     tail = resume_tail_;
-    for (std::size_t k = 0; k < tail; ++k) stamp_[queue[k]] = epoch_;
-    for (std::size_t k = 0; k < head; ++k) work_ += end_slot(queue[k]) - first_slot(queue[k]);
     first = resume_slot_;
   } else {
     // From scratch: the last search's order holds up to the first node it
@@ -314,15 +312,16 @@ bool BoundedFlow::search_to(FlowNode source, FlowNode sink, double tolerance, bo
       head = replay;
       // Nothing changed: the whole last search, which found no path.
       tail = replay == last_queued_ ? last_queued_ : ix(tail_before_[replay]);
-      for (std::size_t k = 0; k < tail; ++k) stamp_[queue[k]] = epoch_;
-      for (std::size_t k = 0; k < head; ++k) work_ += end_slot(queue[k]) - first_slot(queue[k]);
       if (head < tail) first = first_slot(queue[head]);
     } else {
-      stamp_[source] = epoch_;
       queue[0] = source;
       order_[source] = 0;
     }
   }
+  // The replayed part (the source alone when nothing is): reached, and its
+  // scans charged as a search from scratch would charge them.
+  for (std::size_t k = 0; k < tail; ++k) stamp_[queue[k]] = epoch_;
+  for (std::size_t k = 0; k < head; ++k) work_ += end_slot(queue[k]) - first_slot(queue[k]);
   last_tolerance_ = tolerance;
   last_source_ = source;
   last_sink_ = sink;

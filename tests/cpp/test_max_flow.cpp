@@ -9,6 +9,7 @@
 #include <deque>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "max_flow.hpp"
@@ -93,6 +94,27 @@ class Network {
   FlowArc return_arc_ = FlowArc::none();
   BoundedFlow flow_;
 };
+
+double reference_max_flow(Index n, const std::vector<Arc>& arcs, Index s, Index t);
+
+// Solves `warm` again after its arcs changed to `arcs` and checks it against
+// a network built afresh from them and the Edmonds-Karp reference: the same
+// flow, a valid one, and the same source side (the nodes the source reaches
+// in the residual network of a maximum flow are the same for every maximum
+// flow, so the warm network, whose searches replay the last one's order,
+// must mark the fresh one's).
+void expect_warm_matches_fresh(Network& warm, const std::vector<Arc>& arcs, Index n, Index s, Index t,
+                               const std::string& where) {
+  Network fresh(n, arcs, s, t);
+  const double expected = reference_max_flow(n, arcs, s, t);
+  ASSERT_DOUBLE_EQ(fresh.solve(), expected) << where;
+  ASSERT_DOUBLE_EQ(warm.solve(), expected) << where;
+  warm.expect_valid();
+  EXPECT_DOUBLE_EQ(warm.marked_cut_capacity(), expected) << where;
+  for (Index v = 0; v < n; ++v)
+    ASSERT_EQ(warm.flow().marked(FlowNode(v)), fresh.flow().marked(FlowNode(v)))
+        << where << " node " << v;
+}
 
 // Edmonds-Karp on upper bounds only (lower bounds zero), for comparison.
 double reference_max_flow(Index n, const std::vector<Arc>& arcs, Index s, Index t) {
@@ -288,18 +310,8 @@ TEST(BoundedFlow, RandomNetworksMatchTheReferenceWarmAndCold) {
       const std::size_t k = rng() % arcs.size();
       arcs[k].upper = static_cast<double>(rng() % 10);
       warm.set_upper(k, arcs[k].upper);
-      Network cold(n, arcs, s, t);
-      const double expected = reference_max_flow(n, arcs, s, t);
-      EXPECT_DOUBLE_EQ(cold.solve(), expected) << "trial " << trial << " change " << change;
-      EXPECT_DOUBLE_EQ(warm.solve(), expected) << "trial " << trial << " change " << change;
-      warm.expect_valid();
-      EXPECT_DOUBLE_EQ(warm.marked_cut_capacity(), expected);
-      // The nodes the source reaches in the residual network of a maximum
-      // flow are the same for every maximum flow: the warm network, whose
-      // searches replay the last one's order, marks the cold one's.
-      for (Index v = 0; v < n; ++v)
-        EXPECT_EQ(warm.flow().marked(FlowNode(v)), cold.flow().marked(FlowNode(v)))
-            << "trial " << trial << " change " << change << " node " << v;
+      expect_warm_matches_fresh(warm, arcs, n, s, t,
+                                "trial " + std::to_string(trial) + " change " + std::to_string(change));
     }
   }
 }
@@ -350,14 +362,8 @@ TEST(BoundedFlow, SearchesReplayingTheLastOrderFindTheSameSourceSide) {
         arcs[k].upper = static_cast<double>(rng() % 12);
         warm.set_upper(k, arcs[k].upper);
       }
-      Network cold(n, arcs, s, t);
-      const double expected = reference_max_flow(n, arcs, s, t);
-      ASSERT_DOUBLE_EQ(cold.solve(), expected) << "trial " << trial << " change " << change;
-      ASSERT_DOUBLE_EQ(warm.solve(), expected) << "trial " << trial << " change " << change;
-      warm.expect_valid();
-      for (Index v = 0; v < n; ++v)
-        ASSERT_EQ(warm.flow().marked(FlowNode(v)), cold.flow().marked(FlowNode(v)))
-            << "trial " << trial << " change " << change << " node " << v;
+      expect_warm_matches_fresh(warm, arcs, n, s, t,
+                                "trial " + std::to_string(trial) + " change " + std::to_string(change));
     }
   }
 }
