@@ -262,6 +262,7 @@ void register_problem(py::module_& m) {
       .def_readwrite("hull_search_deadlines", &SolverBudgets::hull_search_deadlines)
       .def_readwrite("hull_search_work_per_computation",
                      &SolverBudgets::hull_search_work_per_computation)
+      .def_readwrite("exhaustive_max_work", &SolverBudgets::exhaustive_max_work)
       .def_readwrite("plan_energy_resolution", &SolverBudgets::plan_energy_resolution);
 
   // The local search's fixed move set, read-only: visible so a user can see what a solve

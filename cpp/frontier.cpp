@@ -8,10 +8,12 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "exhaustive.hpp"
 #include "phillips_dessouky.hpp"
 #include "plan_improver.hpp"
 #include "plan_log.hpp"
@@ -153,13 +155,17 @@ struct CandidateLogs {
       : reclaimed(num_computations),
         tight(num_computations),
         fast_end(num_computations),
-        plain(num_computations) {}
+        plain(num_computations),
+        every(num_computations) {}
   PlanLog reclaimed;  // the walk's sampled step plans, reclaimed
   PlanLog tight;      // the same steps rounded up, tightened, reclaimed
   PlanLog fast_end;   // deadlines from the all-fastest time to the first step plan
   PlanLog plain;      // every unit's plan of the walk at the user's unit
+  PlanLog every;      // a tiny pipeline's Pareto plans among all of its plans (exhaustive.hpp)
   // In the order their plans enter selection (ties go to the earlier log).
-  std::array<const PlanLog*, 4> in_order() const { return {&reclaimed, &tight, &fast_end, &plain}; }
+  std::array<const PlanLog*, 5> in_order() const {
+    return {&reclaimed, &tight, &fast_end, &plain, &every};
+  }
 };
 
 // Which step plans become candidates (Sampling in refinement.hpp).
@@ -210,8 +216,18 @@ WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionT
   const auto started = Clock::now();
   std::unique_ptr<PhillipsDessouky> plain;
   std::unique_ptr<Worker> plain_walk;
+  // No plain walk where the user's unit is so coarse that every option
+  // collapses to one duration (the walk refuses it): refine=False refuses
+  // such a unit too, so there are no plans of its to match.
+  bool plain_possible = true;
   if (unit < options.unit_time_s) {
-    plain = std::make_unique<PhillipsDessouky>(pipeline, dag, table, options.unit_time_s, budgets);
+    try {
+      plain = std::make_unique<PhillipsDessouky>(pipeline, dag, table, options.unit_time_s, budgets);
+    } catch (const std::invalid_argument&) {
+      plain_possible = false;
+    }
+  }
+  if (plain) {
     PhillipsDessouky& walk_steps = *plain;
     if (threads >= 4) {
       plain_walk = std::make_unique<Worker>(true, [&walk_steps](const Ticker& worker_tick) {
@@ -265,8 +281,9 @@ WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionT
   collect_fast_end(steps, options.unit_time_s, all_fastest_s, first_step_s, improver, logs.fast_end,
                    tick);
   const Sampling every_unit;  // stride 1, every unit: refine=False's plans
-  collect_chain(plain ? *plain : steps, Chain::kReclaimed, options.unit_time_s, every_unit, false,
-                improver, logs.plain, tick);
+  if (plain_possible)
+    collect_chain(plain ? *plain : steps, Chain::kReclaimed, options.unit_time_s, every_unit, false,
+                  improver, logs.plain, tick);
   return outcome;
 }
 
@@ -488,7 +505,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
 
   const std::int64_t divisor = unit_divisor(pipeline, dag, table, options);
   const double unit = options.unit_time_s / static_cast<double>(divisor);
-  PhillipsDessouky steps(pipeline, dag, table, unit, options.budgets);
+  PhillipsDessouky steps(pipeline, dag, table, unit, options.budgets, options.unit_time_s);
   const Sampling sampling = step_sampling(divisor, options);
   PlanImprover improver(pipeline, dag, table);
   CandidateLogs logs(pipeline.size());
@@ -510,13 +527,26 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   result.max_time_units = steps.max_units();
   result.phase_seconds[static_cast<int>(walk_phase)] = seconds_since(started) - walked.min_cut_s;
 
+  // A tiny pipeline's every plan, where that is affordable: an exact frontier,
+  // which the local search cannot improve on.
+  const std::int64_t plan_count =
+      options.refine ? affordable_plan_count(pipeline, dag, table, options.budgets.exhaustive_max_work)
+                     : -1;
+  if (plan_count > 0) {
+    const auto every_started = Clock::now();
+    record_every_pareto_plan(
+        pipeline, dag, table, plan_count, logs.every,
+        [&](std::int64_t done, std::int64_t total) { pacer.tick(Phase::kLocalSearch, done, total); });
+    result.phase_seconds[static_cast<int>(Phase::kLocalSearch)] = seconds_since(every_started);
+  }
+
   ParetoSet kept(evaluator, pipeline.size(), evaluator.pipeline_blocking_w(),
                  options.budgets.plan_energy_resolution * result.baseline.energy_j, pacer);
   for (const PlanLog* log : logs.in_order()) kept.add(*log, walk_phase);
   kept.select();
 
   std::int64_t searched = 0;
-  if (options.refine) {
+  if (options.refine && plan_count <= 0) {
     const auto search_started = Clock::now();
     searched = search_in_rounds(pipeline, dag, table, options, pacer, improver, kept);
     result.phase_seconds[static_cast<int>(Phase::kLocalSearch)] = seconds_since(search_started);

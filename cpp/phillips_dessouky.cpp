@@ -47,7 +47,8 @@ Units makespan(const Dag& dag, const IdVector<ComputationId, GroupId>& group, Pi
 }  // namespace
 
 PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
-                                   double unit_time_s, const SolverBudgets& budgets)
+                                   double unit_time_s, const SolverBudgets& budgets,
+                                   double asked_unit_s)
     : budgets_(budgets),
       groups_(quantise(table, unit_time_s)),
       group_(groups_of(pipeline)),
@@ -71,11 +72,18 @@ PhillipsDessouky::PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, con
     if (closest == kInfinity)
       throw std::invalid_argument(
           "every stage has a single useful option, so there is nothing to choose");
-    char text[256];
-    std::snprintf(text, sizeof text,
-                  "unit_time_s=%g s is so coarse that every stage's options collapse to one "
-                  "duration; the closest options differ by %.3g s: use a smaller unit_time_s",
-                  unit_time_s, closest);
+    char text[320];
+    if (asked_unit_s > unit_time_s)
+      std::snprintf(text, sizeof text,
+                    "unit_time_s=%g s is so coarse that every stage's options collapse to one "
+                    "duration, even at the %g s the solver refines it to; the closest options "
+                    "differ by %.3g s: use a smaller unit_time_s",
+                    asked_unit_s, unit_time_s, closest);
+    else
+      std::snprintf(text, sizeof text,
+                    "unit_time_s=%g s is so coarse that every stage's options collapse to one "
+                    "duration; the closest options differ by %.3g s: use a smaller unit_time_s",
+                    unit_time_s, closest);
     throw std::invalid_argument(text);
   }
   // Costs are joules of order one per unit; the tolerance only absorbs rounding.

@@ -70,9 +70,10 @@ class PhillipsDessouky {
 
   // Keeps a reference to the budgets; pipeline, dag and table are read here. Throws
   // std::invalid_argument if the unit is so coarse that every group has a
-  // single duration.
+  // single duration; the message names asked_unit_s (the user's unit, of
+  // which a refining walk's is a fraction; 0: unit_time_s itself).
   PhillipsDessouky(const Pipeline& pipeline, const Dag& dag, const OptionTable& table,
-                   double unit_time_s, const SolverBudgets& budgets);
+                   double unit_time_s, const SolverBudgets& budgets, double asked_unit_s = 0.0);
   PhillipsDessouky(const PhillipsDessouky&) = delete;
   PhillipsDessouky& operator=(const PhillipsDessouky&) = delete;
 

@@ -57,6 +57,7 @@ void check_options(const SolverOptions& options) {
   check_range("hull_search_share", b.hull_search_share, 0.0, 1.0);
   check_range("hull_search_deadlines", count(b.hull_search_deadlines), 0.0, 0x1p20);
   check_range("hull_search_work_per_computation", b.hull_search_work_per_computation, 0.0, 1e12);
+  check_range("exhaustive_max_work", b.exhaustive_max_work, 0.0, 1e12);
   check_range("plan_energy_resolution", b.plan_energy_resolution, 0.0, 0.5);
   if (!(options.threads >= 0 && options.threads <= SolverOptions::kMaxThreads))
     throw std::invalid_argument("threads must be in 0.." + std::to_string(SolverOptions::kMaxThreads) +

@@ -141,6 +141,18 @@ struct SolverBudgets {
   // is a millionth of the iteration's energy): they cannot matter to a user,
   // and they bound the frontier's size.
   double plan_energy_resolution = 1e-6;
+  // A pipeline whose every plan can be replayed for at most this many work
+  // units (one per node and edge of a replay) gets them all replayed and
+  // keeps the Pareto ones: an exact frontier, and no local search
+  // (exhaustive.hpp). Why: on tiny pipelines with coarse clock tables the
+  // best plan can differ from the walk's and the search's in half of its
+  // computations; on 2 stages x 3 microbatches with 3 clocks (3^12 plans,
+  // 1.4e7 units) the frontier was 0.51 % above the exact optimum at one
+  // deadline. Replays run at about 6e8 units a second on one core: the cap
+  // is about 0.17 s, less than the local search it replaces costs at those
+  // sizes (0.10 s CPU against 0.025 s there;
+  // bench/results/exhaustive-2026-12-07.txt). 0 turns it off.
+  double exhaustive_max_work = 1e8;
 };
 
 // Progress: called with (phase, done, total) at most once per

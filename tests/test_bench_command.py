@@ -10,6 +10,7 @@ and the blocking power, and the counters are compared with an in-process
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -412,3 +413,60 @@ def test_compare_lowtime_without_lowtime_says_what_to_install(capsys, monkeypatc
     monkeypatch.setitem(sys.modules, "lowtime", None)  # makes `import lowtime` fail
     status, _, err = run(capsys, "bench", SMALL, "-m", "4", "--compare-lowtime")
     one_line_error(status, err, "--compare-lowtime", "pip install lowtime")
+
+
+def _children(pid):
+    """Pids of `pid`'s child processes (Linux /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"  # a zombie has ended; only its exit status is left to collect
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_terminated_bench_takes_its_solving_child_with_it(tmp_path):
+    # SIGTERM (or SIGKILL) ends `perseus bench` without any cleanup of its
+    # own: its child, solving a long case (20 repeats of a 8,192-computation
+    # solve, a minute or more), must not go on at full CPU. Without the
+    # kernel's parent-death signal it went on until its result met the
+    # closed pipe, 20 s and more later.
+    import signal
+    import subprocess
+    import time
+
+    csv = tmp_path / "gpt3.csv"
+    shutil.copy(EXAMPLES / "gpt3-a100-8stage.csv", csv)
+    shutil.copy(EXAMPLES / "gpt3-a100-8stage.json", csv.with_suffix(".json"))
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "perseus", "bench", str(csv), "-m", "512", "--repeats", "20"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        workers = []
+        while not workers and time.monotonic() < deadline and bench.poll() is None:
+            workers = _children(bench.pid)
+            time.sleep(0.05)
+        assert workers, "perseus bench started no child process"
+        time.sleep(1.0)  # into the worker's imports and solve
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=30) == -signal.SIGTERM
+        deadline = time.monotonic() + 10  # a signal's delivery, however busy the machine
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(w) for w in workers), "the bench's child outlived it"
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+        for w in _children(bench.pid) if bench.poll() is None else []:
+            os.kill(w, signal.SIGKILL)

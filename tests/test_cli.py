@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -420,10 +421,12 @@ def test_progress_on_a_terminal_redraws_one_line():
         ("optimize", ["else 1f1b)", "(default: 0.001)", "(default: .)", "else 1)"]),
         ("show", ["--json"]),
         ("plan", ["(default: json)", "--power-cap", "--peak", "--slowdown"]),
-        ("evaluate", ["--frontier", "(default: None)"]),
+        ("evaluate", ["--frontier", "(default: 1f1b, or interleaved-1f1b for chunks)"]),
         ("plot", ["(default: 150)", "--timeline", "--power"]),
         ("report", ["-o FILE"]),
-        ("reset-clocks", ["(default: None)", "--json"]),
+        ("reset-clocks", ["default: every visible GPU", "--json"]),
+        ("switch-latency", ["(default: 0)"]),
+        ("bench", ["(default: 1f1b)", "default: the shipped corpus"]),
     ],
 )
 def test_every_subcommand_has_help_with_defaults(capsys, command, defaults):
@@ -433,6 +436,24 @@ def test_every_subcommand_has_help_with_defaults(capsys, command, defaults):
     out = " ".join(capsys.readouterr().out.split())
     for text in defaults:
         assert text in out, (command, text)
+    # A default is said once, and only where it says something.
+    assert "(default: None)" not in out, command
+    assert "(default: False)" not in out, command
+    assert not re.search(r"\(default[^)]*\) \(default", out), command
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["plan", "f.json", "--fastest", "-q"], ["perseus plan: error", "`perseus plan --help`"]),
+        (["bench", "x.csv", "-m", "4", "--max-slowdown", "0.5"], ["how many times"]),
+        (["plot", "f.json", "-o", "f.png", "--dpi", "100000"], ["--dpi", "at most 1200"]),
+    ],
+)
+def test_flag_errors_name_the_command_and_the_flag(capsys, args, needles):
+    status, _, err = run(capsys, *args)
+    assert_one_line_error(status, err, *needles)
+    assert "straggler" not in err  # --max-slowdown is a growth factor, not --slowdown
 
 
 def test_version_and_console_script(tmp_path):
@@ -1244,3 +1265,109 @@ def test_switch_latency_text_and_json_are_the_same_facts(fake_nvml, capsys):
     # Another run measures anew: the text shows the same summaries, in ms.
     for label in ("visible after  median ", ", min ", ", max ", "NVML call      mean "):
         assert label in text
+
+
+def test_evaluate_refuses_a_frontier_solved_on_other_measurements(solved, tmp_path, capsys):
+    # A frontier's energies and a plan replayed on another profile, or with
+    # another blocking power, are not comparable: the saving it printed was
+    # made up (3 % against its own plan 0 at 100 W instead of 70 W).
+    csv, path, _ = solved
+    assert run(capsys, "plan", path, "--fastest", "--format", "csv", "-o", tmp_path)[0] == 0
+    plan = tmp_path / "plan.csv"
+    status, out, err = run(capsys, "evaluate", csv, plan, "--frontier", path)
+    assert status == 0, err
+    assert "0.00% less than this plan" in out  # its own plan: no saving
+    status, _, err = run(capsys, "evaluate", csv, plan, "--frontier", path, "--blocking-power", 100)
+    warning, error = err.splitlines(keepends=True)  # the override's warning, then the refusal
+    assert "overrides 70 W" in warning
+    assert_one_line_error(status, error, "70 W", "100 W", "--blocking-power 70")
+    doubled = tmp_path / "doubled.csv"
+    rows = csv.read_text().splitlines()
+    header = rows[0].split(",")
+    energy = header.index("energy")
+    out_rows = [rows[0]]
+    for row in rows[1:]:
+        fields = row.split(",")
+        fields[energy] = repr(2 * float(fields[energy]))
+        out_rows.append(",".join(fields))
+    doubled.write_text("\n".join(out_rows) + "\n")
+    shutil.copy(csv.with_suffix(".json"), doubled.with_suffix(".json"))
+    status, _, err = run(capsys, "evaluate", doubled, plan, "--frontier", path)
+    assert_one_line_error(status, err, "other measurements", "stage 0")
+
+
+def test_force_still_refuses_a_link_or_a_directory_before_the_solve(tmp_path, capsys, monkeypatch):
+    # --force replaces a file; a link or a directory would be refused by the
+    # write itself, after the solve: they are refused before it.
+    optimize_module = sys.modules["perseus.optimize"]  # perseus.optimize is the function
+
+    def no_solve(*args, **kwargs):
+        raise AssertionError("the solve ran")
+
+    monkeypatch.setattr(optimize_module, "optimize", no_solve)
+    csv = copy_profile(tmp_path)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "frontier.json").symlink_to(tmp_path / "elsewhere.json")
+    status, _, err = run(capsys, "optimize", csv, "-m", 4, "-o", linked, "--force", "--quiet")
+    assert_one_line_error(status, err, "symbolic link", "remove it")
+    boxed = tmp_path / "boxed"
+    (boxed / "frontier.json").mkdir(parents=True)
+    status, _, err = run(capsys, "optimize", csv, "-m", 4, "-o", boxed, "--force", "--quiet")
+    assert_one_line_error(status, err, "is not a file")
+    (tmp_path / "result").mkdir()
+    status, _, err = run(
+        capsys, "bench", csv, "-m", 4, "--repeats", 1, "--json", tmp_path / "result", "--force"
+    )
+    assert_one_line_error(status, err, "is not a file")
+    assert "the solve ran" not in err
+
+
+def test_a_missing_profile_is_named_as_missing(tmp_path, capsys):
+    status, _, err = run(capsys, "optimize", tmp_path / "nowhere.csv", "-m", 4, "-o", tmp_path)
+    assert_one_line_error(status, err, "nowhere.csv: No such file or directory")
+    assert "blocking-power" not in err
+
+
+@pytest.mark.parametrize(
+    ("recorded", "needles"),
+    [
+        ({"schedule": "foo"}, ["schedule 'foo'", "not known"]),
+        ({"virtual_stages": 3}, ["virtual_stages 3", "interleaved"]),
+        ({"fingerprint": {"a b": 1}}, ["fingerprint", "a b"]),
+    ],
+)
+def test_what_the_sidecar_records_is_blamed_on_the_sidecar(tmp_path, capsys, recorded, needles):
+    csv = copy_profile(tmp_path, sidecar=False)
+    sidecar = csv.with_suffix(".json")
+    sidecar.write_text(json.dumps({"blocking_power_w": 70.0, **recorded}))
+    status, _, err = run(capsys, "optimize", csv, "-m", 4, "-o", tmp_path / "out", "--quiet")
+    assert_one_line_error(status, err, str(sidecar), *needles)
+    assert "argument --" not in err  # no flag was given
+
+
+def test_no_command_lets_a_file_name_act_on_the_terminal(solved, tmp_path, capsys):
+    # An escape sequence in a file name is printed escaped, in output lines
+    # and in errors alike (a UsageError's message too).
+    _, path, _ = solved
+    evil = "evil\x1b[31mRED\x1b[0m"
+    assert run(capsys, "plan", path, "--fastest", "--format", "csv", "-o", tmp_path)[0] == 0
+    plan = tmp_path / f"plan{evil}.csv"
+    (tmp_path / "plan.csv").rename(plan)
+    profile = copy_profile(tmp_path)
+    named = profile.with_name(f"{evil}.csv")
+    profile.rename(named)
+    profile.with_suffix(".json").rename(named.with_suffix(".json"))
+    status, out, err = run(capsys, "evaluate", named, plan, "--frontier", path)
+    assert status == 0, err
+    assert "\x1b" not in out + err
+    assert "\\x1b[31mRED" in out
+    bare = tmp_path / f"bare{evil}.csv"
+    shutil.copy(named, bare)  # no sidecar: the error names the missing one
+    status, out, err = run(capsys, "optimize", bare, "-m", 4, "-o", tmp_path / "o", "--quiet")
+    assert_one_line_error(status, err, "\\x1b[31mRED")
+    assert "\x1b" not in out + err
+    status, out, err = run(capsys, "bench", named, "-m", 4, "--repeats", 1)
+    assert status == 0, err
+    assert "\x1b" not in out + err
+    assert "\\x1b[31mRED" in out

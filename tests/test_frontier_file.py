@@ -384,9 +384,11 @@ def test_given_profile_is_checked_and_attached(tmp_path, frontier, profile):
     )
     with pytest.raises(
         ValueError,
-        match=r"plans\.first_mhz\[0\]: 1410 MHz was never measured .* in the profile given",
-    ):
+        match=r"f\.json: the profile given is not the one this frontier was solved on: "
+        r"plans\.first_mhz\[0\]: 1410 MHz was never measured .* in the profile given",
+    ) as refused:
         Frontier.load(tmp_path / "f.json", other)
+    assert "malformed" not in str(refused.value)  # the file is intact
     frontier.save(tmp_path / "v2.json", version=2)
     with pytest.raises(
         ValueError,

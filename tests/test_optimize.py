@@ -116,8 +116,12 @@ def test_unit_time_so_coarse_every_option_collapses(profile):
     # Options differ by 3-8 ms: a 1 s unit puts them all at one duration.
     with pytest.raises(ProfileError, match=r"unit_time_s=1 s is so coarse .* differ by 0\.003 s"):
         perseus.optimize(profile, microbatches=2, unit_time_s=1.0, refine=False)
-    # Refining divides the unit (at most 64 times): 100 s is still too coarse.
-    with pytest.raises(ProfileError, match=r"unit_time_s=1\.5625 s is so coarse"):
+    # Refining divides the unit (at most 64 times): 100 s is still too coarse,
+    # and the message names the unit asked for, then the one the solver tried.
+    with pytest.raises(
+        ProfileError,
+        match=r"unit_time_s=100 s is so coarse .* even at the 1\.5625 s the solver refines it to",
+    ):
         perseus.optimize(profile, microbatches=2, unit_time_s=100.0)
 
 
@@ -789,3 +793,136 @@ def test_thread_limits_come_from_the_core(profile):
         text=True,
         check=True,
     ).stdout.replace("\n", " ")
+
+
+# --- what a user's callback, plans and frontiers get back (a hostile-user review) -----------
+
+
+def test_a_callbacks_own_value_error_comes_out_unchanged(profile):
+    # It was turned into a ProfileError blaming the profile's file, its
+    # traceback dropped; other exception types always came through.
+    class Mine(ValueError):
+        pass
+
+    def progress(_report):
+        raise Mine("the callback's own bug")
+
+    with pytest.raises(Mine, match="the callback's own bug") as raised:
+        perseus.optimize(profile, microbatches=4, progress=progress, progress_period_s=0.0)
+    assert not isinstance(raised.value, ProfileError)
+    assert any(frame.name == "progress" for frame in raised.traceback)
+
+
+@pytest.mark.parametrize("answer", [False, np.False_, 0])
+def test_any_false_answer_but_none_cancels(profile, answer):
+    with pytest.raises(perseus.SolveCancelled):
+        perseus.optimize(
+            profile, microbatches=4, progress=lambda _report: answer, progress_period_s=0.0
+        )
+    assert issubclass(perseus.SolveCancelled, KeyboardInterrupt)  # Ctrl-C's handlers apply
+
+
+@pytest.mark.parametrize("answer", [None, True, np.True_, np.array([True, False])])
+def test_answers_that_do_not_cancel(profile, frontier, answer):
+    done = perseus.optimize(
+        profile, microbatches=4, progress=lambda _report: answer, progress_period_s=0.0
+    )
+    np.testing.assert_array_equal(done.energies_j, frontier.energies_j)
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"progress_period_s": -1.0}, "progress_period_s must be"),
+        ({"budgets": {"max_unit_divisor": 0.5}}, "budgets.max_unit_divisor must be"),
+    ],
+)
+def test_an_argument_error_does_not_blame_the_profile_file(tmp_path, options, needle):
+    csv = tmp_path / "mine.csv"
+    make_profile().to_csv(csv)
+    from_file = Profile.from_csv(csv, blocking_power_w=50.0)
+    with pytest.raises(ProfileError) as raised:
+        perseus.optimize(from_file, microbatches=4, **options)
+    assert str(raised.value).startswith(needle), str(raised.value)
+
+
+def test_a_deadline_of_infinity_is_the_longest_deadline(frontier):
+    # With switch latency every candidate's energy over an infinite
+    # iteration was infinite, and the first (the fastest plan) won.
+    far = 1e6
+    for latency in (0.0, 1e-3):
+        at_inf = frontier.plan_for(math.inf, switch_latency_s=latency)
+        at_far = frontier.plan_for(far, switch_latency_s=latency)
+        np.testing.assert_array_equal(at_inf.frequencies_mhz, at_far.frequencies_mhz)
+        assert at_inf.iteration_time_s > frontier.fastest.iteration_time_s
+    tailored = frontier.plan_for(math.inf, tailored=True)  # was "deadline_s must be finite"
+    assert tailored.energy_at(far) <= frontier[-1].energy_at(far) * (1 + 1e-12)
+
+
+def test_plans_compare_by_what_they_are(frontier):
+    import copy
+    import pickle
+
+    first = frontier[0]
+    again = pickle.loads(pickle.dumps(first))
+    assert again == first
+    assert hash(again) == hash(first)
+    assert copy.deepcopy(first) == first
+    assert first != frontier[1]
+    assert again in frontier  # found by content, not by identity
+    list(frontier)  # (the plan cache turns over)
+    assert first in frontier
+    assert frontier.count(first) == 1
+    assert frontier.index(first) == 0
+    last = frontier[-1]
+    assert frontier.index(last, -1) == len(frontier) - 1  # a negative start counts from the end
+    with pytest.raises(ValueError, match="not in this frontier"):
+        frontier.index(first, -1)
+    assert frontier.count(object()) == 0
+    assert object() not in frontier
+
+
+@pytest.mark.parametrize("index", [1.9, "2", None])
+def test_a_plan_index_must_be_an_integer(frontier, index):
+    listed = Frontier(
+        list(frontier),
+        baseline=frontier.baseline,
+        spec=frontier.spec,
+        unit_time_s=frontier.unit_time_s,
+        blocking_power_w=frontier.blocking_power_w,
+        solve_time_s=0.0,
+        profile=frontier.profile,
+    )
+    for either in (frontier, listed):  # the solver's compact store and a list of plans alike
+        with pytest.raises(TypeError):
+            either[index]
+    assert frontier[np.int64(1)] == frontier[1]
+
+
+def test_a_frontier_refuses_a_profile_with_another_blocking_power(profile, frontier):
+    with pytest.raises(ValueError, match="blocking_power_w=50 W contradicts the profile's 10 W"):
+        Frontier(
+            list(frontier),
+            baseline=frontier.baseline,
+            spec=frontier.spec,
+            unit_time_s=frontier.unit_time_s,
+            blocking_power_w=frontier.blocking_power_w,
+            solve_time_s=0.0,
+            profile=profile.with_blocking_power(10.0),
+        )
+
+
+def test_a_unit_too_coarse_for_the_plain_walk_still_refines():
+    # At 0.1 s the small example's options collapse at the user's unit (the
+    # plain walk, refine=False's, is refused) but not at the finer quantum
+    # the refining walk uses: the solve went ahead at 0.05 s and was refused
+    # at 0.08 s and up.
+    example = Profile.from_csv(EXAMPLES / "small-4stage.csv", blocking_power_w=70.0)
+    with pytest.raises(ProfileError, match=r"unit_time_s=0\.1 s is so coarse"):
+        perseus.optimize(example, microbatches=4, unit_time_s=0.1, refine=False)
+    coarse = perseus.optimize(example, microbatches=4, unit_time_s=0.1)
+    fine = perseus.optimize(example, microbatches=4, unit_time_s=0.05)
+    assert coarse.solver_unit_time_s < 0.1
+    assert coarse.fastest.iteration_time_s == fine.fastest.iteration_time_s
+    for deadline in np.linspace(coarse.fastest.iteration_time_s, coarse[-1].iteration_time_s, 7):
+        assert coarse.energy_at(deadline) <= fine.energy_at(deadline) * (1 + 1e-3)

@@ -21,6 +21,7 @@ except ImportError as error:  # pragma: no cover - depends on the install
         "perseus source tree."
     ) from error
 
+from ._core import SolveCancelled
 from .errors import ProfileError
 from .frontier import Frontier, FrontierSummary, PowerCapError
 from .optimize import LOCAL_SEARCH_MOVES, SolverBudgets, evaluate, optimize
@@ -65,6 +66,7 @@ __all__ = [
     "ProfileError",
     "ProfileWarning",
     "ProfilerResult",
+    "SolveCancelled",
     "SolveProgress",
     "SolverBudgets",
     "StageOptions",

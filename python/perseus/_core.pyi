@@ -128,6 +128,7 @@ class SolverBudgets:
     hull_search_share: float
     hull_search_deadlines: int
     hull_search_work_per_computation: float
+    exhaustive_max_work: float
     plan_energy_resolution: float
     def __init__(self) -> None: ...
 

@@ -243,8 +243,8 @@ def replace_user_file(
         if not follow_symlinks:
             raise FileExistsError(
                 errno.EEXIST,
-                "is a symbolic link; perseus does not replace links (ask to follow it, "
-                "or remove it)",
+                "is a symbolic link; perseus does not replace links (pass "
+                "follow_symlinks=True to write the file it points to, or remove it)",
                 name,
             )
         name = os.path.realpath(name)

@@ -256,6 +256,19 @@ class _Malformed(Exception):
     """A field is wrong; turned into one ValueError naming the file."""
 
 
+class _NotItsProfile(Exception):
+    """The profile given to load() does not fit an intact file; one ValueError naming both."""
+
+
+def _check_given(check: Any, profile: Profile, *args: Any) -> None:
+    """`check` (one of the _check_*_against) on the profile the caller gave: a
+    failure is that profile's, not the file's."""
+    try:
+        check(profile, *args, stored=False)
+    except _Malformed as error:
+        raise _NotItsProfile(str(error)) from None
+
+
 def _fail(field: str, problem: str) -> NoReturn:
     raise _Malformed(f"{field}: {problem}")
 
@@ -760,6 +773,10 @@ def _decode_bytes(
             frontier = _decode(cls, document, version, profile, name)
         except _Malformed as error:
             raise ValueError(f"{name}: malformed frontier file: {error}") from None
+        except _NotItsProfile as error:
+            raise ValueError(
+                f"{name}: the profile given is not the one this frontier was solved on: {error}"
+            ) from None
     for warning in caught:
         if issubclass(warning.category, ProfileWarning):
             text = str(warning.message).replace("records[", "profile.rows[", 1)
@@ -864,7 +881,7 @@ def _decode(
             if intact:
                 plans.checker = _FirstUseCheck(name, stored, spec, plans)
         if given is not None:
-            _check_store_against(given, spec, plans, baseline, stored=False)
+            _check_given(_check_store_against, given, spec, plans, baseline)
     else:
         plans = _plans(document["plans"], spec, version, blocking_power_w)
         _check_reclaim(
@@ -874,7 +891,7 @@ def _decode(
         if stored is not None:
             _check_against(stored, spec, plans, baseline, stored=True)
         if given is not None:
-            _check_against(given, spec, plans, baseline, stored=False)
+            _check_given(_check_against, given, spec, plans, baseline)
     return cls(
         plans,
         baseline=baseline,

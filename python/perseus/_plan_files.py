@@ -156,14 +156,15 @@ def read_plan(
     """Read a plan file of any format and replay it on `profile`.
 
     JSON plans carry their pipeline; for CSV and Zeus files `schedule`
-    (default ``1f1b``, or ``interleaved-1f1b`` when a CSV lists chunks) and
+    (default ``1f1b``, or ``interleaved-1f1b`` when a CSV lists chunks or
+    `virtual_stages` is above 1) and
     `virtual_stages` say it. Raises `ValueError` naming the file and the entry.
     """
     name = os.fspath(path)
     if name.endswith(".py"):
-        return Plan.from_zeus(
-            name, profile, schedule=schedule or "1f1b", virtual_stages=virtual_stages or 1
-        )
+        chunks = virtual_stages or 1
+        default = "interleaved-1f1b" if chunks > 1 else "1f1b"  # chunks run interleaved
+        return Plan.from_zeus(name, profile, schedule=schedule or default, virtual_stages=chunks)
     text = read_plan_text(name, _MAX_BYTES)
     if name.endswith(".json") or text.lstrip().startswith("{"):
         spec, order = _json_plan(name, text)

@@ -15,6 +15,7 @@ clocks is rebuilt, before anything of it is returned.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -173,7 +174,7 @@ class PlanStore:
         return len(self.counts)
 
     def __getitem__(self, index: int) -> Plan:
-        k = int(index)
+        k = operator.index(index)  # TypeError for 1.9 or "2", as a tuple of plans gives
         if k < 0:
             k += len(self)
         if not 0 <= k < len(self):

@@ -278,7 +278,12 @@ def run_case(case: BenchCase, repeats: int, *, compare_lowtime: bool = False) ->
     if repeats < 1:
         raise BenchError(f"repeats must be >= 1, got {repeats}")
     request = json.dumps(
-        {"case": asdict(case), "repeats": repeats, "compare_lowtime": compare_lowtime}
+        {
+            "case": asdict(case),
+            "repeats": repeats,
+            "compare_lowtime": compare_lowtime,
+            "parent_pid": os.getpid(),
+        }
     )
     env = dict(os.environ)
     # The child imports this very perseus, wherever it came from.
@@ -464,8 +469,30 @@ def compare(
 # --- the child process ---------------------------------------------------------------------
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """Have the kernel end this process when `perseus bench` ends (Linux).
+
+    A parent killed by SIGTERM or SIGKILL runs no cleanup, so without this
+    its child went on solving at full CPU, writing into a pipe nobody reads.
+    """
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):  # not Linux: the pipe's end stops it at its next write
+        return
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent was gone before the request took effect
+        os._exit(1)
+
+
 def _worker() -> int:
     request = json.loads(sys.stdin.read())
+    if "parent_pid" in request:
+        _die_with_parent(int(request["parent_pid"]))
     case = BenchCase(**request["case"])
     result = _solve_repeatedly(case, int(request["repeats"]), bool(request["compare_lowtime"]))
     json.dump(result, sys.stdout)

@@ -25,6 +25,7 @@ production path.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -34,13 +35,22 @@ import numpy as np
 
 from ._optional import optional_module
 from ._replay import _setup, _spec
+from ._validate import is_real
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .optimize import evaluate
-from .plan import Plan
+from .plan import Plan, _seconds
 from .profile import Profile
 
 __all__ = ["ExactPlan", "optimal_energy", "optimal_plan"]
+
+# HiGHS's feasibility tolerances (defaults 1e-6 for integrality, 1e-7 for rows).
+_FEASIBILITY_TOLERANCE = 1e-9
+# Solves again, each with the deadline lowered by the replayed plan's miss.
+_RESOLVES = 4
+# A replay may sum a path in another order than the row it was checked by:
+# a plan within this share of the deadline meets it.
+_REPLAY_ROUNDING = 1e-12
 
 
 @dataclass(frozen=True)
@@ -92,14 +102,28 @@ def optimal_plan(
 ) -> ExactPlan:
     """Minimum-energy plan with iteration time at most `deadline_s` seconds.
 
+    The plan is replayed on the measured rows and always meets the deadline
+    there (a plan that HiGHS's tolerances let miss it by a hair is solved for
+    again with the deadline lowered by the miss).
+
     Raises
     ------
     ProfileError
         For bad pipeline arguments, or when no plan meets the deadline.
+    ValueError
+        For a deadline that is not a positive, finite number of seconds, or
+        a `relative_gap` outside [0, 1) or a `time_limit_s` that is not positive.
     ImportError
         When highspy is not installed (``pip install "perseus-energy[exact]"``).
     """
     highspy = optional_module("highspy", "exact")
+    deadline = _seconds(deadline_s, "deadline_s")
+    if not 0 < deadline < math.inf:
+        raise ValueError(f"deadline_s must be a positive, finite number of seconds, got {deadline}")
+    if not is_real(relative_gap) or not 0 <= float(relative_gap) < 1:
+        raise ValueError(f"relative_gap must be a number in [0, 1), got {relative_gap!r}")
+    if not is_real(time_limit_s) or not float(time_limit_s) > 0:  # NaN fails too
+        raise ValueError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
     spec = _spec(profile, microbatches, schedule, virtual_stages)
     problem, _, pipeline = _setup(profile, spec)
     n = spec.num_computations
@@ -116,15 +140,23 @@ def optimal_plan(
 
     with _quiet_stdout():  # HiGHS prints its banner on stdout when it starts
         h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("log_to_console", False)
-    h.setOptionValue("mip_rel_gap", float(relative_gap))
-    h.setOptionValue("time_limit", float(time_limit_s))
+    for option, value in (
+        ("output_flag", False),
+        ("log_to_console", False),
+        ("mip_rel_gap", float(relative_gap)),
+        ("time_limit", float(time_limit_s)),
+        # HiGHS's defaults let a binary sit 1e-6 off 0 or 1 and a row be 1e-7
+        # short: plans that missed the deadline by 1e-6 s when replayed.
+        ("mip_feasibility_tolerance", _FEASIBILITY_TOLERANCE),
+        ("primal_feasibility_tolerance", _FEASIBILITY_TOLERANCE),
+    ):
+        if h.setOptionValue(option, value) != highspy.HighsStatus.kOk:
+            raise ValueError(f"HiGHS refused {option}={value!r}")
     inf = highspy.kHighsInf
     num_cols = num_x + n + 1
     lower = np.zeros(num_cols)
-    lower[-1] = float(deadline_s)  # T is the deadline itself
-    upper = np.concatenate([np.ones(num_x), np.full(n, inf), [float(deadline_s)]])
+    lower[-1] = deadline  # T is the deadline itself
+    upper = np.concatenate([np.ones(num_x), np.full(n, inf), [deadline]])
     h.addVars(num_cols, lower, upper)
     cost = np.concatenate([e - power * t, np.zeros(n), [power * spec.num_gpus]])
     h.changeColsCost(num_cols, np.arange(num_cols, dtype=np.int32), cost)
@@ -173,24 +205,41 @@ def optimal_plan(
         index,
         value,
     )
-    with _quiet_stdout():
-        h.run()
-    status = h.getModelStatus()
-    if status == highspy.HighsModelStatus.kInfeasible:
-        raise ProfileError(f"no plan meets a deadline of {deadline_s:.6g} s")
-    solution = np.asarray(h.getSolution().col_value)
-    if solution.size != num_cols:
-        raise RuntimeError(f"HiGHS found no solution ({h.modelStatusToString(status)})")
-    mhz = np.array(
-        [
-            rows_of[group[i]].frequency_mhz[int(np.argmax(solution[x_start[i] : x_start[i + 1]]))]
-            for i in range(n)
-        ]
-    )
-    # Report the chosen plan replayed on the measured rows.
-    plan = Plan(spec, mhz, 0.0, 0.0)
-    replayed = evaluate(profile, plan)
-    slack = max(0.0, float(deadline_s) - replayed.iteration_time_s)
+    # The plan is judged by its replay on the measured rows: where what is left
+    # of the solver's tolerances makes it miss the deadline, solve again with
+    # the model's deadline lowered by the miss.
+    model_deadline = deadline
+    for _ in range(_RESOLVES + 1):
+        with _quiet_stdout():
+            h.run()
+        status = h.getModelStatus()
+        if status == highspy.HighsModelStatus.kInfeasible:
+            raise ProfileError(f"no plan meets a deadline of {deadline:.6g} s")
+        solution = np.asarray(h.getSolution().col_value)
+        if solution.size != num_cols:
+            raise RuntimeError(f"HiGHS found no solution ({h.modelStatusToString(status)})")
+        mhz = np.array(
+            [
+                rows_of[group[i]].frequency_mhz[
+                    int(np.argmax(solution[x_start[i] : x_start[i + 1]]))
+                ]
+                for i in range(n)
+            ]
+        )
+        plan = Plan(spec, mhz, 0.0, 0.0)
+        replayed = evaluate(profile, plan)
+        miss = replayed.iteration_time_s - deadline
+        if miss <= deadline * _REPLAY_ROUNDING:
+            break
+        # Lowered past the tolerance too, or HiGHS gives the same plan again.
+        model_deadline -= miss + 2 * _FEASIBILITY_TOLERANCE * max(1.0, deadline)
+        h.changeColBounds(t_col, model_deadline, model_deadline)
+    else:
+        raise RuntimeError(
+            f"HiGHS's plans miss the deadline of {deadline:.9g} s when replayed "
+            f"({replayed.iteration_time_s:.9g} s after {_RESOLVES} tighter solves)"
+        )
+    slack = max(0.0, deadline - replayed.iteration_time_s)
     return ExactPlan(
         energy_j=replayed.energy_j + power * spec.num_gpus * slack,
         iteration_time_s=replayed.iteration_time_s,

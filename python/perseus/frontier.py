@@ -157,6 +157,16 @@ class Frontier(Sequence[Plan]):
         if np.any(np.diff(times) <= 0):
             raise ValueError("frontier plans must be ordered by strictly increasing iteration time")
         self._profile = None if known is None else _check_profile_fits(known, spec)
+        if self._profile is not None and not math.isclose(
+            self._profile.blocking_power_w, float(blocking_power_w), rel_tol=1e-9, abs_tol=1e-12
+        ):
+            # plan_for, tailored plans and the power views replay on the profile,
+            # energy_at waits at blocking_power_w: the two must agree.
+            raise ValueError(
+                f"blocking_power_w={float(blocking_power_w):g} W contradicts the profile's "
+                f"{self._profile.blocking_power_w:g} W (profile.with_blocking_power() makes one "
+                "that agrees)"
+            )
         self._plans: Union[tuple[Plan, ...], PlanStore] = (
             plans.with_profile(self._profile)
             if isinstance(plans, PlanStore)
@@ -180,11 +190,12 @@ class Frontier(Sequence[Plan]):
         self._phase_times_s = dict(phase_times_s or {})
 
     def index(self, value: Any, start: int = 0, stop: Optional[int] = None) -> int:
-        """Position of a plan of this frontier (found by its time, compared by its clocks)."""
+        """Position of a plan of this frontier (found by its time, compared by its clocks);
+        `start` and `stop` as for a list (negative ones count from the end)."""
         if isinstance(value, Plan):
+            begin, end, _ = slice(start, stop).indices(len(self))
             k = int(np.searchsorted(self._times, value.iteration_time_s))
-            end = len(self) if stop is None else stop
-            if start <= k < end and k < len(self) and self._times[k] == value.iteration_time_s:
+            if begin <= k < end and self._times[k] == value.iteration_time_s:
                 mine = self._plans[k]
                 if mine is value or (
                     mine.spec == value.spec
@@ -196,6 +207,19 @@ class Frontier(Sequence[Plan]):
             "deadline rather than one of the frontier's; plan_for(..., reclaim=False) gives "
             "the frontier's own)"
         )
+
+    def __contains__(self, value: object) -> bool:
+        """Whether `value` is one of this frontier's plans, by `index`'s rule (not by
+        object identity, so an unpickled or reloaded plan is found too)."""
+        try:
+            self.index(value)
+        except ValueError:
+            return False
+        return True
+
+    def count(self, value: Any) -> int:
+        """1 if `value` is one of this frontier's plans (times differ plan to plan), else 0."""
+        return 1 if value in self else 0
 
     def frequencies_mhz(self, index: int, gpu: Optional[int] = None) -> npt.NDArray[np.int32]:
         """Plan `index`'s MHz per computation (core id order), or only GPU `gpu`'s computations.
@@ -530,6 +554,11 @@ class Frontier(Sequence[Plan]):
             if tailored:
                 raise TypeError("give tailored=True or switch_latency_s, not both")
             return switch_aware_plan(self, limit, switch_latency_s).plan
+        if tailored and limit == math.inf:
+            # No deadline: the plan of least effective energy, which no search
+            # beats at any finite time either; the slowest plan's time is where
+            # the tailored search looks for it.
+            limit = float(self._times[-1])
         index = self._slowest_meeting(limit)
         if index < 0:
             wanted, fastest = distinct_seconds(limit, float(self._times[0]))

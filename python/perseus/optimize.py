@@ -186,6 +186,14 @@ def _budgets_argument(budgets: Any) -> _core.SolverBudgets:
     )
 
 
+def _of_solve(profile: Profile, message: str) -> str:
+    """A solve's error: about an argument (named first), or else about the profile."""
+    argument = message.split(" ", 1)[0].split("=", 1)[0]
+    if argument.startswith("budgets.") or argument in ("progress_period_s", "unit_time_s"):
+        return message
+    return _of_profile(profile, message)
+
+
 def _period_argument(progress_period_s: Any) -> float:
     if not is_real(progress_period_s):
         raise ProfileError(
@@ -236,7 +244,8 @@ def optimize(
         when stderr is not a terminal); a callable receives a
         `~perseus.progress.SolveProgress` (phase, counts, share, ETA) at most
         once per `progress_period_s`, and cancels the solve by returning
-        ``False``.
+        ``False`` (or another false value but None, such as ``numpy.False_``);
+        an exception it raises comes out of `optimize` unchanged.
     refine : bool
         Improve the min-cut plans on the measured times (default): slack
         reclamation, the fast end down to the all-fastest time, and a local
@@ -271,7 +280,9 @@ def optimize(
         For arguments the pipeline or the solver cannot use (the message names
         the argument), or a solve too large to run.
     KeyboardInterrupt
-        On Ctrl-C, within a fraction of a second in any phase.
+        On Ctrl-C, within a fraction of a second in any phase; as
+        `perseus.SolveCancelled` (a KeyboardInterrupt) when the progress
+        callable cancels.
 
     Examples
     --------
@@ -297,7 +308,9 @@ def optimize(
     try:
         result = problem.solve(unit, refine, solver_budgets, reporter, period, thread_count)
     except ValueError as error:
-        raise ProfileError(_of_profile(profile, str(error))) from None
+        if reporter is not None and error is reporter.raised:
+            raise  # the progress callback's own error, unchanged
+        raise ProfileError(_of_solve(profile, str(error))) from None
     finally:
         if bar is not None:
             bar.close(completed=sys.exc_info()[0] is None)  # no "done" after Ctrl-C

@@ -292,6 +292,22 @@ class Plan:
         plan._profile = None if profile is None else _check_profile_fits(profile, self._spec)
         return plan
 
+    def __eq__(self, other: object) -> bool:
+        """Same pipeline, same clocks, and the same replayed time, energy and blocking
+        power (a copy, an unpickled plan and the frontier's own plan are equal)."""
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return self is other or (
+            self._spec == other._spec
+            and self._iteration_time_s == other._iteration_time_s
+            and self._energy_j == other._energy_j
+            and self._blocking_power_w == other._blocking_power_w
+            and np.array_equal(self._frequencies, other._frequencies)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._spec, self._iteration_time_s, self._energy_j))
+
     @property
     def spec(self) -> PipelineSpec:
         return self._spec

@@ -115,6 +115,13 @@ class StageOptions:
     energy_j: np.ndarray
 
     def __post_init__(self) -> None:
+        for name in ("frequency_mhz", "time_s", "energy_j"):
+            # Numbers only: "1400" or True would be read as a clock or a time.
+            kind = np.asarray(getattr(self, name)).dtype.kind
+            if kind not in "iuf":
+                raise ValueError(
+                    f"{name} must hold numbers, got {np.asarray(getattr(self, name)).dtype} values"
+                )
         freq = np.array(self.frequency_mhz, copy=True)
         if freq.dtype.kind not in "iu":
             as_float = np.asarray(freq, dtype=np.float64)
@@ -210,6 +217,11 @@ class Profile:
     ) -> None:
         if num_dropped is not None:
             warn_renamed("Profile(num_dropped=...)", "nothing: it is computed")
+        if not isinstance(measured, Mapping):
+            raise TypeError(
+                "measured must be a mapping of (stage, instruction) to StageOptions, got "
+                f"{type(measured).__name__}"
+            )
         self._blocking_power_w = _blocking_power_argument(blocking_power_w, blocking_power)
         for key, value in measured.items():
             if not isinstance(value, StageOptions):

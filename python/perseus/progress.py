@@ -77,7 +77,8 @@ class ProgressReporter:
     refine : bool
         Whether the solve refines (the phases it runs differ).
     sinks : callables taking a `SolveProgress`
-        Where reports go; a sink returning ``False`` cancels the solve.
+        Where reports go; a sink returning ``False`` (or another false value but
+        None) cancels the solve.
     """
 
     def __init__(self, *, refine: bool, sinks: list[Callable[[SolveProgress], object]]) -> None:
@@ -85,6 +86,9 @@ class ProgressReporter:
         self._sinks = sinks
         self._started = time.monotonic()
         self._fraction = 0.0
+        # What a sink raised, so the caller tells it from the core's own errors
+        # and lets it through unchanged (a callback's ValueError is its own).
+        self.raised: Optional[BaseException] = None
 
     def __call__(self, phase: object, done: int, total: int) -> bool:
         name = _phase_name(phase)
@@ -99,9 +103,25 @@ class ProgressReporter:
         report = SolveProgress(name, int(done), int(total), fraction, elapsed, eta)
         keep_going = True
         for sink in self._sinks:
-            if sink(report) is False:
+            try:
+                answer = sink(report)
+            except BaseException as error:
+                self.raised = error
+                raise
+            if _cancels(answer):
                 keep_going = False
         return keep_going
+
+
+def _cancels(answer: object) -> bool:
+    """Whether a sink's answer asks to stop: False, or any other false value but None
+    (numpy's ``False_``, from ``return np.all(...)``, counts; returning nothing does not)."""
+    if answer is None:
+        return False
+    try:
+        return not bool(answer)
+    except (ValueError, TypeError):  # an answer with no truth value (an array) asks nothing
+        return False
 
 
 def _phase_name(phase: object) -> str:

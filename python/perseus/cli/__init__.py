@@ -65,9 +65,13 @@ def _describe(error: BaseException) -> str:
         text = f"{error.filename}: {error.strerror or error}"
     else:
         text = str(error) or type(error).__name__
-    # One line, whatever the message held, and no control characters: a file
-    # name holding a terminal escape sequence must not act on the terminal.
-    text = " ".join(text.split())
+    # One line, whatever the message held, and no control characters.
+    return _printable(" ".join(text.split()))
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters escaped: a file name holding a terminal escape
+    sequence must not act on the terminal."""
     return (
         text
         if text.isprintable()
@@ -79,11 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     prog = "perseus"
     try:
-        args = _parser().parse_args(argv)
+        parser = _parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named by the command they were given to, not by `perseus`
+            command = f"perseus {args.command}" if getattr(args, "command", None) else prog
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(extra)} (see `{command} --help`)", command
+            )
         prog = f"perseus {args.command}"
         return _COMMANDS[args.command](args)
     except UsageError as error:
-        message, prog = str(error), error.prog or prog
+        message, prog = _printable(str(error)), error.prog or prog
     except BrokenPipeError:  # `perseus show ... | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the final flush at exit is quiet too

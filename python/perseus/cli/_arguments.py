@@ -31,7 +31,24 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+    """Adds "(default: X)" only where it says something: not to a help that
+    names its default already, nor for a default of None, False or a
+    required option."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or action.required
+            or not action.option_strings
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or default == []
+        ):
+            return text
+        return super()._get_help_string(action)
 
 
 # --- flag types: each names what it wants; argparse prefixes the flag --------------------
@@ -91,6 +108,27 @@ def _cap_watts(text: str) -> float:
     value = _number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of watts, got {text!r}")
+    return value
+
+
+# A 6.4 x 4.8 inch figure at 1,200 dots per inch is 7,680 x 5,760 pixels (177 MB
+# of RGBA); beyond that a plot only runs out of memory.
+MAX_DPI = 1200
+
+
+def _dpi(text: str) -> int:
+    value = _count(text)
+    if value > MAX_DPI:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_DPI}, got {text!r}")
+    return value
+
+
+def _growth(text: str) -> float:
+    value = _number(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be >= 1 (how many times steps, cuts or CPU time may grow), got {text!r}"
+        )
     return value
 
 
@@ -299,7 +337,9 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--power", action="store_true", help="cluster power of one plan")
     _plan_choice(plot, required=False)
     _no_reclaim_flag(plot)
-    plot.add_argument("--dpi", type=_count, default=150, help="resolution of a .png")
+    plot.add_argument(
+        "--dpi", type=_dpi, default=150, help=f"resolution of a .png, 1..{MAX_DPI} dots per inch"
+    )
     force_flag(plot)
     json_flag(plot)
 
@@ -440,7 +480,7 @@ def _bench_command(bench: argparse.ArgumentParser) -> None:
     )
     bench.add_argument(
         "--max-slowdown",
-        type=_factor,
+        type=_growth,
         default=DEFAULT_MAX_SLOWDOWN,
         metavar="X",
         help="growth factor of steps, cuts or CPU time beyond which a case regressed",

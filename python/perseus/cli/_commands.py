@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -11,6 +12,7 @@ import sys
 from typing import Any, Optional
 
 from .._files import check_writable_directory, publish_new_file, replace_user_file
+from .._fingerprint import check_fingerprint
 from .._shipped import shipped_profile
 from .._sidecar import BLOCKING_POWER_KEY, read_blocking_power, sidecar_path
 from .._table import format_table, frontier_table
@@ -18,7 +20,7 @@ from .._validate import distinct_seconds
 from ..errors import OutputExistsError, ProfileError
 from ..frontier import Frontier, PowerCapError
 from ..plan import Evaluation, Plan, all_fastest_plan
-from ..profile import Profile
+from ..profile import INSTRUCTIONS, Profile
 from ..schedule import check_pipeline_args
 from ._arguments import UsageError, _flags_for_arguments
 
@@ -26,7 +28,7 @@ from ._arguments import UsageError, _flags_for_arguments
 
 
 def _warn(message: str) -> None:
-    print(f"perseus: warning: {message}", file=sys.stderr)
+    print(f"perseus: warning: {_shown(message)}", file=sys.stderr)
 
 
 def _shown(name: object) -> str:
@@ -38,9 +40,21 @@ def _shown(name: object) -> str:
 
 
 def _refuse_existing(path: str, force: bool) -> None:
-    """Fail early, before any work; the write itself checks again (another run may race)."""
-    if os.path.lexists(path) and not force:
+    """Fail early, before any work, on what the write would refuse; the write itself
+    checks again (another run may race)."""
+    if not os.path.lexists(path):
+        return
+    if not force:
         raise UsageError(f"{_shown(path)} already exists; pass --force to overwrite it")
+    # --force replaces a regular file only: a link or a directory would be
+    # refused by the write, after the work (replace_user_file).
+    if os.path.islink(path):
+        raise UsageError(
+            f"{_shown(path)} is a symbolic link, which perseus does not replace even with "
+            "--force; remove it, or give the path of the file it points to"
+        )
+    if not os.path.isfile(path):
+        raise UsageError(f"{_shown(path)} exists and is not a file; --force replaces files only")
 
 
 def _save_frontier(frontier: Frontier, target: str, force: bool) -> None:
@@ -80,6 +94,8 @@ def _reason(error: BaseException) -> str:
 
 def _blocking_power(csv_path: str, flag_w: Optional[float]) -> tuple[float, str]:
     """The blocking power (W) for a profile and where it came from."""
+    if not os.path.exists(csv_path):  # named as missing, not as missing its sidecar
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), csv_path)
     try:
         stored = read_blocking_power(csv_path)
         problem = None
@@ -103,7 +119,7 @@ def _blocking_power(csv_path: str, flag_w: Optional[float]) -> tuple[float, str]
             f"--blocking-power W is required: there is no sidecar {sidecar_path(csv_path)} "
             f"(with {BLOCKING_POWER_KEY}) next to {csv_path}; the profiler writes one"
         )
-    return stored.blocking_power_w, f"read from {stored.path}"
+    return stored.blocking_power_w, f"read from {_shown(stored.path)}"
 
 
 def _check_layout(schedule: str, virtual_stages: int) -> None:
@@ -128,6 +144,7 @@ def _layout_from_sidecar(args: argparse.Namespace) -> Optional[dict[str, Any]]:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             document = None  # reported (or refused) with the blocking power it should hold
         recorded = document if isinstance(document, dict) else {}
+    taken = []  # what the sidecar chose, for an error that blames it rather than a flag
     for flag, name, key, default in (
         ("--schedule", "schedule", "schedule", "1f1b"),
         ("--virtual-stages", "virtual_stages", "virtual_stages", 1),
@@ -138,11 +155,25 @@ def _layout_from_sidecar(args: argparse.Namespace) -> Optional[dict[str, Any]]:
                 f"argument {flag}: {given!r} contradicts the profile, measured as {key} "
                 f"{stored!r} (recorded in {path}); leave {flag} out to use it, or profile again"
             )
+        if stored is not None and given is None:
+            taken.append(f"{key} {stored!r}")
         setattr(
             args, name, given if given is not None else stored if stored is not None else default
         )
+    if taken:
+        try:
+            check_pipeline_args(args.schedule, 1, 1, args.virtual_stages)
+        except ProfileError as error:
+            raise UsageError(
+                f"{path}: it records {' and '.join(taken)}, a layout perseus cannot run: {error}"
+            ) from None
     fingerprint = recorded.get("fingerprint")
-    return dict(fingerprint) if isinstance(fingerprint, dict) and fingerprint else None
+    if not (isinstance(fingerprint, dict) and fingerprint):
+        return None
+    try:
+        return dict(check_fingerprint(fingerprint))
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"{path}: {error}") from None
 
 
 def _load_frontier(path: str) -> Frontier:
@@ -513,10 +544,12 @@ def _evaluate(args: argparse.Namespace) -> int:
         },
     }
     lines = [
-        f"plan          {args.plan}: {spec.num_gpus} GPUs x {spec.virtual_stages} chunk(s), "
+        f"plan          {_shown(args.plan)}: {spec.num_gpus} GPUs x {spec.virtual_stages} "
+        "chunk(s), "
         f"{spec.microbatches} microbatches, {spec.schedule}",
         f"blocking      {power_w:g} W per waiting GPU, {power_source}",
-        f"replayed      {plan.iteration_time_s:.4f} s  {plan.energy_j:.1f} J  on {args.profile}; "
+        f"replayed      {plan.iteration_time_s:.4f} s  {plan.energy_j:.1f} J  on "
+        f"{_shown(args.profile)}; "
         f"average {plan.average_power_w:.0f} W, peak {result['peak_power_w']:.0f} W (all GPUs)",
         f"all-fastest   {base_eval.iteration_time_s:.4f} s  {base_eval.energy_j:.1f} J  the plan "
         f"uses {result['all_fastest']['saving_percent']:.2f}% less over a {length:.4f} s iteration",
@@ -542,9 +575,10 @@ def _evaluate(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"argument --frontier: {args.frontier} is for {frontier.spec}, the plan for {spec}"
             )
+        _check_frontier_measurements(frontier, args.frontier, profile, args.profile)
         if plan.iteration_time_s < frontier.fastest.iteration_time_s:
             lines.append(
-                f"perseus       no plan of {args.frontier} is as fast: its fastest takes "
+                f"perseus       no plan of {_shown(args.frontier)} is as fast: its fastest takes "
                 f"{frontier.fastest.iteration_time_s:.4f} s"
             )
         else:
@@ -567,9 +601,9 @@ def _evaluate(args: argparse.Namespace) -> int:
                 "saving_vs_plan_percent": saving,
             }
             which = (
-                f"plan_for's plan (plan {origin} of {args.frontier} fitted to this time)"
+                f"plan_for's plan (plan {origin} of {_shown(args.frontier)} fitted to this time)"
                 if fitted
-                else f"plan {index} of {args.frontier}"
+                else f"plan {index} of {_shown(args.frontier)}"
             )
             lines.append(
                 f"perseus       {ours.iteration_time_s:.4f} s  {ours.energy_j:.1f} J  {which}, "
@@ -580,6 +614,41 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         print("\n".join(lines))
     return 0
+
+
+def _check_frontier_measurements(
+    frontier: Frontier, frontier_path: str, profile: Profile, profile_path: str
+) -> None:
+    """Refuse to compare a plan replayed on `profile` with a frontier solved on other
+    measurements or another blocking power: the two energies would not be comparable."""
+    where = f"argument --frontier: {frontier_path} was solved"
+    if frontier.profile is None:  # a version-1 file: nothing to check against
+        _warn(
+            f"{_shown(frontier_path)} does not carry the profile it was solved on; assuming "
+            f"{_shown(profile_path)}'s measurements and blocking power"
+        )
+        return
+    ours, theirs = profile, frontier.profile
+    if not math.isclose(
+        theirs.blocking_power_w, ours.blocking_power_w, rel_tol=1e-9, abs_tol=1e-12
+    ):
+        raise UsageError(
+            f"{where} with a blocking power of {theirs.blocking_power_w:g} W per waiting GPU, "
+            f"this evaluation uses {ours.blocking_power_w:g} W: the energies are not comparable "
+            f"(pass --blocking-power {theirs.blocking_power_w:g} to compare them)"
+        )
+    if theirs.num_stages != ours.num_stages:
+        raise UsageError(
+            f"{where} on a {theirs.num_stages}-stage profile, {profile_path} has "
+            f"{ours.num_stages} stages"
+        )
+    for stage in range(ours.num_stages):
+        for instruction in INSTRUCTIONS:
+            if theirs.measured(stage, instruction) != ours.measured(stage, instruction):
+                raise UsageError(
+                    f"{where} on other measurements than {profile_path}'s (stage {stage}, "
+                    f"{instruction}, differs first): the energies are not comparable"
+                )
 
 
 _IMAGE_TYPES = (".png", ".svg", ".pdf")
@@ -798,7 +867,7 @@ def _bench(args: argparse.Namespace) -> int:
             )
 
     def progress(case: BenchCase) -> None:
-        print(f"perseus bench: {case.name} ({args.repeats}x)", file=sys.stderr, flush=True)
+        print(f"perseus bench: {_shown(case.name)} ({args.repeats}x)", file=sys.stderr, flush=True)
 
     try:
         result = run_cases(
@@ -825,23 +894,24 @@ def _bench(args: argparse.Namespace) -> int:
     else:
         _bench_table(result)
         if to_file:
-            print(f"written       {args.json}")
+            print(f"written       {_shown(args.json)}")
     if comparison is None:
         return 0
     out = sys.stderr if args.json == "-" else sys.stdout
     for line in comparison.notes:
-        print(f"note: {line}", file=out)
+        print(f"note: {_shown(line)}", file=out)
     for line in comparison.improvements:
-        print(f"improvement: {line}", file=out)
+        print(f"improvement: {_shown(line)}", file=out)
     for line in comparison.regressions:
-        print(f"REGRESSION: {line}", file=out)
+        print(f"REGRESSION: {_shown(line)}", file=out)
     if comparison.regressions:
         print(
-            f"perseus bench: {len(comparison.regressions)} regression(s) against {args.baseline}",
+            f"perseus bench: {len(comparison.regressions)} regression(s) against "
+            f"{_shown(args.baseline)}",
             file=sys.stderr,
         )
         return 1
-    print(f"no regression against {args.baseline}", file=out)
+    print(f"no regression against {_shown(args.baseline)}", file=out)
     return 0
 
 
@@ -859,7 +929,7 @@ def _bench_table(result: dict[str, Any]) -> None:
         print(
             f"{cpu['median']:>9.3f} {spread:>15} {c['wall_s']['median']:>7.2f} {c['steps']:>8} "
             f"{c['cuts']:>6} {c['plans']:>5} {c['fastest']['energy_j']:>10.1f} {savings} "
-            f"{c['peak_rss_bytes'] / 2**20:>8.1f}  {c['name']}"
+            f"{c['peak_rss_bytes'] / 2**20:>8.1f}  {_shown(c['name'])}"
         )
     print(
         "save@X: energy saved against all-fastest when the iteration may take X times the "
@@ -870,7 +940,7 @@ def _bench_table(result: dict[str, Any]) -> None:
             continue
         lt = c["lowtime"]
         if lt is None:
-            print(f"lowtime: {c['name']}: not compared (lowtime solves 1F1B only)")
+            print(f"lowtime: {_shown(c['name'])}: not compared (lowtime solves 1F1B only)")
             continue
         ratios = ", ".join(
             f"{p['slowdown']:g}x: "
@@ -878,7 +948,7 @@ def _bench_table(result: dict[str, Any]) -> None:
             for p in lt["slowdowns"]
         )
         print(
-            f"lowtime {lt['version']}: {c['name']}: {lt['wall_s']:.2f} s wall "
+            f"lowtime {lt['version']}: {_shown(c['name'])}: {lt['wall_s']:.2f} s wall "
             f"({lt['wall_ratio']:.1f}x perseus's median), {lt['plans']} plans; perseus's "
             f"energy over lowtime's at {ratios}"
         )
