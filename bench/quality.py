@@ -256,6 +256,29 @@ CORPUS_CASES = ["a100-coarse-2s5c-2x4", "h100-coarse-3s4c-3x4", "a100-coarse-3s6
 CORPUS_CASES_FULL = [*CORPUS_CASES, "h100-coarse-4s8c-4x8"]
 
 
+#: Small random profiles where a review found the frontier more than 0.1 % above the
+#: exact optimum (bench/data/review/README.md): each with the deadline of that miss.
+REVIEW_DIR = Path(__file__).resolve().parent / "data" / "review"
+
+
+def review_cases(schedule: str) -> list[tuple[str, dict[str, Any]]]:
+    """(name, sidecar) of the review's profiles for `schedule`, by name."""
+    cases = []
+    for csv in sorted(REVIEW_DIR.glob("*.csv")):
+        sidecar = json.loads(csv.with_suffix(".json").read_text())
+        if sidecar["schedule"] == schedule:
+            cases.append((csv.stem, sidecar))
+    return cases
+
+
+def load_review_case(name: str, sidecar: dict[str, Any]) -> Any:
+    import perseus
+
+    return perseus.Profile.from_csv(
+        REVIEW_DIR / f"{name}.csv", blocking_power_w=sidecar["blocking_power_w"]
+    )
+
+
 def load_corpus_case(name: str) -> Any:
     """A bench corpus case's profile, as ``bench/run.py`` gives it to perseus."""
     import tempfile
@@ -345,6 +368,7 @@ def run_case(
     exact: bool,
     lowtime: bool = True,
     schedule: str = "1f1b",
+    extra_deadlines: tuple[float, ...] = (),
 ) -> CaseReport:
     # The interleaved schedule runs every suite profile as two chunks per GPU.
     virtual_stages = VIRTUAL_STAGES if schedule == "interleaved-1f1b" else 1
@@ -432,7 +456,8 @@ def run_case(
     from perseus.exact import optimal_plan
 
     t = time.perf_counter()
-    for deadline in np.linspace(after.iteration_times_s[0], after.iteration_times_s[-1], DEADLINES):
+    spread = np.linspace(after.iteration_times_s[0], after.iteration_times_s[-1], DEADLINES)
+    for deadline in np.sort(np.r_[spread, extra_deadlines]):
         opt = optimal_plan(
             profile,
             microbatches=microbatches,
@@ -821,6 +846,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in (CORPUS_CASES if args.quick else CORPUS_CASES_FULL)
             for c in [corpus.get(name)]
         ]
+    review = (
+        [] if args.quick or args.schedule == "interleaved-1f1b" else review_cases(args.schedule)
+    )
     examples = [("small-4stage", 4, 8), ("small-4stage", 4, 16), ("gpt3-a100-8stage", 8, 8)] + (
         [] if args.quick else [("gpt3-a100-8stage", 8, 32)]
     )
@@ -829,6 +857,17 @@ def main(argv: list[str] | None = None) -> int:
         for name, s, m in examples
         if not args.no_lowtime  # the examples are compared with lowtime only
     ]
+
+    # The review's cases: the exact optimum only (their deadline added to the spread).
+    extra: dict[str, tuple[float, ...]] = {}
+    for name, sidecar in review:
+        label = f"review {name}"
+        extra[label] = (float(sidecar["deadline_s"]),)
+        stages = int(name.split("s", 1)[0])
+        jobs.append(
+            (label, stages, int(sidecar["microbatches"]),
+             lambda name=name, sidecar=sidecar: load_review_case(name, sidecar), True)
+        )  # fmt: skip
 
     reports = []
     for label, stages, m, load, exact in jobs:
@@ -840,8 +879,9 @@ def main(argv: list[str] | None = None) -> int:
                     load(),
                     m,
                     exact=exact,
-                    lowtime=not args.no_lowtime,
+                    lowtime=not args.no_lowtime and not label.startswith("review "),
                     schedule=args.schedule,
+                    extra_deadlines=extra.get(label, ()),
                 )
             )
         except Exception:  # noqa: BLE001 - report it, go on, fail at the end
