@@ -104,7 +104,10 @@ class PlanImprover {
   bool tighten(double deadline_s, TightenOrder order = TightenOrder::kSecondSaved);
   // Exchanges and squeezes (see above) until none helps or about max_work
   // work units are spent; T stays <= max(deadline_s, T).
-  void local_search(double deadline_s, std::int64_t max_work);
+  // With `kicks`, on pipelines of at most kKickComputations computations,
+  // the budget left at a local optimum goes to kicks (random moves of a few
+  // computations, then descent, kept when cheaper; plan_improver.cpp).
+  void local_search(double deadline_s, std::int64_t max_work, bool kicks = false);
 
   std::int64_t work() const { return work_ + times_.work(); }
   // Whether work() < limit; polls first when due. A search that must stay

@@ -222,6 +222,20 @@ inline constexpr double kCriticalShare = 1e-9;
 // than this share of their energy above the frontier's lower convex hull:
 // the resolution the frontier is judged at (0.01 %).
 inline constexpr double kHullGapShare = 1e-4;
+// Kicks (PlanImprover::local_search) on pipelines of at most this many
+// computations, where a local optimum can sit several computations away
+// from a better plan: up to kKicks per search, each moving kKickMinMoves to
+// kKickMaxMoves computations by one or two options, within the search's
+// budget. Only searches from every start use them (tailored plans and the
+// hull pass, StartSearch::kEvery), and only with what every start left:
+// in the rounds, or in place of the other starts, they spent budget those
+// had used better (two suite cases of bench/quality.py up to 0.05 %
+// dearer). On the review's profiles (bench/data/review/) tailored plans
+// went from 0.10-0.66 % above the exact optimum to 0 at 8 of 17 deadlines,
+// and the frontier itself to 0 at 2 (bench/results/kicks-2026-12-07.txt).
+inline constexpr std::int32_t kKickComputations = 64;
+inline constexpr std::int64_t kKicks = 64;
+inline constexpr std::uint64_t kKickMinMoves = 2, kKickMaxMoves = 6;
 }  // namespace local_search_moves
 
 // The local search's work budget for a whole solve of a DAG with this many
