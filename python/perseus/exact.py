@@ -140,7 +140,7 @@ def optimal_plan(
 
     with _quiet_stdout():  # HiGHS prints its banner on stdout when it starts
         h = highspy.Highs()
-    for option, value in (
+    for option, setting in (
         ("output_flag", False),
         ("log_to_console", False),
         ("mip_rel_gap", float(relative_gap)),
@@ -150,8 +150,8 @@ def optimal_plan(
         ("mip_feasibility_tolerance", _FEASIBILITY_TOLERANCE),
         ("primal_feasibility_tolerance", _FEASIBILITY_TOLERANCE),
     ):
-        if h.setOptionValue(option, value) != highspy.HighsStatus.kOk:
-            raise ValueError(f"HiGHS refused {option}={value!r}")
+        if h.setOptionValue(option, setting) != highspy.HighsStatus.kOk:
+            raise ValueError(f"HiGHS refused {option}={setting!r}")
     inf = highspy.kHighsInf
     num_cols = num_x + n + 1
     lower = np.zeros(num_cols)

@@ -48,7 +48,7 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
             or default == []
         ):
             return text
-        return super()._get_help_string(action)
+        return super()._get_help_string(action) or text
 
 
 # --- flag types: each names what it wants; argparse prefixes the flag --------------------
