@@ -278,6 +278,10 @@ void register_problem(py::module_& m) {
   move_table["improvement_share"] = moves::kImprovementShare;
   move_table["critical_share"] = moves::kCriticalShare;
   move_table["hull_gap_share"] = moves::kHullGapShare;
+  move_table["kick_computations"] = moves::kKickComputations;
+  move_table["kicks"] = moves::kKicks;
+  move_table["kick_min_moves"] = moves::kKickMinMoves;
+  move_table["kick_max_moves"] = moves::kKickMaxMoves;
   m.attr("LOCAL_SEARCH_MOVES") = move_table;
   m.attr("DEFAULT_THREADS") = SolverOptions::kDefaultThreads;
   m.attr("MAX_THREADS") = SolverOptions::kMaxThreads;

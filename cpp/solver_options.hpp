@@ -235,7 +235,8 @@ inline constexpr double kHullGapShare = 1e-4;
 // and the frontier itself to 0 at 2 (bench/results/kicks-2026-12-07.txt).
 inline constexpr std::int32_t kKickComputations = 64;
 inline constexpr std::int64_t kKicks = 64;
-inline constexpr std::uint64_t kKickMinMoves = 2, kKickMaxMoves = 6;
+inline constexpr std::uint64_t kKickMinMoves = 2;
+inline constexpr std::uint64_t kKickMaxMoves = 6;
 }  // namespace local_search_moves
 
 // The local search's work budget for a whole solve of a DAG with this many

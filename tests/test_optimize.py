@@ -763,6 +763,10 @@ def test_local_search_moves_are_readable_and_match_the_core_header():
         "kImprovementShare": "improvement_share",
         "kCriticalShare": "critical_share",
         "kHullGapShare": "hull_gap_share",
+        "kKickComputations": "kick_computations",
+        "kKicks": "kicks",
+        "kKickMinMoves": "kick_min_moves",
+        "kKickMaxMoves": "kick_max_moves",
     }
     assert set(header) == set(names)
     assert set(moves) == set(names.values())
