@@ -886,17 +886,22 @@ def test_plans_compare_by_what_they_are(frontier):
     assert object() not in frontier
 
 
-@pytest.mark.parametrize("index", [1.9, "2", None])
-def test_a_plan_index_must_be_an_integer(frontier, index):
-    listed = Frontier(
+def listed_copy(frontier, profile):
+    """`frontier`'s plans as a list of Plans (not the solver's compact store), with `profile`."""
+    return Frontier(
         list(frontier),
         baseline=frontier.baseline,
         spec=frontier.spec,
         unit_time_s=frontier.unit_time_s,
         blocking_power_w=frontier.blocking_power_w,
         solve_time_s=0.0,
-        profile=frontier.profile,
+        profile=profile,
     )
+
+
+@pytest.mark.parametrize("index", [1.9, "2", None])
+def test_a_plan_index_must_be_an_integer(frontier, index):
+    listed = listed_copy(frontier, frontier.profile)
     for either in (frontier, listed):  # the solver's compact store and a list of plans alike
         with pytest.raises(TypeError):
             either[index]
@@ -905,15 +910,7 @@ def test_a_plan_index_must_be_an_integer(frontier, index):
 
 def test_a_frontier_refuses_a_profile_with_another_blocking_power(profile, frontier):
     with pytest.raises(ValueError, match="blocking_power_w=50 W contradicts the profile's 10 W"):
-        Frontier(
-            list(frontier),
-            baseline=frontier.baseline,
-            spec=frontier.spec,
-            unit_time_s=frontier.unit_time_s,
-            blocking_power_w=frontier.blocking_power_w,
-            solve_time_s=0.0,
-            profile=profile.with_blocking_power(10.0),
-        )
+        listed_copy(frontier, profile.with_blocking_power(10.0))
 
 
 def test_a_unit_too_coarse_for_the_plain_walk_still_refines():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
 from typing import NoReturn, Optional
 
 from .. import __version__
@@ -123,22 +124,20 @@ def _dpi(text: str) -> int:
     return value
 
 
-def _growth(text: str) -> float:
-    value = _number(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be >= 1 (how many times steps, cuts or CPU time may grow), got {text!r}"
-        )
-    return value
+def _at_least_one(meaning: str) -> Callable[[str], float]:
+    """A factor flag's type: a number >= 1, the error saying what the factor is."""
+
+    def factor(text: str) -> float:
+        value = _number(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be >= 1 ({meaning}), got {text!r}")
+        return value
+
+    return factor
 
 
-def _factor(text: str) -> float:
-    value = _number(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be >= 1 (the straggler's iteration time over the fastest plan's), got {text!r}"
-        )
-    return value
+_factor = _at_least_one("the straggler's iteration time over the fastest plan's")
+_growth = _at_least_one("how many times steps, cuts or CPU time may grow")
 
 
 # --- the parser ------------------------------------------------------------------------
