@@ -376,6 +376,111 @@ def test_ctrl_c_during_a_real_solve(tmp_path):
     assert not (tmp_path / "frontier.json").exists()
 
 
+def test_sigterm_during_a_real_solve_exits_143_and_writes_nothing(tmp_path):
+    """SIGTERM (a batch system's stop, `timeout`) ends the command as Ctrl-C does."""
+    process = subprocess.Popen(
+        [console_script(), "optimize", str(GPT3), "-m", "256", "-o", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    first = process.stderr.readline()
+    assert first.startswith("solving frontier: "), first
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 143, (first, err)
+    assert err.strip().splitlines()[-1] == "perseus optimize: terminated by SIGTERM"
+    assert "Traceback" not in err
+    assert out == ""
+    assert os.listdir(tmp_path) == []
+
+
+_SIGNAL_WHILE_WRITING = """
+import os, signal, sys
+import perseus._files as files
+from perseus.cli import main
+
+signum, profile, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+real_fsync = os.fsync
+
+
+def signalled_fsync(fd):
+    signal.raise_signal(signum)  # the handler runs at the next bytecode
+    real_fsync(fd)
+
+
+files.os.fsync = signalled_fsync
+before = signal.getsignal(signum)
+status = main(
+    ["optimize", profile, "-m", "4", "--blocking-power", "70", "-o", out, "--force", "-q"]
+)
+assert signal.getsignal(signum) == before, "main() must give the handler back"
+sys.exit(status)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_the_frontier_is_written_leaves_no_temporary_file(tmp_path, signum):
+    """The signal arrives between the temporary file's write and its fsync: the
+    temporary file is removed and the old frontier is kept. (In a child process:
+    without the handler, the signal would end the test run.)"""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "frontier.json").write_text("the old one")
+    result = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_WHILE_WRITING, str(int(signum)), str(SMALL), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 128 + signum, result.stderr
+    name = signal.Signals(signum).name
+    assert result.stderr == f"perseus optimize: terminated by {name}\n", result.stderr
+    assert sorted(os.listdir(out)) == ["frontier.json"]
+    assert (out / "frontier.json").read_text() == "the old one"
+
+
+def test_a_program_s_own_sigterm_handler_is_kept(tmp_path, capsys, monkeypatch):
+    """main() called by a program that handles SIGTERM itself: its handler runs
+    and the command carries on."""
+    import perseus._files as files
+
+    calls = []
+    real_fsync = files.os.fsync
+
+    def signalled_fsync(fd):
+        signal.raise_signal(signal.SIGTERM)
+        real_fsync(fd)
+
+    monkeypatch.setattr(files.os, "fsync", signalled_fsync)
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: calls.append(signum))
+    try:
+        status, _, err = run(capsys, "optimize", SMALL, "-m", 4, "-o", tmp_path, "-q")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert status == 0, err
+    assert calls
+    assert set(calls) == {signal.SIGTERM}
+    assert (tmp_path / "frontier.json").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("flags", [[], ["--json"]])
+def test_a_full_disk_on_stdout_is_named(solved, flags):
+    _, path, _ = solved
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [console_script(), "show", str(path), *flags],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 2
+    assert result.stderr == "perseus show: error: standard output: No space left on device\n"
+
+
 def test_progress_in_a_log_names_phases_eta_and_ends():
     stream = io.StringIO()
     bar = ProgressBar(stream, log_period_s=5.0, tty=False)
@@ -493,6 +598,40 @@ def test_show_table(solved, capsys):
     assert "saving    energy saved against all-fastest running the same iteration time" in out
     # Representative rows in between, labelled with what they are.
     assert any(label.startswith("within +") for label in rows)
+
+
+def test_a_time_copied_from_show_is_a_deadline_its_plan_meets(solved, tmp_path, capsys):
+    """show rounds times up: --deadline of a row's time gives that plan or a cheaper one."""
+    _, path, frontier = solved
+    _, out, _ = run(capsys, "show", path)
+    rows = [
+        line.split() for line in out.splitlines() if re.match(r"\S.*\s\d+\s+\d+\.\d{4}\s", line)
+    ]
+    assert len(rows) >= 3, out
+    for number, row in enumerate(rows):
+        index = int(row[-7])
+        shown_s = row[-6]
+        plan = frontier[index]
+        assert float(shown_s) >= plan.iteration_time_s
+        assert float(shown_s) - plan.iteration_time_s < 1e-4
+        status, _, err = run(
+            capsys, "plan", path, "--deadline", shown_s, "-o", tmp_path / str(number)
+        )
+        assert status == 0, err
+        chosen = frontier.plan_for(float(shown_s), reclaim=False)
+        assert chosen.energy_j <= plan.energy_j
+        assert_writes_plan(tmp_path / str(number) / "plan.json", chosen)
+
+
+def test_the_time_a_deadline_error_names_is_one_that_works(solved, tmp_path, capsys):
+    _, path, frontier = solved
+    below_s = frontier.fastest.iteration_time_s * (1 - 1e-7)
+    status, _, err = run(capsys, "plan", path, "--deadline", repr(below_s), "-o", tmp_path / "a")
+    assert_one_line_error(status, err, "the fastest plan takes")
+    named_s = re.search(r"the fastest plan takes (\S+) s", err).group(1)
+    assert float(named_s) >= frontier.fastest.iteration_time_s
+    status, _, err = run(capsys, "plan", path, "--deadline", named_s, "-o", tmp_path / "b")
+    assert status == 0, err
 
 
 def test_show_json_matches_the_frontier(solved, capsys):

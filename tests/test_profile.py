@@ -277,6 +277,22 @@ def test_non_numeric_value(tmp_path, row, field, value):
     assert f"{value} is not a number" in msg
 
 
+def test_a_bad_measurement_names_its_stage_and_instruction(tmp_path):
+    path, msg = csv_error(tmp_path, with_row(1, "2,backward,1200,0.012,-4.0"))
+    assert f"{path}, line 3, field 'energy'" in msg
+    assert msg.endswith("; a row of stage 2 backward"), msg
+    # Before the stage and instruction are known, the message cannot name them.
+    _, msg = csv_error(tmp_path, with_row(1, "0,sideways,1200,0.012,4.0"))
+    assert "a row of stage" not in msg
+
+
+def test_an_unclosed_quote_is_blamed_on_the_line_that_opened_it(tmp_path):
+    lines = with_row(1, '0,forward,"1200,0.012,4.0')
+    path, msg = csv_error(tmp_path, lines)
+    assert f"{path}, line 3: a quoted field runs on to line {len(lines)}" in msg, msg
+    assert "closing quote" in msg
+
+
 def test_empty_value(tmp_path):
     path, msg = csv_error(tmp_path, with_row(1, "0,forward,1200,,4.0"))
     assert f"{path}, line 3, field 'time'" in msg

@@ -7,6 +7,7 @@ from typing import Optional
 
 import numpy as np
 
+from ._validate import seconds_up
 from .frontier import Frontier
 from .timeline import timelines
 
@@ -97,7 +98,7 @@ def cells(row: Row) -> tuple[str, ...]:
     return (
         row.label,
         "-" if row.index is None else str(row.index),
-        f"{row.iteration_time_s:.4f}",
+        seconds_up(row.iteration_time_s),
         f"{row.energy_j:.1f}",
         f"{row.saving_percent:.2f}%",
         f"{row.energy_at_common_j:.1f}",
@@ -118,7 +119,8 @@ def format_table(rows: list[Row], common_time_s: float) -> str:
         for line in body
     ]
     legend = [
-        "time s    iteration time of the plan",
+        "time s    iteration time of the plan, rounded up (a --deadline of it selects this "
+        "plan or a cheaper one)",
         "energy J  energy of all GPUs over the plan's own iteration",
         "saving    energy saved against all-fastest running the same iteration time "
         "(all-fastest finishes first and waits at blocking power)",

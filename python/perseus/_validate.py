@@ -11,6 +11,7 @@ for a value of the wrong type (``TypeError``).
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 from typing import TYPE_CHECKING, Optional
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:  # annotations only: typing.TypeGuard needs Python 3.10
     from typing_extensions import TypeGuard
 
-__all__ = ["integer", "is_integer", "is_real", "real"]
+__all__ = ["distinct_seconds", "integer", "is_integer", "is_real", "real", "seconds_up"]
 
 
 def is_real(value: object) -> TypeGuard[float]:
@@ -59,12 +60,36 @@ def _shown(value: object) -> str:
 def distinct_seconds(a: float, b: float) -> tuple[str, str]:
     """`a` and `b` (seconds) with as few significant digits as tell them apart (6 at
     least): an error that names a deadline and the time it misses must not print two
-    equal numbers."""
-    for digits in (6, 9, 12, 17):
-        shown = f"{a:.{digits}g}", f"{b:.{digits}g}"
-        if shown[0] != shown[1]:
-            break
-    return shown
+    equal numbers. `b`, the time a plan takes, is rounded up, so that a deadline
+    copied from the message is met by that plan."""
+    for digits in (6, 9, 12, 15):
+        shown = f"{a:.{digits}g}", seconds_up(b, significant=digits)
+        if shown[0] != shown[1] and float(shown[0]) < float(shown[1]):
+            return shown
+    return repr(a), repr(b)
+
+
+def seconds_up(value: float, *, significant: Optional[int] = None, decimals: int = 4) -> str:
+    """`value` (s) written with `decimals` decimals, or `significant` significant
+    digits (at most 15), rounded up.
+
+    For times a user may copy into a deadline: ``--deadline`` of what
+    `perseus show` prints for a plan is then met by that plan (rounding to
+    the nearest would print 0.6232 for a plan that takes 0.62320610 s, and
+    the plan would be refused).
+    """
+    if not math.isfinite(value) or value == 0:
+        return f"{value:g}" if significant is not None else f"{value:.{decimals}f}"
+    # The shortest decimal that reads back as `value` (0.1, not the float's
+    # exact 0.1000000000000000055...), so that 0.1 is not shown as 0.1001.
+    shortest = decimal.Decimal(repr(float(value)))
+    last_digit = -decimals if significant is None else shortest.adjusted() - significant + 1
+    step = decimal.Decimal(1).scaleb(last_digit)
+    up = shortest.quantize(step, rounding=decimal.ROUND_CEILING)
+    text = f"{float(up):.{significant}g}" if significant is not None else f"{up:.{decimals}f}"
+    # `up` is at or above a decimal that reads back as `value`, so the float
+    # read from `text` is never below it; checked all the same.
+    return text if float(text) >= value else repr(float(value))
 
 
 def real(

@@ -477,9 +477,16 @@ def _read_csv(reader: Any, name: str) -> list[_Row]:
         raise ProfileError(f"{where}: {'; '.join(problems)}; expected exactly {','.join(COLUMNS)}")
 
     rows = []
+    row_start = reader.line_num + 1
     for fields in reader:
+        first_line, row_start = row_start, reader.line_num + 1
         if _is_blank(fields):
             continue
+        if reader.line_num > first_line:  # a quoted field ran over line ends
+            raise ProfileError(
+                f"{name}, line {first_line}: a quoted field runs on to line "
+                f'{reader.line_num}; is a closing quote (") missing?'
+            )
         short = f"line {reader.line_num}"
         where = f"{name}, {short}"
         if len(fields) != len(names):
@@ -529,24 +536,27 @@ def _parse_row(fields: Mapping[str, Any], where: str, short: str) -> _Row:
             f"{where}, field 'instruction': unknown instruction {instruction!r}; "
             f"allowed: {_quoted(INSTRUCTIONS)}"
         )
-    frequency = _integer(fields["frequency"], where, "frequency")
-    if not LIMITS.min_frequency_mhz <= frequency <= LIMITS.max_frequency_mhz:
-        raise ProfileError(
-            f"{where}, field 'frequency': must be {LIMITS.min_frequency_mhz}.."
-            f"{LIMITS.max_frequency_mhz} MHz, got {frequency}"
-        )
-    time = _real(fields["time"], where, "time")
-    if not LIMITS.min_time_s <= time <= LIMITS.max_time_s:
-        raise ProfileError(
-            f"{where}, field 'time': must be between {LIMITS.min_time_s:g} and "
-            f"{LIMITS.max_time_s:g} s, got {time!r} (a unit slip?)"
-        )
-    energy = _real(fields["energy"], where, "energy")
-    if not 0 < energy <= LIMITS.max_energy_j:
-        raise ProfileError(
-            f"{where}, field 'energy': must be > 0 and at most {LIMITS.max_energy_j:g} J, "
-            f"got {energy!r}"
-        )
+    try:
+        frequency = _integer(fields["frequency"], where, "frequency")
+        if not LIMITS.min_frequency_mhz <= frequency <= LIMITS.max_frequency_mhz:
+            raise ProfileError(
+                f"{where}, field 'frequency': must be {LIMITS.min_frequency_mhz}.."
+                f"{LIMITS.max_frequency_mhz} MHz, got {frequency}"
+            )
+        time = _real(fields["time"], where, "time")
+        if not LIMITS.min_time_s <= time <= LIMITS.max_time_s:
+            raise ProfileError(
+                f"{where}, field 'time': must be between {LIMITS.min_time_s:g} and "
+                f"{LIMITS.max_time_s:g} s, got {time!r} (a unit slip?)"
+            )
+        energy = _real(fields["energy"], where, "energy")
+        if not 0 < energy <= LIMITS.max_energy_j:
+            raise ProfileError(
+                f"{where}, field 'energy': must be > 0 and at most {LIMITS.max_energy_j:g} J, "
+                f"got {energy!r}"
+            )
+    except ProfileError as error:  # which measurement it was, too
+        raise ProfileError(f"{error}; a row of stage {stage} {instruction}") from None
     return _Row(where, short, stage, instruction, frequency, time, energy)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import plotting
 from ._table import frontier_table
+from ._validate import seconds_up
 from .frontier import Frontier
 
 __all__ = ["html_report"]
@@ -113,7 +114,7 @@ def html_report(frontier: Frontier, *, title: str = "perseus frontier") -> str:
     body = "".join(
         "<tr>"
         f"<td>{html.escape(r.label)}</td><td>{'' if r.index is None else r.index}</td>"
-        f"<td>{r.iteration_time_s:.4f}</td><td>{r.energy_j:.1f}</td>"
+        f"<td>{seconds_up(r.iteration_time_s)}</td><td>{r.energy_j:.1f}</td>"
         f"<td>{r.saving_percent:.2f}%</td><td>{r.energy_at_common_j:.1f}</td>"
         f"<td>{r.average_power_w:.0f}</td>"
         f"<td>{'n/a' if r.peak_power_w is None else f'{r.peak_power_w:.0f}'}</td>"

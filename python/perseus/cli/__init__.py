@@ -13,15 +13,21 @@
 
 Conventions: every subcommand has ``--help`` with its defaults and ``--json``
 for scripts; a user error is one line on stderr naming the flag or file,
-exit status 2; Ctrl-C is exit status 130; outputs are checked to be
-writable before any work and never overwritten without ``--force``.
+exit status 2; Ctrl-C is exit status 130, SIGTERM 143 and SIGHUP 129, each after
+tidying up as an exception does (no temporary file left, GPU clocks given
+back); outputs are checked to be writable before any work and never
+overwritten without ``--force``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
 
 from ..errors import ProfileError
 from ._arguments import UsageError, _parser
@@ -69,6 +75,54 @@ def _describe(error: BaseException) -> str:
     return _printable(" ".join(text.split()))
 
 
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what could
+    not be written is quiet."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+class _NamedStdout:
+    """sys.stdout, whose write errors name it: an OSError of writing our own
+    output (``> /dev/full``, a full disk) otherwise names no file at all."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise _naming_stdout(error) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise _naming_stdout(error) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _naming_stdout(error: OSError) -> OSError:
+    if error.filename is not None:
+        return error
+    # The same class (BrokenPipeError stays one), now naming the stream.
+    return type(error)(error.errno, error.strerror, "standard output")
+
+
+@contextlib.contextmanager
+def _stdout_named() -> Iterator[None]:
+    stream = sys.stdout
+    sys.stdout = _NamedStdout(stream)
+    try:
+        yield
+    finally:
+        sys.stdout = stream
+
+
 def _printable(text: str) -> str:
     """`text` with control characters escaped: a file name holding a terminal escape
     sequence must not act on the terminal."""
@@ -79,8 +133,51 @@ def _printable(text: str) -> str:
     )
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program was, as Ctrl-C raises
+    KeyboardInterrupt: with blocks and finally clauses then remove temporary
+    files and give GPU clocks back, which a process killed outright skips.
+    A KeyboardInterrupt, so that the solver's interrupt path stops it too."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _termination_as_exception() -> Iterator[None]:
+    """While the command runs, SIGTERM and SIGHUP raise _Terminated.
+
+    Only where they would kill the process (their handler is the default):
+    a program that calls main() with its own handlers keeps them. Python runs
+    signal handlers on the main thread only.
+    """
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+
+        def raise_terminated(signum: int, _frame: object) -> None:
+            raise _Terminated(signum)
+
+        for signum in _TERMINATING_SIGNALS:
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                previous[signum] = signal.signal(signum, raise_terminated)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    with _termination_as_exception(), _stdout_named():
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     prog = "perseus"
     try:
         parser = _parser()
@@ -91,14 +188,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"unrecognized arguments: {' '.join(extra)} (see `{command} --help`)", command
             )
         prog = f"perseus {args.command}"
-        return _COMMANDS[args.command](args)
+        status = _COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, where a full disk is reported as one line
+        return status
     except UsageError as error:
         message, prog = _printable(str(error)), error.prog or prog
     except BrokenPipeError:  # `perseus show ... | head`: the reader has what it wanted
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the final flush at exit is quiet too
+        _discard_stdout()
         return 141  # 128 + SIGPIPE, as a shell tool killed by it would
     except (ProfileError, ValueError, OSError, ImportError, MemoryError) as error:
+        if getattr(error, "filename", None) == "standard output":
+            _discard_stdout()
         message = _describe(error)
     except RuntimeError as error:
         # A thread that cannot start (pthread_create: EAGAIN) is a resource
@@ -111,6 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cannot start a thread: a resource limit was reached (memory, ulimit -v / -u, or the "
             "cgroup's pids limit); try a larger limit"
         )
+    except _Terminated as stop:
+        print(f"{prog}: terminated by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

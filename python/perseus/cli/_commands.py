@@ -16,7 +16,7 @@ from .._fingerprint import check_fingerprint
 from .._shipped import shipped_profile
 from .._sidecar import BLOCKING_POWER_KEY, read_blocking_power, sidecar_path
 from .._table import format_table, frontier_table
-from .._validate import distinct_seconds
+from .._validate import distinct_seconds, seconds_up
 from ..errors import OutputExistsError, ProfileError
 from ..frontier import Frontier, PowerCapError
 from ..plan import Evaluation, Plan, all_fastest_plan
@@ -307,20 +307,21 @@ def _optimize(args: argparse.Namespace) -> int:
         "its fastest clock (the baseline)"
     )
     print(
-        f"fastest plan  {first['iteration_time_s']:.4f} s  {first['energy_j']:.1f} J  "
+        f"fastest plan  {seconds_up(first['iteration_time_s'])} s  {first['energy_j']:.1f} J  "
         f"{first['saving_vs_all_fastest_percent']:.2f}% less energy than all-fastest, same "
         "iteration time"
     )
     if facts["plans"] > 1:
         print(
-            f"slowest plan  {t_slow:.4f} s  {last['energy_j']:.1f} J  when a straggler stretches "
-            f"the iteration to {t_slow:.4f} s: {last['saving_vs_fastest_waiting_percent']:.2f}% "
+            f"slowest plan  {seconds_up(t_slow)} s  {last['energy_j']:.1f} J  when a straggler stretches "
+            f"the iteration to {seconds_up(t_slow)} s: {last['saving_vs_fastest_waiting_percent']:.2f}% "
             f"less than the fastest plan waiting for it ({last['fastest_waiting_energy_j']:.1f} J), "
             f"{last['saving_vs_all_fastest_percent']:.2f}% less than all-fastest "
             f"waiting ({last['all_fastest_waiting_energy_j']:.1f} J)"
         )
     print(
-        f"plans         {facts['plans']} from {first['iteration_time_s']:.4f} s to {t_slow:.4f} s "
+        f"plans         {facts['plans']} from {seconds_up(first['iteration_time_s'])} s to "
+        f"{seconds_up(t_slow)} s "
         f"({facts['steps']} min-cut steps, solved in {facts['solve_time_s']:.2f} s)"
     )
     print(f"written       {_shown(target)}")
@@ -433,7 +434,7 @@ def _plan(args: argparse.Namespace) -> int:
         )
     print(
         f"plan          {which}: {how}\n"
-        f"time, energy  {chosen.iteration_time_s:.4f} s  {chosen.energy_j:.1f} J  "
+        f"time, energy  {seconds_up(chosen.iteration_time_s)} s  {chosen.energy_j:.1f} J  "
         f"{facts['saving_vs_all_fastest_percent']:.2f}% less than all-fastest over the same "
         f"time; average {chosen.average_power_w:.0f} W{peak} (all GPUs)\n"
         f"{over_deadline}"
