@@ -497,6 +497,24 @@ def test_a_tiny_pipelines_frontier_is_exact_at_every_deadline():
     )
 
 
+def test_a_callback_cancels_the_tiny_pipelines_every_plan_pass():
+    """The pass over every plan reports as the local search, every 4,096 plans:
+    a callback's False stops it there, not after its 3^12 replays."""
+    profile = Profile.from_records(TINY_3CLOCK_ROWS, blocking_power_w=70.0)
+    seen = []
+
+    def progress(report):
+        seen.append((report.phase, report.done, report.total))
+        return not (report.phase == "local search" and report.done > 0)
+
+    with pytest.raises(KeyboardInterrupt):
+        perseus.optimize(profile, microbatches=3, progress=progress, progress_period_s=0.0)
+    phase, done, total = seen[-1]
+    assert phase == "local search"
+    assert total == 3**12  # every plan of the 12 computations: the exhaustive pass
+    assert 0 < done < total
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_tiny_pipelines_are_solved_exactly(seed):
     # Coarse random tables (2-4 clocks of gpu_like_profile's rows, with every
