@@ -280,6 +280,7 @@ void register_problem(py::module_& m) {
   move_table["hull_gap_share"] = moves::kHullGapShare;
   move_table["kick_computations"] = moves::kKickComputations;
   move_table["kicks"] = moves::kKicks;
+  move_table["kicks_without_gain"] = moves::kKicksWithoutGain;
   move_table["kick_min_moves"] = moves::kKickMinMoves;
   move_table["kick_max_moves"] = moves::kKickMaxMoves;
   m.attr("LOCAL_SEARCH_MOVES") = move_table;

@@ -20,6 +20,7 @@ using local_search_moves::kKickComputations;
 using local_search_moves::kKickMaxMoves;
 using local_search_moves::kKickMinMoves;
 using local_search_moves::kKicks;
+using local_search_moves::kKicksWithoutGain;
 using local_search_moves::kPairCandidates;
 using local_search_moves::kSqueezes;
 
@@ -414,7 +415,9 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work, bool k
     return z ^ (z >> 31);
   };
   const auto n = static_cast<std::uint64_t>(choice_.size());
-  for (std::int64_t kick = 0; kick < kKicks && within(limit); ++kick) {
+  std::int64_t fruitless = 0;  // kicks in a row that found nothing cheaper
+  for (std::int64_t kick = 0; kick < kKicks && fruitless < kKicksWithoutGain && within(limit); ++kick) {
+    ++fruitless;
     const std::size_t mark = journal_.size();
     const double before = best;
     const std::uint64_t moved = kKickMinMoves + next() % (kKickMaxMoves - kKickMinMoves + 1);
@@ -436,7 +439,10 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work, bool k
     reclaim_both(deadline, nullptr);
     best = energy_at(deadline);
     descend();
-    if (makespan() <= deadline && best < before - kImprovementShare * std::abs(before)) continue;
+    if (makespan() <= deadline && best < before - kImprovementShare * std::abs(before)) {
+      fruitless = 0;
+      continue;
+    }
     rollback(mark);
     best = before;
   }

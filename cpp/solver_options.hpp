@@ -230,13 +230,18 @@ inline constexpr double kHullGapShare = 1e-4;
 // hull pass, StartSearch::kEvery), and only with what every start left:
 // in the rounds, or in place of the other starts, they spent budget those
 // had used better (two suite cases of bench/quality.py up to 0.05 %
-// dearer). On the review's profiles (bench/data/review/) tailored plans
-// went from 0.10-0.66 % above the exact optimum to 0 at 8 of 17 deadlines,
-// and the frontier itself to 0 at 2 (bench/results/kicks-2026-12-07.txt).
+// dearer). A search stops kicking after kKicksWithoutGain kicks in a row
+// that found nothing cheaper, or kKicks in all, or at the end of its budget.
+// With at most 64 kicks of 2-6 moves, tailored plans were 0.007 % above the
+// exact optimum on average and 0.368 % at worst (bench/quality.py, 197
+// deadlines); with these values 0.000 % and 0.007 %, as with no limit but
+// the budget, at a tenth of that one's time on the tiny pipelines where
+// every kick fails (bench/results/kicks-budget-2026-12-07.txt).
 inline constexpr std::int32_t kKickComputations = 64;
-inline constexpr std::int64_t kKicks = 64;
+inline constexpr std::int64_t kKicks = 4096;
+inline constexpr std::int64_t kKicksWithoutGain = 512;
 inline constexpr std::uint64_t kKickMinMoves = 2;
-inline constexpr std::uint64_t kKickMaxMoves = 6;
+inline constexpr std::uint64_t kKickMaxMoves = 10;
 }  // namespace local_search_moves
 
 // The local search's work budget for a whole solve of a DAG with this many

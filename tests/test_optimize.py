@@ -765,6 +765,7 @@ def test_local_search_moves_are_readable_and_match_the_core_header():
         "kHullGapShare": "hull_gap_share",
         "kKickComputations": "kick_computations",
         "kKicks": "kicks",
+        "kKicksWithoutGain": "kicks_without_gain",
         "kKickMinMoves": "kick_min_moves",
         "kKickMaxMoves": "kick_max_moves",
     }
