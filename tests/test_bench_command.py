@@ -432,13 +432,20 @@ def _alive(pid):
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
-@pytest.mark.parametrize(("signame", "status"), [("SIGTERM", 143), ("SIGKILL", -9)])
-def test_a_terminated_bench_takes_its_solving_child_with_it(tmp_path, signame, status):
+@pytest.mark.parametrize(
+    ("signame", "status", "sigterm_ignored"),
+    [("SIGTERM", 143, False), ("SIGKILL", -9, False), ("SIGKILL", -9, True)],
+)
+def test_a_terminated_bench_takes_its_solving_child_with_it(
+    tmp_path, signame, status, sigterm_ignored
+):
     # SIGKILL ends `perseus bench` without any cleanup of its own, SIGTERM
     # as an exception (exit status 143): its child, solving a long case (20
     # repeats of a 8,192-computation solve, a minute or more), must not go on
     # at full CPU. Without the kernel's parent-death signal it went on until
-    # its result met the closed pipe, 20 s and more later.
+    # its result met the closed pipe, 20 s and more later. A bench started with
+    # SIGTERM ignored (nohup-like) hands that on to its worker, whose
+    # parent-death signal is SIGTERM: the worker must not ignore it.
     import signal
     import subprocess
     import time
@@ -451,6 +458,9 @@ def test_a_terminated_bench_takes_its_solving_child_with_it(tmp_path, signame, s
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=tmp_path,
+        preexec_fn=(lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+        if sigterm_ignored
+        else None,
     )
     try:
         deadline = time.monotonic() + 120

@@ -293,6 +293,41 @@ def test_an_unclosed_quote_is_blamed_on_the_line_that_opened_it(tmp_path):
     assert "closing quote" in msg
 
 
+@pytest.mark.parametrize(
+    ("lines", "where"),
+    [
+        # A quote left open in the header: not the whole file in the message.
+        (
+            ['stage,"instruction,frequency,time,energy', *VALID_ROWS],
+            "line 1: a quoted field runs on to line 9",
+        ),
+        # On the last row: the field runs to the end of the file.
+        (
+            [HEADER, *VALID_ROWS, '0,forward,"1100,0.013,3.9'],
+            "line 10: a quoted field runs on to the end of the file",
+        ),
+        # A quote closed on the next line: no profile field spans lines.
+        (
+            [HEADER, '0,forward,"1100', '",0.013,3.9', *VALID_ROWS],
+            "line 2: a quoted field runs on to line 3",
+        ),
+        # Two lone quotes are not a blank line.
+        ([HEADER, '"', '"', *VALID_ROWS], "line 2: a quoted field runs on to line 3"),
+    ],
+)
+def test_quoted_fields_that_span_lines_are_refused_where_they_open(tmp_path, lines, where):
+    path, msg = csv_error(tmp_path, lines)
+    assert msg.startswith(f"{path}, {where} "), msg
+    assert len(msg) < 300, msg
+
+
+def test_line_ends_of_any_kind_still_parse(tmp_path):
+    for ending in ("\r\n", "\r"):
+        path = tmp_path / f"ends-{len(ending)}.csv"
+        path.write_bytes(ending.join([HEADER, *VALID_ROWS, ""]).encode())
+        assert load(path).num_stages == 2
+
+
 def test_empty_value(tmp_path):
     path, msg = csv_error(tmp_path, with_row(1, "0,forward,1200,,4.0"))
     assert f"{path}, line 3, field 'time'" in msg

@@ -235,3 +235,33 @@ def test_memory_error_is_one_line(tmp_path, capsys, monkeypatch):
     assert err.count("\n") == 1
     assert "out of memory" in err
     assert "try" in err
+
+
+class _SignalledRightAfter(BaseException):
+    """What a signal handler raises at the first bytecode after a file was created."""
+
+
+@pytest.mark.parametrize("write", ["atomic", "publish", "probe"])
+def test_an_exception_right_after_a_file_is_created_leaves_nothing(tmp_path, monkeypatch, write):
+    # SIGTERM in the command line is an exception raised wherever Python is:
+    # it can come right after os.open returns, before any later try.
+    real_open = os.open
+
+    def open_then_interrupt(path, flags, mode=0o777, **kwargs):
+        descriptor = real_open(path, flags, mode, **kwargs)
+        if flags & os.O_CREAT:
+            os.close(descriptor)
+            raise _SignalledRightAfter
+        return descriptor
+
+    monkeypatch.setattr(_files.os, "open", open_then_interrupt)
+    target = tmp_path / "out"
+    target.mkdir()
+    writers = {
+        "atomic": lambda: _files.write_text_atomically(target / "frontier.json", "{}"),
+        "publish": lambda: _files.publish_new_file(target / "frontier.json", "{}"),
+        "probe": lambda: _files.check_writable_directory(str(target)),
+    }
+    with pytest.raises(_SignalledRightAfter):
+        writers[write]()
+    assert os.listdir(target) == []

@@ -1741,6 +1741,19 @@ def test_clockd_locks_for_a_client_and_resets_when_the_client_dies(fake_nvml, tm
 
 
 @pytest.mark.usefixtures("fake_nvml")
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_clockd_stops_cleanly_on_each_signal_that_ends_a_service(tmp_path, signame):
+    # SIGHUP too (its terminal closed): it used to end the service by the
+    # command line's exception, past the stop that removes its socket and
+    # gives clients' clocks back.
+    with clock_service(tmp_path, "all:*") as (sock, service):
+        service.send_signal(getattr(signal, signame))
+        assert service.wait(timeout=20) == 0
+        assert "Traceback" not in service.stderr.read()
+    assert not sock.exists()
+
+
+@pytest.mark.usefixtures("fake_nvml")
 def test_clockd_unreachable_is_a_clear_error(tmp_path):
     script = SCRIPT_HEAD + textwrap.dedent(
         """

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import decimal
 import fractions
 import math
 
 import numpy as np
 import pytest
-from perseus._validate import integer, is_integer, is_real, real
+from perseus._validate import distinct_seconds, integer, is_integer, is_real, real, seconds_up
 from perseus.errors import ProfileError
 
 
@@ -77,3 +78,48 @@ def test_integers():
         integer(1410.5, "f", what="whole MHz", low=1, high=100_000, type_error=TypeError)
     with pytest.raises(ValueError, match=r"in 1\.\.100000, got 100001$"):
         integer(100_001, "f", what="whole MHz", low=1, high=100_000, type_error=TypeError)
+
+
+@pytest.mark.parametrize("significant", [None, 1, 6, 15])
+def test_seconds_up_is_never_below_and_at_most_one_step_above(significant):
+    rng = np.random.default_rng(7)
+    values = np.concatenate(
+        [
+            rng.uniform(0, 10, 2000),
+            10.0 ** rng.uniform(-12, 30, 2000),
+            [0.1, 0.3, 1.0, 0.6232060999999999],
+        ]
+    )
+    for value in values.tolist():
+        text = seconds_up(value, significant=significant)
+        assert float(text) >= value, (value, text)
+        step = (
+            10.0**-4
+            if significant is None
+            else 10.0 ** (math.floor(math.log10(value)) - significant + 1)
+        )
+        assert float(text) - value <= step * (1 + 1e-9) + abs(value) * 1e-15, (value, text)
+    assert (
+        seconds_up(0.1) == "0.1000"
+    )  # from the shortest decimal, not the float's exact 0.1000000000000000055
+    assert seconds_up(0.6232060999999999) == "0.6233"
+
+
+def test_seconds_up_keeps_to_its_own_decimal_context():
+    # Extremes that overflowed the default context or rounding, and a caller's
+    # low precision with Inexact trapped, which must change nothing.
+    assert float(seconds_up(1e24)) >= 1e24
+    assert float(seconds_up(1.7976931348623157e308, significant=6)) == 1.7976931348623157e308
+    with decimal.localcontext() as context:
+        context.prec = 4
+        context.traps[decimal.Inexact] = True
+        assert seconds_up(0.6232060999999999, significant=6) == "0.623207"
+
+
+def test_distinct_seconds_shows_two_numbers_and_a_time_that_is_met():
+    rng = np.random.default_rng(11)
+    for b in rng.uniform(1e-3, 100, 2000).tolist():
+        a = float(np.nextafter(b, 0)) if rng.random() < 0.5 else b * (1 - rng.uniform(1e-12, 0.5))
+        shown_a, shown_b = distinct_seconds(a, b)
+        assert float(shown_a) < float(shown_b), (a, b, shown_a, shown_b)
+        assert float(shown_b) >= b

@@ -69,11 +69,13 @@ def _write_temp(directory: str, data: bytes, mode: Optional[int], name: str) -> 
     """A new temporary file in `directory` holding `data`, flushed to disk; its path."""
     _remove_orphans(directory)
     temp = _temp_path(directory)
+    # One try from the open on (see check_writable_directory). A name of 16
+    # random hex digits that exists already is not ours: it is left alone.
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as error:
-        raise type(error)(error.errno, f"cannot write here: {error.strerror}", name) from None
-    try:
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except OSError as error:
+            raise type(error)(error.errno, f"cannot write here: {error.strerror}", name) from None
         with os.fdopen(fd, "wb") as file:
             if mode is not None:
                 os.fchmod(file.fileno(), mode)
@@ -81,8 +83,8 @@ def _write_temp(directory: str, data: bytes, mode: Optional[int], name: str) -> 
             file.flush()
             os.fsync(file.fileno())
     except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
+        if not isinstance(error, FileExistsError):
+            _unlink_quietly(temp)
         _rename_error(error, name)
         raise
     return temp
@@ -279,13 +281,23 @@ def check_writable_directory(directory: str | os.PathLike[str]) -> None:
     if not os.path.isdir(name):
         raise NotADirectoryError(errno.ENOTDIR, "not a directory", name)
     probe = os.path.join(name, f".perseus-write-test.{secrets.token_hex(4)}")
+    # One try from the open on: a signal's exception (SIGTERM in the CLI)
+    # between the open and a later try would leave the probe behind.
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as error:
+        if not isinstance(error, FileExistsError):
+            _unlink_quietly(probe)
         raise type(error)(error.errno, f"cannot write here: {error.strerror}", name) from None
-    os.close(fd)
+    except BaseException:
+        _unlink_quietly(probe)
+        raise
+    _unlink_quietly(probe)
+
+
+def _unlink_quietly(path: str) -> None:
     with contextlib.suppress(OSError):
-        os.unlink(probe)
+        os.unlink(path)
 
 
 def read_plan_text(name: str, max_bytes: int) -> str:

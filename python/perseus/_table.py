@@ -124,7 +124,7 @@ def format_table(rows: list[Row], common_time_s: float) -> str:
         "energy J  energy of all GPUs over the plan's own iteration",
         "saving    energy saved against all-fastest running the same iteration time "
         "(all-fastest finishes first and waits at blocking power)",
-        f"J over T  energy over a common iteration of T = {common_time_s:.4f} s (the slowest "
+        f"J over T  energy over a common iteration of T = {seconds_up(common_time_s)} s (the slowest "
         "plan's time), as when a straggler sets the pace",
         "avg W     energy / own iteration time, all GPUs;  peak W: highest power of all GPUs "
         "together at any moment",

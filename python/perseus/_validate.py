@@ -84,12 +84,16 @@ def seconds_up(value: float, *, significant: Optional[int] = None, decimals: int
     # exact 0.1000000000000000055...), so that 0.1 is not shown as 0.1001.
     shortest = decimal.Decimal(repr(float(value)))
     last_digit = -decimals if significant is None else shortest.adjusted() - significant + 1
-    step = decimal.Decimal(1).scaleb(last_digit)
-    up = shortest.quantize(step, rounding=decimal.ROUND_CEILING)
+    # Our own context: a caller's decimal settings (a low precision, trapped
+    # Inexact) must not change or break this, and any double fits 400 digits.
+    context = decimal.Context(prec=400, Emax=999, Emin=-999)
+    step = decimal.Decimal(1).scaleb(last_digit, context=context)
+    up = shortest.quantize(step, rounding=decimal.ROUND_CEILING, context=context)
     text = f"{float(up):.{significant}g}" if significant is not None else f"{up:.{decimals}f}"
     # `up` is at or above a decimal that reads back as `value`, so the float
-    # read from `text` is never below it; checked all the same.
-    return text if float(text) >= value else repr(float(value))
+    # read from `text` is never below it; checked all the same (and rounding
+    # the largest doubles up overflows).
+    return text if value <= float(text) < math.inf else repr(float(value))
 
 
 def real(

@@ -484,6 +484,9 @@ def _die_with_parent(parent_pid: int) -> None:
     except (OSError, AttributeError):  # not Linux: the pipe's end stops it at its next write
         return
     pr_set_pdeathsig = 1  # <linux/prctl.h>
+    # A bench started with SIGTERM ignored (nohup-like) passes that on: the
+    # worker must still die of it.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
     if os.getppid() != parent_pid:  # the parent was gone before the request took effect
         os._exit(1)

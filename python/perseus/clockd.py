@@ -289,7 +289,7 @@ class ClockService:
 
 
 def run(socket_path: str, rules: list[Rule], mode: int) -> int:
-    """The command: serve until SIGTERM or SIGINT, then give every clock back."""
+    """The command: serve until SIGTERM, SIGINT or SIGHUP, then give every clock back."""
     service = ClockService(socket_path, rules, mode)
     service.bind()
 
@@ -298,6 +298,8 @@ def run(socket_path: str, rules: list[Rule], mode: int) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # a closed terminal; nohup keeps it off
+        signal.signal(signal.SIGHUP, on_signal)
     service.serve_forever()
     service.stop()
     return 0

@@ -457,7 +457,14 @@ def _capped_lines(file: Any, name: str) -> Iterable[str]:
 
 def _read_csv(reader: Any, name: str) -> list[_Row]:
     """Check the header and parse every data row of a CSV reader."""
-    header = next((row for row in reader if not _is_blank(row)), None)
+    row_start = 1
+    header = None
+    for fields in reader:
+        _refuse_runaway_quote(fields, name, row_start, reader.line_num)
+        row_start = reader.line_num + 1
+        if not _is_blank(fields):
+            header = fields
+            break
     if header is None:
         raise ProfileError(f"{name}: file is empty; expected the header {','.join(COLUMNS)}")
     header_line = reader.line_num
@@ -477,22 +484,33 @@ def _read_csv(reader: Any, name: str) -> list[_Row]:
         raise ProfileError(f"{where}: {'; '.join(problems)}; expected exactly {','.join(COLUMNS)}")
 
     rows = []
-    row_start = reader.line_num + 1
     for fields in reader:
-        first_line, row_start = row_start, reader.line_num + 1
+        _refuse_runaway_quote(fields, name, row_start, reader.line_num)
+        row_start = reader.line_num + 1
         if _is_blank(fields):
             continue
-        if reader.line_num > first_line:  # a quoted field ran over line ends
-            raise ProfileError(
-                f"{name}, line {first_line}: a quoted field runs on to line "
-                f'{reader.line_num}; is a closing quote (") missing?'
-            )
         short = f"line {reader.line_num}"
         where = f"{name}, {short}"
         if len(fields) != len(names):
             raise ProfileError(f"{where}: expected {len(names)} fields, got {len(fields)}")
         rows.append(_parse_row(dict(zip(names, fields)), where, short))
     return rows
+
+
+def _refuse_runaway_quote(fields: list[str], name: str, first_line: int, last_line: int) -> None:
+    """A quoted field that holds a line end: a profile's fields are one line each,
+    so a quote was left open. Blamed on the line that opened it, without the
+    rest of the file the field swallowed."""
+    if not any("\n" in field or "\r" in field for field in fields):
+        return
+    if last_line > first_line:
+        where = f"runs on to line {last_line}"
+    else:
+        where = "runs on to the end of the file"
+    raise ProfileError(
+        f"{name}, line {first_line}: a quoted field {where} (a profile's fields are "
+        'one line each: is a closing quote (") missing?)'
+    )
 
 
 def _record_fields(record: Any, where: str) -> Mapping[str, Any]:

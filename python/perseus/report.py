@@ -108,7 +108,7 @@ def html_report(frontier: Frontier, *, title: str = "perseus frontier") -> str:
     header = (
         "<tr><th>plan</th><th>#</th><th>time (s)</th><th>energy (J)</th>"
         "<th>saving vs all-fastest, same time</th>"
-        f"<th>energy over {common:.4f} s (J)</th><th>average power (W)</th>"
+        f"<th>energy over {seconds_up(common)} s (J)</th><th>average power (W)</th>"
         "<th>peak power (W)</th></tr>"
     )
     body = "".join(

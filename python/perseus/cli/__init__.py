@@ -115,7 +115,13 @@ def _naming_stdout(error: OSError) -> OSError:
 
 @contextlib.contextmanager
 def _stdout_named() -> Iterator[None]:
+    """sys.stdout named in its errors while a command runs: on the main thread
+    only (sys.stdout is the process's, and two threads' commands would restore
+    each other's), and not when there is none (fd 1 closed: print skips None)."""
     stream = sys.stdout
+    if stream is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
     sys.stdout = _NamedStdout(stream)
     try:
         yield
@@ -147,6 +153,10 @@ class _Terminated(KeyboardInterrupt):
 _TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
+def _ignore_signal(_signum: int, _frame: object) -> None:
+    """Python's handler for a signal that is to change nothing."""
+
+
 @contextlib.contextmanager
 def _termination_as_exception() -> Iterator[None]:
     """While the command runs, SIGTERM and SIGHUP raise _Terminated.
@@ -155,10 +165,16 @@ def _termination_as_exception() -> Iterator[None]:
     a program that calls main() with its own handlers keeps them. Python runs
     signal handlers on the main thread only.
     """
-    previous = {}
+    previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
 
         def raise_terminated(signum: int, _frame: object) -> None:
+            # One is enough: a second signal (SIGHUP after SIGTERM, a repeated
+            # kill) while the first unwinds would break its tidying up. Not
+            # SIG_IGN: Python raises OSError for a signal that arrived before
+            # and finds its handler gone.
+            for other in previous:
+                signal.signal(other, _ignore_signal)
             raise _Terminated(signum)
 
         for signum in _TERMINATING_SIGNALS:
@@ -167,8 +183,8 @@ def _termination_as_exception() -> Iterator[None]:
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -189,7 +205,8 @@ def _run(argv: Sequence[str] | None) -> int:
             )
         prog = f"perseus {args.command}"
         status = _COMMANDS[args.command](args)
-        sys.stdout.flush()  # here, where a full disk is reported as one line
+        if sys.stdout is not None:  # None: fd 1 was closed (`>&-`)
+            sys.stdout.flush()  # here, where a full disk is reported as one line
         return status
     except UsageError as error:
         message, prog = _printable(str(error)), error.prog or prog
@@ -212,13 +229,19 @@ def _run(argv: Sequence[str] | None) -> int:
             "cgroup's pids limit); try a larger limit"
         )
     except _Terminated as stop:
-        print(f"{prog}: terminated by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        _say(f"{prog}: terminated by {signal.Signals(stop.signum).name}")
         return 128 + stop.signum
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        _say(f"{prog}: interrupted")
         return 130
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    _say(f"{prog}: error: {message}")
     return 2
+
+
+def _say(line: str) -> None:
+    """A line on stderr, which may be gone (SIGHUP: the terminal hung up)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

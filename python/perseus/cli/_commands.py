@@ -303,7 +303,7 @@ def _optimize(args: argparse.Namespace) -> int:
     )
     print(f"blocking      {power_w:g} W per waiting GPU, {power_source}")
     print(
-        f"all-fastest   {b.iteration_time_s:.4f} s  {b.energy_j:.1f} J  every computation at "
+        f"all-fastest   {seconds_up(b.iteration_time_s)} s  {b.energy_j:.1f} J  every computation at "
         "its fastest clock (the baseline)"
     )
     print(
@@ -427,7 +427,7 @@ def _plan(args: argparse.Namespace) -> int:
     if aware is not None:
         r = aware.replay
         latency = (
-            f"latency       {r.switch_latency_s:g} s per change: {r.iteration_time_s:.4f} s  "
+            f"latency       {r.switch_latency_s:g} s per change: {seconds_up(r.iteration_time_s)} s  "
             f"{r.energy_j:.1f} J; {r.switches_per_iteration} switches per iteration "
             f"({aware.unmerged_switches_per_iteration} before merging, which cost "
             f"{aware.merge_energy_cost_j:.2f} J without latency)\n"
@@ -549,11 +549,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         "chunk(s), "
         f"{spec.microbatches} microbatches, {spec.schedule}",
         f"blocking      {power_w:g} W per waiting GPU, {power_source}",
-        f"replayed      {plan.iteration_time_s:.4f} s  {plan.energy_j:.1f} J  on "
+        f"replayed      {seconds_up(plan.iteration_time_s)} s  {plan.energy_j:.1f} J  on "
         f"{_shown(args.profile)}; "
         f"average {plan.average_power_w:.0f} W, peak {result['peak_power_w']:.0f} W (all GPUs)",
-        f"all-fastest   {base_eval.iteration_time_s:.4f} s  {base_eval.energy_j:.1f} J  the plan "
-        f"uses {result['all_fastest']['saving_percent']:.2f}% less over a {length:.4f} s iteration",
+        f"all-fastest   {seconds_up(base_eval.iteration_time_s)} s  {base_eval.energy_j:.1f} J  the plan "
+        f"uses {result['all_fastest']['saving_percent']:.2f}% less over a {seconds_up(length)} s iteration",
     ]
     if args.switch_latency is not None:
         from ..switch_latency import replay_with_switch_latency
@@ -567,7 +567,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             "late_fraction": late.late_fraction,
         }
         lines.append(
-            f"latency       {late.switch_latency_s:g} s per change: {late.iteration_time_s:.4f} s  "
+            f"latency       {late.switch_latency_s:g} s per change: {seconds_up(late.iteration_time_s)} s  "
             f"{late.energy_j:.1f} J; {late.switches_per_iteration} switches per iteration, "
             f"{100 * late.late_fraction:.1f}% of computing at a clock not planned"
         )
@@ -580,7 +580,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         if plan.iteration_time_s < frontier.fastest.iteration_time_s:
             lines.append(
                 f"perseus       no plan of {_shown(args.frontier)} is as fast: its fastest takes "
-                f"{frontier.fastest.iteration_time_s:.4f} s"
+                f"{seconds_up(frontier.fastest.iteration_time_s)} s"
             )
         else:
             # What plan_for gives for this plan's time (by default, the frontier plans
@@ -607,8 +607,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                 else f"plan {index} of {_shown(args.frontier)}"
             )
             lines.append(
-                f"perseus       {ours.iteration_time_s:.4f} s  {ours.energy_j:.1f} J  {which}, "
-                f"no slower: {saving:.2f}% less than this plan over its {time_s:.4f} s"
+                f"perseus       {seconds_up(ours.iteration_time_s)} s  {ours.energy_j:.1f} J  {which}, "
+                f"no slower: {saving:.2f}% less than this plan over its {seconds_up(time_s)} s"
             )
     if args.json:
         _emit_json(result)
