@@ -356,28 +356,9 @@ def console_script():
     return script
 
 
-def test_ctrl_c_during_a_real_solve(tmp_path):
-    """SIGINT while the solver runs: exit 130, one line, nothing written."""
-    process = subprocess.Popen(
-        [console_script(), "optimize", str(GPT3), "-m", "256", "-o", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stderr is not None
-    first = process.stderr.readline()  # the first progress line: the solve is under way
-    assert first.startswith("solving frontier: "), first
-    process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=60)
-    assert process.returncode == 130, (first, err)
-    assert err.strip().splitlines()[-1] == "perseus optimize: interrupted"
-    assert "Traceback" not in err
-    assert out == ""
-    assert not (tmp_path / "frontier.json").exists()
-
-
-def test_sigterm_during_a_real_solve_exits_143_and_writes_nothing(tmp_path):
-    """SIGTERM (a batch system's stop, `timeout`) ends the command as Ctrl-C does."""
+def _signal_a_real_solve(tmp_path, *signals):
+    """Send `signals` to `perseus optimize` once its solve is under way (its first
+    progress line): (exit status, that line, stdout, stderr)."""
     process = subprocess.Popen(
         [console_script(), "optimize", str(GPT3), "-m", "256", "-o", str(tmp_path)],
         stdout=subprocess.PIPE,
@@ -387,11 +368,27 @@ def test_sigterm_during_a_real_solve_exits_143_and_writes_nothing(tmp_path):
     assert process.stderr is not None
     first = process.stderr.readline()
     assert first.startswith("solving frontier: "), first
-    process.send_signal(signal.SIGTERM)
+    for signum in signals:
+        process.send_signal(signum)
     out, err = process.communicate(timeout=60)
-    assert process.returncode == 143, (first, err)
-    assert err.strip().splitlines()[-1] == "perseus optimize: terminated by SIGTERM"
     assert "Traceback" not in err
+    return process.returncode, first, out, err
+
+
+@pytest.mark.parametrize(
+    ("signum", "status", "line"),
+    [
+        (signal.SIGINT, 130, "perseus optimize: interrupted"),
+        # A batch system's stop, `timeout`: as Ctrl-C, with the signal's status.
+        (signal.SIGTERM, 143, "perseus optimize: terminated by SIGTERM"),
+    ],
+)
+def test_a_signal_during_a_real_solve_exits_with_one_line_and_writes_nothing(
+    tmp_path, signum, status, line
+):
+    returncode, first, out, err = _signal_a_real_solve(tmp_path, signum)
+    assert returncode == status, (first, err)
+    assert err.strip().splitlines()[-1] == line
     assert out == ""
     assert os.listdir(tmp_path) == []
 
@@ -400,23 +397,13 @@ def test_a_second_signal_while_the_first_unwinds_changes_nothing(tmp_path):
     """SIGTERM, then SIGHUP and SIGTERM again before the solve has stopped: one
     line and the first handled signal's status, not a traceback from the next
     signal's exception (69 of 150 such runs gave one)."""
-    process = subprocess.Popen(
-        [console_script(), "optimize", str(GPT3), "-m", "256", "-o", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    returncode, first, _, err = _signal_a_real_solve(
+        tmp_path, signal.SIGTERM, signal.SIGHUP, signal.SIGTERM
     )
-    assert process.stderr is not None
-    first = process.stderr.readline()
-    assert first.startswith("solving frontier: "), first
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGTERM):
-        process.send_signal(signum)
-    _, err = process.communicate(timeout=60)
     # Python runs pending handlers lowest signal first: SIGHUP's may be the one.
-    name = {143: "SIGTERM", 129: "SIGHUP"}.get(process.returncode)
-    assert name is not None, (process.returncode, first, err)
+    name = {143: "SIGTERM", 129: "SIGHUP"}.get(returncode)
+    assert name is not None, (returncode, first, err)
     assert err.strip().splitlines()[-1] == f"perseus optimize: terminated by {name}"
-    assert "Traceback" not in err
     assert os.listdir(tmp_path) == []
 
 
@@ -431,8 +418,6 @@ def test_a_closed_stdout_is_no_error(solved, tmp_path):
             stderr=subprocess.PIPE,
             text=True,
             timeout=60,
-            pass_fds=(),
-            close_fds=True,
             preexec_fn=lambda: os.close(1),
         )
         assert result.returncode == 0, result.stderr

@@ -241,7 +241,7 @@ class _SignalledRightAfter(BaseException):
     """What a signal handler raises at the first bytecode after a file was created."""
 
 
-@pytest.mark.parametrize("write", ["atomic", "publish", "probe"])
+@pytest.mark.parametrize("write", ["atomic", "publish", "probe", "exclusive"])
 def test_an_exception_right_after_a_file_is_created_leaves_nothing(tmp_path, monkeypatch, write):
     # SIGTERM in the command line is an exception raised wherever Python is:
     # it can come right after os.open returns, before any later try.
@@ -261,6 +261,8 @@ def test_an_exception_right_after_a_file_is_created_leaves_nothing(tmp_path, mon
         "atomic": lambda: _files.write_text_atomically(target / "frontier.json", "{}"),
         "publish": lambda: _files.publish_new_file(target / "frontier.json", "{}"),
         "probe": lambda: _files.check_writable_directory(str(target)),
+        # Where links are refused: the file itself is created exclusively.
+        "exclusive": lambda: _files._create_exclusively(str(target / "frontier.json"), b"{}", ""),
     }
     with pytest.raises(_SignalledRightAfter):
         writers[write]()

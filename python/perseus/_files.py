@@ -124,8 +124,7 @@ def write_text_atomically(
     try:
         os.replace(temp, name)
     except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
+        _unlink_quietly(temp)
         _rename_error(error, name)
         raise
     _sync_directory(directory)
@@ -166,24 +165,26 @@ def publish_new_file(path: str | os.PathLike[str], text: str | bytes) -> None:
                 raise
             _create_exclusively(name, data, temp)
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
+        _unlink_quietly(temp)
     _sync_directory(directory)
 
 
 def _create_exclusively(name: str, data: bytes, temp: str) -> None:
+    # One try from the open on (see _write_temp): an exception right after
+    # the open must not leave an empty `name` published.
     try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except FileExistsError:
-        raise OutputExistsError(name, _keep_aside(temp, name)) from None
-    try:
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            raise OutputExistsError(name, _keep_aside(temp, name)) from None
         with os.fdopen(fd, "wb") as file:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
+    except FileExistsError:  # someone else's file (OutputExistsError is one)
+        raise
     except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(name)  # ours: created exclusively just above
+        _unlink_quietly(name)  # ours: created exclusively just above
         _rename_error(error, name)
         raise
 
