@@ -321,37 +321,36 @@ def test_plan_for_any_deadline_against_exhaustive_optimum(index):
         )
 
 
-def test_tailored_plans_against_exhaustive_optimum():
+@pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids)
+def test_tailored_plans_against_exhaustive_optimum(index):
     # Frontier.plan_for(d, tailored=True) halfway between up to 12 pairs of
     # consecutive frontier plans and at up to 12 times some assignment achieves: each
     # plan is a real assignment (the oracle's own replay agrees), meets d,
     # never beats the optimum and never costs more than the picked plan.
     # (Here the frontier is already as good at the midpoints; what tailoring
     # gains is measured on larger pipelines, tests/test_tailored.py.)
-    for index in range(len(CASES)):
-        _, oracle, frontier = solved(index)
-        times = np.asarray(frontier.iteration_times_s)
-        achieved = np.unique(oracle.times)
-        achieved = achieved[np.linspace(0, achieved.size - 1, min(12, achieved.size)).astype(int)]
-        # 12 of each: on these tiny pipelines a tailored search kicks until
-        # 512 kicks in a row fail (about 0.04 s each; this file runs under
-        # the sanitizers in CI too).
-        midpoints = (times[1:] + times[:-1]) / 2
-        midpoints = midpoints[
-            np.linspace(0, midpoints.size - 1, min(12, midpoints.size)).astype(int)
-        ]
-        deadlines = np.concatenate([achieved, midpoints])
-        for deadline in deadlines[(deadlines >= times[0]) & (deadlines <= times[-1])]:
-            d = float(deadline) * (1 + 1e-12)
-            picked = frontier.plan_for(d).energy_at(d)
-            plan = frontier.plan_for(d, tailored=True)
-            time, energy = oracle.replay(oracle.choices_of(plan.frequency_map_mhz))
-            assert plan.iteration_time_s == pytest.approx(time[0], rel=1e-12)
-            assert plan.energy_j == pytest.approx(energy[0], rel=1e-12)
-            assert plan.iteration_time_s <= d
-            best = oracle.optimum(d)
-            assert plan.energy_at(d) >= best * (1 - 1e-9), "a tailored plan beats the optimum"
-            assert plan.energy_at(d) <= picked * (1 + 1e-12), "tailoring cost energy"
+    # One case per test, so that the sanitizer check (.ci/checks) can run a
+    # few of them: each is about 0.25 s here, 2 s under ASan.
+    _, oracle, frontier = solved(index)
+    times = np.asarray(frontier.iteration_times_s)
+    achieved = np.unique(oracle.times)
+    achieved = achieved[np.linspace(0, achieved.size - 1, min(12, achieved.size)).astype(int)]
+    # 12 of each: on these tiny pipelines a tailored search kicks until
+    # 512 kicks in a row fail (about 0.04 s each).
+    midpoints = (times[1:] + times[:-1]) / 2
+    midpoints = midpoints[np.linspace(0, midpoints.size - 1, min(12, midpoints.size)).astype(int)]
+    deadlines = np.concatenate([achieved, midpoints])
+    for deadline in deadlines[(deadlines >= times[0]) & (deadlines <= times[-1])]:
+        d = float(deadline) * (1 + 1e-12)
+        picked = frontier.plan_for(d).energy_at(d)
+        plan = frontier.plan_for(d, tailored=True)
+        time, energy = oracle.replay(oracle.choices_of(plan.frequency_map_mhz))
+        assert plan.iteration_time_s == pytest.approx(time[0], rel=1e-12)
+        assert plan.energy_j == pytest.approx(energy[0], rel=1e-12)
+        assert plan.iteration_time_s <= d
+        best = oracle.optimum(d)
+        assert plan.energy_at(d) >= best * (1 - 1e-9), "a tailored plan beats the optimum"
+        assert plan.energy_at(d) <= picked * (1 + 1e-12), "tailoring cost energy"
 
 
 def test_optimum_that_needs_a_raw_costlier_option_is_found():
