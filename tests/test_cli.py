@@ -356,11 +356,11 @@ def console_script():
     return script
 
 
-def _signal_a_real_solve(tmp_path, *signals):
-    """Send `signals` to `perseus optimize` once its solve is under way (its first
-    progress line): (exit status, that line, stdout, stderr)."""
+def _signal_a_real_solve(out, *signals):
+    """Send `signals` to `perseus optimize -o out` once its solve is under way (its
+    first progress line): (exit status, that line, stdout, stderr)."""
     process = subprocess.Popen(
-        [console_script(), "optimize", str(GPT3), "-m", "256", "-o", str(tmp_path)],
+        [console_script(), "optimize", str(GPT3), "-m", "256", "-o", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -375,6 +375,25 @@ def _signal_a_real_solve(tmp_path, *signals):
     return process.returncode, first, out, err
 
 
+def test_an_output_folder_removed_during_the_solve_is_made_again(tmp_path):
+    # Two runs into one new folder: the one that made it fails and removes it (still
+    # empty) while the other solves; that one must still write its frontier.
+    out = tmp_path / "shared"
+    process = subprocess.Popen(
+        [console_script(), "optimize", str(GPT3), "-m", "256", "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    first = process.stderr.readline()
+    assert first.startswith("solving frontier: "), first
+    out.rmdir()
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert (out / "frontier.json").exists()
+
+
 @pytest.mark.parametrize(
     ("signum", "status", "line"),
     [
@@ -386,7 +405,8 @@ def _signal_a_real_solve(tmp_path, *signals):
 def test_a_signal_during_a_real_solve_exits_with_one_line_and_writes_nothing(
     tmp_path, signum, status, line
 ):
-    returncode, first, out, err = _signal_a_real_solve(tmp_path, signum)
+    # Into folders it makes: a stopped solve leaves none of them behind.
+    returncode, first, out, err = _signal_a_real_solve(tmp_path / "new" / "run", signum)
     assert returncode == status, (first, err)
     assert err.strip().splitlines()[-1] == line
     assert out == ""
@@ -508,6 +528,19 @@ def test_a_full_disk_on_stdout_is_named(solved, flags):
         )
     assert result.returncode == 2
     assert result.stderr == "perseus show: error: standard output: No space left on device\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["optimize", "--help"]])
+def test_help_and_version_on_a_full_disk_fail_naming_it(args):
+    # argparse writes these itself and swallows OSError: exit 0, nothing said.
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [console_script(), *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    assert result.returncode == 2
+    assert result.stderr.endswith("error: standard output: No space left on device\n")
+    assert result.stderr.count("\n") == 1
 
 
 def test_progress_in_a_log_names_phases_eta_and_ends():

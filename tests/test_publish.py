@@ -267,3 +267,62 @@ def test_an_exception_right_after_a_file_is_created_leaves_nothing(tmp_path, mon
     with pytest.raises(_SignalledRightAfter):
         writers[write]()
     assert os.listdir(target) == []
+
+
+def test_a_failed_command_removes_the_folders_it_made(tmp_path, capsys):
+    # A profile that fails to load after -o's folders were made: none is left behind.
+    bad = tmp_path / "bad.csv"
+    bad.write_text("stage,instruction,frequency,time,energy\n0,forward,1410,oops,1\n")
+    out = tmp_path / "new" / "run"
+    status = main(["optimize", str(bad), "-m", "4", "--blocking-power", "70", "-o", str(out)])
+    assert status == 2
+    assert "oops" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["bad.csv"]
+    # A folder that was there already stays, empty or not.
+    (tmp_path / "kept").mkdir()
+    status = main(["optimize", str(bad), "-m", "4", "--blocking-power", "70", "-o",
+                   str(tmp_path / "kept")])  # fmt: skip
+    assert status == 2
+    assert (tmp_path / "kept").is_dir()
+
+
+class _Stop(Exception):
+    """What ends a block in the tests below."""
+
+
+def _failing_block(*steps, error=_Stop):
+    """Runs `steps` inside new_directories_removed_on_failure(), then raises `error`."""
+    try:
+        with _files.new_directories_removed_on_failure():
+            for step in steps:
+                step()
+            raise error
+    except error:
+        pass
+
+
+def test_folders_made_in_a_failed_block_go_only_while_empty(tmp_path):
+    made = tmp_path / "a" / "b" / "c"
+    _failing_block(lambda: _files.check_writable_directory(made), error=KeyboardInterrupt)
+    assert os.listdir(tmp_path) == []
+    # One that holds a file stays, with the folders above it.
+    _failing_block(
+        lambda: _files.check_writable_directory(made),
+        lambda: (made.parent / "note.txt").write_text("mine"),
+    )
+    assert not made.exists()
+    assert (tmp_path / "a" / "b" / "note.txt").exists()
+    # A block that ends well keeps what it made.
+    with _files.new_directories_removed_on_failure():
+        _files.check_writable_directory(made)
+    assert made.is_dir()
+
+
+def test_a_folder_found_there_is_not_this_blocks_to_remove(tmp_path):
+    # Run 1 made the folder and is still solving; run 2 found it, fails, and must
+    # leave it: it did not make it.
+    out = tmp_path / "shared"
+    with _files.new_directories_removed_on_failure():
+        _files.check_writable_directory(out)
+        _failing_block(lambda: _files.check_writable_directory(out))
+        assert out.is_dir()

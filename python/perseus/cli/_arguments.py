@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 from collections.abc import Callable
-from typing import NoReturn, Optional
+from typing import Any, NoReturn, Optional
 
 from .. import __version__
 from .._shipped import EXAMPLES
@@ -29,6 +30,18 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)", self.prog)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # argparse's own (--help, --version) swallows OSError, so `perseus --help
+        # > /dev/full` said nothing and exited 0. Written and flushed here, an
+        # error reaches main(), which names it (and a closed pipe exits 141).
+        if not message:
+            return
+        stream = file if file is not None else sys.stderr
+        if stream is None:  # the stream's fd was closed (`>&-`): nowhere to write
+            return
+        stream.write(message)
+        stream.flush()
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
