@@ -4,20 +4,17 @@ torn one, and plan files read with a size cap and a clear error."""
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import errno
 import os
 import secrets
 import stat
 import time
-from collections.abc import Iterator
 from typing import Optional
 
 from .errors import OutputExistsError
 
 __all__ = [
     "check_writable_directory",
-    "new_directories_removed_on_failure",
     "publish_new_file",
     "read_plan_text",
     "replace_user_file",
@@ -276,17 +273,8 @@ def check_writable_directory(directory: str | os.PathLike[str]) -> None:
         raise NotADirectoryError(
             errno.ENOTDIR, "exists and is not a directory (give a directory to write into)", name
         )
-    created = _created.get()
     try:
-        # Level by level, so that only the folders this call made are noted (another
-        # process may make the same ones at the same time).
-        for missing in reversed(_missing_directories(name)):
-            try:
-                os.mkdir(missing)
-            except FileExistsError:
-                continue
-            if created is not None:
-                created.insert(0, missing)  # deepest first
+        os.makedirs(name, exist_ok=True)
     except OSError as error:
         raise type(error)(
             error.errno, f"cannot create the directory: {error.strerror}", name
@@ -306,49 +294,6 @@ def check_writable_directory(directory: str | os.PathLike[str]) -> None:
         _unlink_quietly(probe)
         raise
     _unlink_quietly(probe)
-
-
-def _missing_directories(name: str) -> list[str]:
-    """The directories that making `name` would create, deepest first."""
-    missing = []
-    path = os.path.abspath(name)
-    while not os.path.lexists(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return missing
-
-
-# Directories check_writable_directory created inside new_directories_removed_on_failure().
-_created: contextvars.ContextVar[Optional[list[str]]] = contextvars.ContextVar(
-    "perseus_created_directories", default=None
-)
-
-
-@contextlib.contextmanager
-def new_directories_removed_on_failure() -> Iterator[None]:
-    """Directories that check_writable_directory creates in this block are removed again,
-    if still empty, when the block ends by an exception (an error, Ctrl-C, SIGTERM): a
-    failed or stopped `perseus optimize -o new/dir` leaves no empty folder behind.
-
-    A second run into the same new folder may have found it there and still be
-    solving: the commands call check_writable_directory again just before they
-    write, which makes it anew."""
-    created: list[str] = []
-    token = _created.set(created)
-    try:
-        yield
-    except BaseException:
-        for directory in created:  # deepest first; one that holds anything stays
-            try:
-                os.rmdir(directory)
-            except OSError:
-                break
-        raise
-    finally:
-        _created.reset(token)
 
 
 def _unlink_quietly(path: str) -> None:

@@ -29,7 +29,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-from .._files import new_directories_removed_on_failure
 from ..errors import ProfileError
 from ._arguments import UsageError, _parser
 from ._commands import (
@@ -205,8 +204,7 @@ def _run(argv: Sequence[str] | None) -> int:
                 f"unrecognized arguments: {' '.join(extra)} (see `{command} --help`)", command
             )
         prog = f"perseus {args.command}"
-        with new_directories_removed_on_failure():
-            status = _COMMANDS[args.command](args)
+        status = _COMMANDS[args.command](args)
         if sys.stdout is not None:  # None: fd 1 was closed (`>&-`)
             sys.stdout.flush()  # here, where a full disk is reported as one line
         return status

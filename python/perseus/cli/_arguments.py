@@ -37,8 +37,9 @@ class _Parser(argparse.ArgumentParser):
         # error reaches main(), which names it (and a closed pipe exits 141).
         if not message:
             return
+        # As argparse: no file given (or sys.stdout is None, fd 1 closed) means stderr.
         stream = file if file is not None else sys.stderr
-        if stream is None:  # the stream's fd was closed (`>&-`): nowhere to write
+        if stream is None:  # stderr's fd was closed too: nowhere to write
             return
         stream.write(message)
         stream.flush()

@@ -270,9 +270,6 @@ def _optimize(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close(completed=sys.exc_info()[0] is None)
-    # Again: a failed run beside this one may have removed the folder it made
-    # (new_directories_removed_on_failure), which this run found and used.
-    check_writable_directory(args.output)
     _save_frontier(frontier, target, args.force)
     # The facts, once: the JSON document is them, the text formats them.
     b, fastest, slowest = frontier.baseline, frontier.fastest, frontier[-1]
@@ -389,7 +386,6 @@ def _plan(args: argparse.Namespace) -> int:
         derived = Derived(kind, made_from, deadline, how)
     target = os.path.join(args.output, file_name(args.format, index, derived))
     _refuse_existing(target, args.force)
-    check_writable_directory(args.output)  # again, as in _optimize
     write_plan(chosen, target, args.format, index, overwrite=args.force, derived=derived)
     facts = _plan_facts(frontier, chosen, index)
     over_deadline = ""
