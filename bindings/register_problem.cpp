@@ -283,6 +283,7 @@ void register_problem(py::module_& m) {
   move_table["kicks_without_gain"] = moves::kKicksWithoutGain;
   move_table["kick_min_moves"] = moves::kKickMinMoves;
   move_table["kick_max_moves"] = moves::kKickMaxMoves;
+  move_table["kick_restart_every"] = moves::kKickRestartEvery;
   m.attr("LOCAL_SEARCH_MOVES") = move_table;
   m.attr("DEFAULT_THREADS") = SolverOptions::kDefaultThreads;
   m.attr("MAX_THREADS") = SolverOptions::kMaxThreads;

@@ -95,7 +95,8 @@ ImprovedPlans LockedProblem::search_deadline(const OptionIndex* plans, std::size
   try {
     best_j = perseus::search_deadline(
         deadline_s, times, [&](std::size_t k) { return plans + k * n; }, fastest.data(),
-        improver.work() + max_work, 1, improver, nullptr, best, nullptr, StartSearch::kEvery);
+        improver.work() + max_work, 1, improver, nullptr, best, nullptr,
+        StartSearch::kEveryWithRestarts);
   } catch (...) {
     improver_.reset();  // stopped mid-search: the next call builds a fresh one
     throw;

@@ -19,6 +19,7 @@ using local_search_moves::kJumps;
 using local_search_moves::kKickComputations;
 using local_search_moves::kKickMaxMoves;
 using local_search_moves::kKickMinMoves;
+using local_search_moves::kKickRestartEvery;
 using local_search_moves::kKicks;
 using local_search_moves::kKicksWithoutGain;
 using local_search_moves::kPairCandidates;
@@ -289,7 +290,7 @@ bool PlanImprover::keep_if_better(std::size_t mark, double deadline_s, double& b
   return false;
 }
 
-void PlanImprover::local_search(double deadline_s, std::int64_t max_work, bool kicks) {
+void PlanImprover::local_search(double deadline_s, std::int64_t max_work, Kicks kicks) {
   const std::int64_t limit = work() + max_work;
   const double deadline = std::max(deadline_s, makespan());
   reclaim_both(deadline, nullptr);
@@ -400,13 +401,14 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work, bool k
     }
   };
   descend();
-  if (!kicks || static_cast<Index>(choice_.size()) > kKickComputations) return;
+  if (kicks == Kicks::kNone || static_cast<Index>(choice_.size()) > kKickComputations) return;
   // Kicks: a local optimum of a small pipeline can sit several options in
   // several computations away from a better plan (measured: 7 of 18, 0.66 %
   // dearer, bench/data/review/), out of reach of the moves above. Each kick
   // moves a few computations by an option or two at random, meets the
-  // deadline again, descends, and is kept only if that ends cheaper. The
-  // random source is a fixed sequence (the same plans on every platform).
+  // deadline again, descends, and is kept only if that ends cheaper; every
+  // kKickRestartEvery-th starts from a random plan instead. The random
+  // source is a fixed sequence (the same plans on every platform).
   std::uint64_t state = 0x9e3779b97f4a7c15ULL ^ static_cast<std::uint64_t>(choice_.size());
   const auto next = [&state] {  // splitmix64
     std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
@@ -420,7 +422,13 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work, bool k
     ++fruitless;
     const std::size_t mark = journal_.size();
     const double before = best;
-    const std::uint64_t moved = kKickMinMoves + next() % (kKickMaxMoves - kKickMinMoves + 1);
+    const bool restart = kicks == Kicks::kWithRestarts && kick % kKickRestartEvery == 0;
+    const std::uint64_t moved =
+        restart ? 0 : kKickMinMoves + next() % (kKickMaxMoves - kKickMinMoves + 1);
+    for (Index i = 0; restart && i < static_cast<Index>(n); ++i) {
+      const auto options = static_cast<std::uint64_t>(table_.num_options(group_[ix(i)]));
+      set_option(i, static_cast<Index>(next() % options));
+    }
     for (std::uint64_t m = 0; m < moved; ++m) {
       const auto i = static_cast<Index>(next() % n);
       const std::uint64_t r = next();

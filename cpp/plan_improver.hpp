@@ -54,6 +54,14 @@ enum class TightenOrder : std::uint8_t {
   kUsefulSecond,  // ... per second of it that the paths through it need
 };
 
+// What local_search does with the budget left at a local optimum, on
+// pipelines of at most kKickComputations computations (solver_options.hpp).
+enum class Kicks : std::uint8_t {
+  kNone,          // nothing: it returns
+  kLocal,         // kicks: random moves of a few computations, then descent
+  kWithRestarts,  // the same, every kKickRestartEvery-th from a random plan
+};
+
 enum class ReclaimOrder : std::uint8_t {
   kSavingPerSecond,  // most effective energy saved per second of slack used
   kSaving,           // most effective energy saved
@@ -106,8 +114,8 @@ class PlanImprover {
   // work units are spent; T stays <= max(deadline_s, T).
   // With `kicks`, on pipelines of at most kKickComputations computations,
   // the budget left at a local optimum goes to kicks (random moves of a few
-  // computations, then descent, kept when cheaper; plan_improver.cpp).
-  void local_search(double deadline_s, std::int64_t max_work, bool kicks = false);
+  // computations, or restarts, then descent, kept when cheaper; plan_improver.cpp).
+  void local_search(double deadline_s, std::int64_t max_work, Kicks kicks = Kicks::kNone);
 
   std::int64_t work() const { return work_ + times_.work(); }
   // Whether work() < limit; polls first when due. A search that must stay

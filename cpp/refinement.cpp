@@ -187,7 +187,7 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
     improver.checkpoint();
     const Evaluation before = improver.evaluation();
     improver.reclaim_until(deadline, max_work_end);
-    if (start_search == StartSearch::kEvery && improver.makespan() <= deadline) keep_fitted(before);
+    if (start_search != StartSearch::kCheapest && improver.makespan() <= deadline) keep_fitted(before);
     if (improver.makespan() <= deadline && improver.energy_at(deadline) < best_j) {
       best_j = improver.energy_at(deadline);
       best_before = before;
@@ -226,7 +226,7 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
     *fastest_cost = improver.work() - before_fastest;
   }
   if (best_j == kInfinity) return kInfinity;
-  if (start_search == StartSearch::kEvery) {
+  if (start_search != StartSearch::kCheapest) {
     // The cheapest start first, with all that is left (as kCheapest does);
     // where its search reaches a local optimum early, each other start
     // with an even share of the rest.
@@ -255,7 +255,9 @@ double search_deadline(double deadline, const std::vector<double>& time_s,
     const std::int64_t rest = end - improver.work();
     if (rest > 0) {
       improver.assign(best.data());
-      improver.local_search(deadline, rest, /*kicks=*/true);
+      improver.local_search(
+          deadline, rest,
+          start_search == StartSearch::kEveryWithRestarts ? Kicks::kWithRestarts : Kicks::kLocal);
       if (improver.makespan() <= deadline &&
           improver.energy_at(deadline) < best_j * (1 - kImprovementShare)) {
         best_j = improver.energy_at(deadline);

@@ -115,7 +115,11 @@ void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, 
 // the rest (on a coarse-clock 4 x 8 pipeline the search from the cheapest
 // start stalled 0.14 % above the exact optimum, where one from another start
 // reached 0.034 %; bench/results/small-pipeline-search-2026-12-07.txt).
-enum class StartSearch : std::uint8_t { kCheapest, kEvery };
+// Both kEvery kinds then kick (Kicks, plan_improver.hpp); a tailored plan's
+// kicks restart from random plans too (kKickRestartEvery), the hull pass's
+// do not: at its few deadlines, with a fixed share each, restarts took the
+// budget that kicks had used better (bench/results/restarts-2026-12-07.txt).
+enum class StartSearch : std::uint8_t { kCheapest, kEvery, kEveryWithRestarts };
 
 // One deadline of the local-search phase, also what Frontier.plan_for(...,
 // tailored=True) runs: starts from the plans (times time_s, fastest first,

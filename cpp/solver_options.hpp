@@ -242,6 +242,19 @@ inline constexpr std::int64_t kKicks = 4096;
 inline constexpr std::int64_t kKicksWithoutGain = 512;
 inline constexpr std::uint64_t kKickMinMoves = 2;
 inline constexpr std::uint64_t kKickMaxMoves = 10;
+// Every kKickRestartEvery-th kick (the first included) is a restart instead:
+// every computation at a random option, then the deadline met again,
+// reclaimed and descended, kept only if cheaper, as a kick. On GPipe the
+// best plan can differ from the search's in half of its computations (15 of
+// 32, 0.350 % dearer: bench/data/review/ 4s6c-4x4-150w-gpipe), beyond any
+// kick of a few moves; a restart reaches other basins. On the review's 17
+// profiles at their deadlines, tailored plans exact at 16 (15 without
+// restarts), worst 0.296 % (0.350 %); restarts on every kick: worst 0.131 %
+// but exact at only 13, every 2nd: 15 (bench/results/restarts-2026-12-07.txt).
+// Tailored plans only (StartSearch::kEveryWithRestarts): in the hull pass
+// they made the frontier dearer at one deadline each of bench/quality.py's
+// 1F1B and GPipe suites (0.57 % and 0.12 %).
+inline constexpr std::int64_t kKickRestartEvery = 4;
 }  // namespace local_search_moves
 
 // The local search's work budget for a whole solve of a DAG with this many

@@ -768,6 +768,7 @@ def test_local_search_moves_are_readable_and_match_the_core_header():
         "kKicksWithoutGain": "kicks_without_gain",
         "kKickMinMoves": "kick_min_moves",
         "kKickMaxMoves": "kick_max_moves",
+        "kKickRestartEvery": "kick_restart_every",
     }
     assert set(header) == set(names)
     assert set(moves) == set(names.values())
