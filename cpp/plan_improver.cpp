@@ -425,10 +425,11 @@ void PlanImprover::local_search(double deadline_s, std::int64_t max_work, Kicks 
     const bool restart = kicks == Kicks::kWithRestarts && kick % kKickRestartEvery == 0;
     const std::uint64_t moved =
         restart ? 0 : kKickMinMoves + next() % (kKickMaxMoves - kKickMinMoves + 1);
-    for (Index i = 0; restart && i < static_cast<Index>(n); ++i) {
-      const auto options = static_cast<std::uint64_t>(table_.num_options(group_[ix(i)]));
-      set_option(i, static_cast<Index>(next() % options));
-    }
+    if (restart)
+      for (Index i = 0; i < static_cast<Index>(n); ++i) {
+        const auto options = static_cast<std::uint64_t>(table_.num_options(group_[ix(i)]));
+        set_option(i, static_cast<Index>(next() % options));
+      }
     for (std::uint64_t m = 0; m < moved; ++m) {
       const auto i = static_cast<Index>(next() % n);
       const std::uint64_t r = next();
