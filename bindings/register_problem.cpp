@@ -155,10 +155,10 @@ FrontierResult solve(const LockedProblem& self, double unit_time_s, bool refine,
   std::unique_ptr<py::error_already_set> pending;
   options.interrupted = signal_hook(pending);
   if (!progress.is_none()) {
-    options.progress = [&](Phase phase, std::int64_t done, std::int64_t total) {
+    options.progress = [&](Phase phase, std::int64_t done, std::int64_t total, double fraction) {
       py::gil_scoped_acquire acquire;
       try {
-        const py::object answer = progress(phase, done, total);
+        const py::object answer = progress(phase, done, total, fraction);
         return answer.is_none() || answer.cast<bool>();
       } catch (py::error_already_set& e) {
         pending = std::make_unique<py::error_already_set>(std::move(e));

@@ -189,8 +189,10 @@ WalkOutcome walk_plain(PhillipsDessouky& steps, double unit, const Sampling& sam
                        PlanImprover& improver, CandidateLogs& logs, const Ticker& tick) {
   const auto started = Clock::now();
   WalkOutcome outcome;
+  pacer.enter(SolvePart::kUnrefinedWalk);
   outcome.stop_reason = steps.run(pacer);
   outcome.min_cut_s = seconds_since(started);
+  pacer.enter(SolvePart::kUnrefinedPlans);
   collect_chain(steps, Chain::kReclaimed, unit, sampling, false, improver, logs.reclaimed, tick);
   return outcome;
 }
@@ -227,6 +229,10 @@ WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionT
       plain_possible = false;
     }
   }
+  if (!plain) {
+    pacer.skip(SolvePart::kPlainWalk);
+    pacer.skip(SolvePart::kPlainWalkRest);
+  }
   if (plain) {
     PhillipsDessouky& walk_steps = *plain;
     if (threads >= 4) {
@@ -236,6 +242,7 @@ WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionT
         });
       });
     } else {
+      pacer.enter(SolvePart::kPlainWalk);
       plain->run(pacer);
     }
   }
@@ -261,16 +268,21 @@ WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionT
       },
       close_log);
   WalkOutcome outcome;
+  pacer.enter(SolvePart::kFineWalk);
   outcome.stop_reason = steps.run(pacer);
   if (plain_walk) {
+    pacer.enter(SolvePart::kPlainWalkRest);
     plain_walk->finish(
         pacer, [&](std::int64_t done, std::int64_t total) { pacer.tick(Phase::kMinCut, done, total); });
     plain_walk.reset();
   }
   outcome.min_cut_s = seconds_since(started);
   // The chains follow the loop (or, without threads of their own, run now).
+  pacer.enter(SolvePart::kReclaimedChain);
   reclaimed.finish(pacer, tick);
+  pacer.enter(SolvePart::kTightChain);
   tight.finish(pacer, tick);
+  pacer.enter(SolvePart::kPlainPlans);
   double first_step_s = all_fastest_s;
   bool any = false;
   for (const PlanLog* log : {&logs.reclaimed, &logs.tight})
@@ -307,8 +319,9 @@ class ParetoSet {
         pacer_(pacer),
         plans_(num_computations) {}
 
-  // Replays the plans worth keeping from `log` and adds them (not yet selected).
-  void add(const PlanLog& log, Phase phase) {
+  // Replays the plans worth keeping from `log` and adds them (not yet
+  // selected); `advances`: their count is the current part's progress.
+  void add(const PlanLog& log, Phase phase, bool advances = false) {
     std::vector<double> times(log.size()), energies(log.size());
     for (std::size_t k = 0; k < log.size(); ++k) {
       times[k] = log.time_s(k);
@@ -317,7 +330,11 @@ class ParetoSet {
     std::vector<std::size_t> wanted = frontier_of(times, energies, blocking_w_, resolution_j_);
     std::sort(wanted.begin(), wanted.end());  // the order rebuild() visits plans in
     log.rebuild(wanted, [&](std::size_t k, const OptionIndex* choice) {
-      pacer_.tick(phase, static_cast<std::int64_t>(k), static_cast<std::int64_t>(wanted.size()));
+      if (advances)
+        pacer_.tick(phase, static_cast<std::int64_t>(k), static_cast<std::int64_t>(wanted.size()));
+      else
+        pacer_.tick_within(phase, static_cast<std::int64_t>(k),
+                           static_cast<std::int64_t>(wanted.size()));
       const Evaluation e = evaluator_.evaluate(choice);
       pending_.push_back(Source{&log, wanted[k]});
       time_s_.push_back(e.iteration_time_s);
@@ -533,6 +550,7 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
       options.refine ? affordable_plan_count(pipeline, dag, table, options.budgets.exhaustive_max_work)
                      : -1;
   if (plan_count > 0) {
+    pacer.enter(SolvePart::kLocalSearch);  // in its place, and before the selection
     const auto every_started = Clock::now();
     record_every_pareto_plan(
         pipeline, dag, table, plan_count, logs.every,
@@ -542,12 +560,14 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
 
   ParetoSet kept(evaluator, pipeline.size(), evaluator.pipeline_blocking_w(),
                  options.budgets.plan_energy_resolution * result.baseline.energy_j, pacer);
-  for (const PlanLog* log : logs.in_order()) kept.add(*log, walk_phase);
+  if (plan_count <= 0) pacer.enter(SolvePart::kSelection);
+  for (const PlanLog* log : logs.in_order()) kept.add(*log, walk_phase, plan_count <= 0);
   kept.select();
 
   std::int64_t searched = 0;
   if (options.refine && plan_count <= 0) {
     const auto search_started = Clock::now();
+    pacer.enter(SolvePart::kLocalSearch);
     searched = search_in_rounds(pipeline, dag, table, options, pacer, improver, kept);
     result.phase_seconds[static_cast<int>(Phase::kLocalSearch)] = seconds_since(search_started);
   }

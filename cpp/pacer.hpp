@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "solve_parts.hpp"
 #include "solver_options.hpp"
 
 namespace perseus {
@@ -27,10 +28,21 @@ class Pacer {
   explicit Pacer(const SolverOptions& options);
 
   // Reports and polls when due; throws SolveCancelled when asked to stop.
+  // done / total is how far the current part (enter()) is.
   void tick(Phase phase, std::int64_t done, std::int64_t total) {
     const Clock::time_point now = Clock::now();
-    if (now >= next_poll_ || now >= next_report_) due(now, phase, done, total);
+    if (now >= next_poll_ || now >= next_report_) due(now, phase, done, total, true);
   }
+  // The same for work that is not the current part's progress (selecting
+  // plans between search rounds): the report keeps the last fraction.
+  void tick_within(Phase phase, std::int64_t done, std::int64_t total) {
+    const Clock::time_point now = Clock::now();
+    if (now >= next_poll_ || now >= next_report_) due(now, phase, done, total, false);
+  }
+  // The caller's thread starts a part of the solve; `part` will not run.
+  // Only the caller's thread reports, so only it calls these.
+  void enter(SolvePart part) { parts_.enter(part); }
+  void skip(SolvePart part) { parts_.skip(part); }
 
   // When tick() next has something to do: a thread that only waits for
   // others sleeps until then (time_point::max() when there are no hooks).
@@ -38,9 +50,11 @@ class Pacer {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void due(Clock::time_point now, Phase phase, std::int64_t done, std::int64_t total);
+  void due(Clock::time_point now, Phase phase, std::int64_t done, std::int64_t total, bool advances);
 
   const SolverOptions& options_;
+  SolveParts parts_;
+  double fraction_ = 0.0;  // the last report's; never falls
   Clock::duration poll_period_, report_period_;
   Clock::time_point next_poll_, next_report_;
 };

@@ -155,12 +155,14 @@ struct SolverBudgets {
   double exhaustive_max_work = 1e8;
 };
 
-// Progress: called with (phase, done, total) at most once per
+// Progress: called with (phase, done, total, fraction) at most once per
 // progress_period_s, the period measured from the previous call's return;
+// done / total is how far the current job of the phase is, fraction an
+// estimate of how far the whole solve is (solve_parts.hpp; it never falls);
 // return false to cancel. interrupted: polled at least every
 // interrupt_poll_s; return true to cancel. Either hook may be empty. A
 // cancelled solve throws SolveCancelled.
-using ProgressHook = std::function<bool(Phase, std::int64_t, std::int64_t)>;
+using ProgressHook = std::function<bool(Phase, std::int64_t, std::int64_t, double)>;
 using InterruptHook = std::function<bool()>;
 
 struct SolverOptions {

@@ -551,6 +551,48 @@ def test_a_callback_cancels_any_phase(example_profile, phase, threads):
     assert seen[-1] == phase
 
 
+@pytest.mark.parametrize("threads", [None, 1])
+def test_the_progress_fraction_rises_through_every_walk_and_chain(example_profile, threads):
+    # With one thread the plain walk, the loop and both candidate chains run
+    # one after another, each counting its units from 0. Fixed per-phase
+    # weights on those counts held the fraction still through the loop after
+    # the plain walk and through the second chain (bench/progress_eta.py).
+    reports = []
+    perseus.optimize(
+        example_profile,
+        microbatches=16,
+        progress=reports.append,
+        progress_period_s=0.0,
+        threads=threads,
+    )
+    fractions = [r.fraction for r in reports]
+    assert all(0 <= f <= 1 for f in fractions)
+    assert fractions == sorted(fractions)
+    assert fractions[-1] > 0.9
+    walk_total = max(r.total for r in reports if r.phase == "min cut")
+    jobs = []  # runs of reports of one phase and total whose done rises
+    for r in reports:
+        if jobs and (r.phase, r.total) == jobs[-1][0] and r.done >= jobs[-1][1][-1].done:
+            jobs[-1][1].append(r)
+        else:
+            jobs.append(((r.phase, r.total), [r]))
+    # The walks (min cut) and the chains, which follow the loop's units.
+    followed = [
+        runs
+        for (phase, total), runs in jobs
+        if phase == "min cut" or (phase == "reclamation" and total == walk_total)
+    ]
+    whole = [
+        runs
+        for runs in followed
+        if runs[0].done <= 0.2 * runs[0].total and runs[-1].done >= 0.8 * runs[-1].total
+    ]
+    # threads=1: plain walk, loop, two chains; default: the loop (the rest overlaps it).
+    assert len(whole) >= (4 if threads == 1 else 1)
+    for runs in whole:
+        assert runs[-1].fraction - runs[0].fraction > 0.05, (runs[0].phase, runs[0].total)
+
+
 # --- threads --------------------------------------------------------------------------
 
 

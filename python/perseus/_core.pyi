@@ -215,7 +215,7 @@ class Problem:
         unit_time_s: float,
         refine: bool,
         budgets: SolverBudgets,
-        progress: Callable[[Phase, int, int], object] | None = None,
+        progress: Callable[[Phase, int, int, float], object] | None = None,
         progress_period_s: float = 0.1,
         threads: int = 0,
     ) -> SolveResult: ...

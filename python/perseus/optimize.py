@@ -304,7 +304,7 @@ def optimize(
     _check_size(profile, spec, unit)
     problem, table, pipeline = _setup(profile, spec)
     sinks, bar = _progress_sinks(progress)
-    reporter = ProgressReporter(refine=refine, sinks=sinks) if sinks else None
+    reporter = ProgressReporter(sinks=sinks) if sinks else None
     try:
         result = problem.solve(unit, refine, solver_budgets, reporter, period, thread_count)
     except ValueError as error:

@@ -1,11 +1,13 @@
 """Progress of a long solve: one reporter for the terminal bar, log lines and callbacks.
 
-The core reports ``(phase, done, total)`` at most once per period (the
-period measured from the end of the previous report, so a slow consumer is
-never called back to back). :class:`ProgressReporter` turns that into a
-:class:`SolveProgress` with the phase's name, the share of the whole solve
-and an ETA, and hands it to a user callback, to :class:`ProgressBar`, or to
-both.
+The core reports ``(phase, done, total, fraction)`` at most once per period
+(the period measured from the end of the previous report, so a slow consumer
+is never called back to back): how far the current job of a phase is, and
+its estimate of how far the whole solve is, from the parts the solve runs
+in and the share of the time each takes (``cpp/solve_parts.hpp``).
+:class:`ProgressReporter` turns that into a :class:`SolveProgress` with the
+phase's name, the share of the whole solve and an ETA, and hands it to a
+user callback, to :class:`ProgressBar`, or to both.
 """
 
 from __future__ import annotations
@@ -15,16 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
-from . import _core
-
 __all__ = ["ProgressBar", "ProgressReporter", "SolveProgress"]
 
-# The phases in the order they run, named as the core names them.
-_ORDER = tuple(_core.phase_name(phase) for phase in _core.Phase.__members__.values())
-# Rough share of a solve's time each phase takes (measured on the benchmark
-# corpus; in _ORDER's order), to turn per-phase counts into one fraction and an ETA.
-_WEIGHTS_REFINED = dict(zip(_ORDER, (0.35, 0.0, 0.45, 0.2)))
-_WEIGHTS_PLAIN = dict(zip(_ORDER, (0.6, 0.4, 0.0, 0.0)))
+# No ETA before this share of the solve and this many seconds: the first
+# reports say little about the rate.
+_ETA_AFTER_FRACTION = 0.02
+_ETA_AFTER_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -36,10 +34,14 @@ class SolveProgress:
     phase : str
         ``"min cut"``, ``"candidates"``, ``"reclamation"`` or ``"local search"``.
     done, total : int
-        Work items of this phase done so far, and in all (units of iteration
-        time for the min cut, plans for the others).
+        Work items of the phase's current job done so far, and in all (units
+        of iteration time for the min cut, plans for the others). A phase may
+        run several jobs one after another (with ``threads=1``, both
+        candidate chains in the reclamation), each counting from 0.
     fraction : float
-        Estimated share of the whole solve done, 0..1.
+        Estimated share of the whole solve's wall time done, 0..1; it never
+        falls. Estimated from the parts the solve runs in and the share each
+        took on the benchmark's user-scale cases (``cpp/solve_parts.hpp``).
     elapsed_s : float
         Seconds since the solve started.
     eta_s : float or None
@@ -74,32 +76,27 @@ class ProgressReporter:
 
     Parameters
     ----------
-    refine : bool
-        Whether the solve refines (the phases it runs differ).
     sinks : callables taking a `SolveProgress`
         Where reports go; a sink returning ``False`` (or another false value but
         None) cancels the solve.
     """
 
-    def __init__(self, *, refine: bool, sinks: list[Callable[[SolveProgress], object]]) -> None:
-        self._weights = _WEIGHTS_REFINED if refine else _WEIGHTS_PLAIN
+    def __init__(self, *, sinks: list[Callable[[SolveProgress], object]]) -> None:
         self._sinks = sinks
         self._started = time.monotonic()
-        self._fraction = 0.0
         # What a sink raised, so the caller tells it from the core's own errors
         # and lets it through unchanged (a callback's ValueError is its own).
         self.raised: Optional[BaseException] = None
 
-    def __call__(self, phase: object, done: int, total: int) -> bool:
+    def __call__(self, phase: object, done: int, total: int, fraction: float) -> bool:
         name = _phase_name(phase)
-        share = min(1.0, done / total) if total > 0 else 0.0
-        before = sum(self._weights[p] for p in _ORDER[: _ORDER.index(name)])
-        # A phase may walk several lists (the candidates, then the fast end):
-        # the share of the whole solve never goes back.
-        fraction = max(self._fraction, min(1.0, before + self._weights[name] * share))
-        self._fraction = fraction
+        fraction = min(1.0, max(0.0, float(fraction)))  # the core's never falls
         elapsed = time.monotonic() - self._started
-        eta = elapsed * (1 - fraction) / fraction if fraction > 0.02 and elapsed > 0.2 else None
+        eta = (
+            elapsed * (1 - fraction) / fraction
+            if fraction > _ETA_AFTER_FRACTION and elapsed > _ETA_AFTER_S
+            else None
+        )
         report = SolveProgress(name, int(done), int(total), fraction, elapsed, eta)
         keep_going = True
         for sink in self._sinks:

@@ -14,6 +14,7 @@
 #include "evaluate.hpp"
 #include "frontier.hpp"
 #include "pacer.hpp"
+#include "solve_parts.hpp"
 #include "test_support.hpp"
 
 namespace perseus {
@@ -167,24 +168,78 @@ TEST(SolveFrontier, ProgressHookReturningFalseCancels) {
   SolverOptions options = fast_options();
   options.progress_period_s = 0.0;  // report at every tick
   std::int64_t calls = 0;
-  options.progress = [&](Phase, std::int64_t, std::int64_t) { return ++calls < 3; };
+  options.progress = [&](Phase, std::int64_t, std::int64_t, double) { return ++calls < 3; };
   EXPECT_THROW(solve_frontier(c.pipeline, c.dag, c.table, options), SolveCancelled);
   EXPECT_EQ(calls, 3);
 }
 
-TEST(SolveFrontier, ProgressPhasesNeverGoBack) {
+class ProgressAtThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(ProgressAtThreads, PhasesAndTheFractionNeverGoBack) {
   const Case c(Pipeline(ScheduleKind::OneFOneB, 3, 1, 4), 6, 5);
   SolverOptions options = fast_options();
+  options.threads = GetParam();
   options.progress_period_s = 0.0;
   std::vector<Phase> phases;
-  options.progress = [&](Phase phase, std::int64_t done, std::int64_t) {
+  std::vector<double> fractions;
+  options.progress = [&](Phase phase, std::int64_t done, std::int64_t, double fraction) {
     EXPECT_GE(done, 0);
     phases.push_back(phase);
+    fractions.push_back(fraction);
     return true;
   };
   expect_valid_frontier(c, solve_frontier(c.pipeline, c.dag, c.table, options));
   ASSERT_FALSE(phases.empty());
-  for (std::size_t k = 1; k < phases.size(); ++k) EXPECT_LE(phases[k - 1], phases[k]);
+  for (std::size_t k = 1; k < phases.size(); ++k) {
+    EXPECT_LE(phases[k - 1], phases[k]);
+    EXPECT_LE(fractions[k - 1], fractions[k]);
+  }
+  EXPECT_GE(fractions.front(), 0.0);
+  EXPECT_LE(fractions.back(), 1.0);
+  // The last reports come from the local search's last deadlines.
+  EXPECT_GT(fractions.back(), 0.9);
+}
+
+INSTANTIATE_TEST_SUITE_P(OneToFour, ProgressAtThreads, ::testing::Values(1, 2, 3, 4));
+
+TEST(SolveParts, EveryPartAdvancesTheFractionAndTheLastEndsIt) {
+  for (int threads = 1; threads <= 4; ++threads) {
+    SolveParts parts(true, threads);
+    double last = 0.0;
+    for (const SolvePart part :
+         {SolvePart::kPlainWalk, SolvePart::kFineWalk, SolvePart::kPlainWalkRest,
+          SolvePart::kReclaimedChain, SolvePart::kTightChain, SolvePart::kPlainPlans,
+          SolvePart::kSelection, SolvePart::kLocalSearch}) {
+      parts.enter(part);
+      EXPECT_NEAR(parts.fraction(0, 10), last, 1e-12) << threads;
+      const double end = parts.fraction(10, 10);
+      EXPECT_GE(end, last) << threads;
+      last = end;
+    }
+    EXPECT_NEAR(last, 1.0, 1e-12) << threads;
+  }
+}
+
+TEST(SolveParts, AWalksEarlyUnitsCountForLittleTime) {
+  SolveParts parts(false, 1);
+  parts.enter(SolvePart::kUnrefinedWalk);
+  const double walk = parts.fraction(1, 1);
+  // Half the units: a fifth of the walk's time (kWalkTimeCurve).
+  EXPECT_NEAR(parts.fraction(5, 10), 0.19 * walk, 1e-12);
+  parts.enter(SolvePart::kUnrefinedPlans);
+  const double plans = parts.fraction(1, 1) - walk;
+  EXPECT_NEAR(parts.fraction(5, 10), walk + 0.5 * plans, 1e-12);
+  parts.enter(SolvePart::kSelection);
+  EXPECT_NEAR(parts.fraction(1, 1), 1.0, 1e-12);
+}
+
+TEST(SolveParts, ASkippedPartsShareGoesToTheOthers) {
+  SolveParts parts(true, 1);
+  parts.skip(SolvePart::kPlainWalk);
+  parts.enter(SolvePart::kFineWalk);
+  EXPECT_EQ(parts.fraction(0, 1), 0.0);
+  parts.enter(SolvePart::kLocalSearch);
+  EXPECT_NEAR(parts.fraction(1, 1), 1.0, 1e-12);
 }
 
 TEST(SolveFrontier, InterruptHookCancels) {

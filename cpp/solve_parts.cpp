@@ -1,0 +1,64 @@
+#include "solve_parts.hpp"
+
+#include <algorithm>
+
+namespace perseus {
+namespace {
+
+bool is_walk(SolvePart part) {
+  return part == SolvePart::kPlainWalk || part == SolvePart::kFineWalk ||
+         part == SolvePart::kPlainWalkRest || part == SolvePart::kUnrefinedWalk;
+}
+
+// Whether `part` runs in a refining solve (true), an unrefined one (false).
+bool in_refining(SolvePart part) {
+  return part != SolvePart::kUnrefinedWalk && part != SolvePart::kUnrefinedPlans;
+}
+bool in_unrefined(SolvePart part) {
+  return part == SolvePart::kUnrefinedWalk || part == SolvePart::kUnrefinedPlans ||
+         part == SolvePart::kSelection;
+}
+
+// kWalkTimeCurve at `units` (in [0, 1]), linear between its points.
+double walk_time_share(double units) {
+  for (std::size_t k = 1; k < kWalkTimeCurve.size(); ++k) {
+    const auto [u1, t1] = kWalkTimeCurve[k];
+    if (units <= u1) {
+      const auto [u0, t0] = kWalkTimeCurve[k - 1];
+      return t0 + (t1 - t0) * (units - u0) / (u1 - u0);
+    }
+  }
+  return 1.0;
+}
+
+}  // namespace
+
+SolveParts::SolveParts(bool refine, int threads) {
+  const auto column = static_cast<std::size_t>(std::clamp(threads, 1, 4) - 1);
+  for (std::size_t k = 0; k < kSolveParts; ++k) {
+    const auto part = static_cast<SolvePart>(k);
+    share_[k] = (refine ? in_refining(part) : in_unrefined(part)) ? kPartShares[k][column] : 0.0;
+  }
+  if (!refine) share_[static_cast<std::size_t>(SolvePart::kSelection)] = kUnrefinedSelectionShare;
+  current_ = refine ? 0 : static_cast<std::size_t>(SolvePart::kUnrefinedWalk);
+}
+
+void SolveParts::enter(SolvePart part) { current_ = static_cast<std::size_t>(part); }
+
+void SolveParts::skip(SolvePart part) { share_[static_cast<std::size_t>(part)] = 0.0; }
+
+double SolveParts::fraction(std::int64_t done, std::int64_t total) const {
+  double before = 0.0, all = 0.0;
+  for (std::size_t k = 0; k < kSolveParts; ++k) {
+    all += share_[k];
+    if (k < current_) before += share_[k];
+  }
+  if (all <= 0.0) return 0.0;
+  const double units =
+      total > 0 ? std::clamp(static_cast<double>(done) / static_cast<double>(total), 0.0, 1.0) : 0.0;
+  const SolvePart part = static_cast<SolvePart>(current_);
+  const double within = is_walk(part) ? walk_time_share(units) : units;
+  return std::clamp((before + share_[current_] * within) / all, 0.0, 1.0);
+}
+
+}  // namespace perseus
