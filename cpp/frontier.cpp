@@ -8,6 +8,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -282,7 +283,7 @@ WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionT
   reclaimed.finish(pacer, tick);
   pacer.enter(SolvePart::kTightChain);
   tight.finish(pacer, tick);
-  pacer.enter(SolvePart::kPlainPlans);
+  pacer.enter(SolvePart::kFastEnd);
   double first_step_s = all_fastest_s;
   bool any = false;
   for (const PlanLog* log : {&logs.reclaimed, &logs.tight})
@@ -293,6 +294,7 @@ WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionT
   collect_fast_end(steps, options.unit_time_s, all_fastest_s, first_step_s, improver, logs.fast_end,
                    tick);
   const Sampling every_unit;  // stride 1, every unit: refine=False's plans
+  pacer.enter(SolvePart::kPlainPlans);
   if (plain_possible)
     collect_chain(plain ? *plain : steps, Chain::kReclaimed, options.unit_time_s, every_unit, false,
                   improver, logs.plain, tick);
@@ -320,8 +322,13 @@ class ParetoSet {
         plans_(num_computations) {}
 
   // Replays the plans worth keeping from `log` and adds them (not yet
-  // selected); `advances`: their count is the current part's progress.
-  void add(const PlanLog& log, Phase phase, bool advances = false) {
+  // selected). With `part_of`, the log's records are [first, first +
+  // log.size()) of `count` that make up the current part's progress;
+  // without, its progress is reported but is not the part's.
+  struct PartOf {
+    std::int64_t first, count;
+  };
+  void add(const PlanLog& log, Phase phase, std::optional<PartOf> part_of = std::nullopt) {
     std::vector<double> times(log.size()), energies(log.size());
     for (std::size_t k = 0; k < log.size(); ++k) {
       times[k] = log.time_s(k);
@@ -330,11 +337,11 @@ class ParetoSet {
     std::vector<std::size_t> wanted = frontier_of(times, energies, blocking_w_, resolution_j_);
     std::sort(wanted.begin(), wanted.end());  // the order rebuild() visits plans in
     log.rebuild(wanted, [&](std::size_t k, const OptionIndex* choice) {
-      if (advances)
-        pacer_.tick(phase, static_cast<std::int64_t>(k), static_cast<std::int64_t>(wanted.size()));
-      else
-        pacer_.tick_within(phase, static_cast<std::int64_t>(k),
-                           static_cast<std::int64_t>(wanted.size()));
+      const auto done = static_cast<std::int64_t>(k), total = static_cast<std::int64_t>(wanted.size());
+      if (part_of)
+        pacer_.tick(phase, part_of->first + done * static_cast<std::int64_t>(log.size()) / total,
+                    part_of->count);
+      else pacer_.tick_within(phase, done, total);
       const Evaluation e = evaluator_.evaluate(choice);
       pending_.push_back(Source{&log, wanted[k]});
       time_s_.push_back(e.iteration_time_s);
@@ -433,6 +440,21 @@ class ParetoSet {
   std::vector<double> time_s_, energy_j_, before_j_;
 };
 
+// The median group's count of useful options: how coarse the clock table is.
+double median_options(const OptionTable& table) {
+  std::vector<double> counts;
+  for (GroupId g(0); g.value() < table.num_groups(); ++g)
+    counts.push_back(static_cast<double>(table.num_options(g)));
+  return counts.empty() ? 1.0 : median_of(counts);
+}
+
+// The local search's whole budget (work units) for this pipeline and table.
+double search_budget(const Dag& dag, const OptionTable& table, const SolverBudgets& budgets) {
+  return local_search_budget(static_cast<double>(dag.num_nodes()),
+                             static_cast<double>(dag.num_nodes() + dag.num_edges()),
+                             median_options(table), budgets);
+}
+
 // Local search in rounds, each from the frontier the one before left (a good
 // structure found at one deadline spreads to its neighbours); a round splits
 // its deadlines and budget in two halves, this thread's and a second thread's
@@ -441,13 +463,7 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
                               const SolverOptions& options, Pacer& pacer, PlanImprover& improver,
                               ParetoSet& kept) {
   const SolverBudgets& budgets = options.budgets;
-  // The median group's count of useful options: how coarse the clock table is.
-  std::vector<double> option_counts;
-  for (GroupId g(0); g.value() < table.num_groups(); ++g)
-    option_counts.push_back(static_cast<double>(table.num_options(g)));
-  const double budget = local_search_budget(
-      static_cast<double>(dag.num_nodes()), static_cast<double>(dag.num_nodes() + dag.num_edges()),
-      option_counts.empty() ? 1.0 : median_of(option_counts), budgets);
+  const double budget = search_budget(dag, table, budgets);
   const std::int64_t rounds = std::max<std::int64_t>(1, budgets.local_search_rounds);
   const std::size_t grid = ix(budgets.local_search_max_grid);
   // The hull pass's share, where it pays for at least one search (solver_options.hpp).
@@ -530,6 +546,20 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   const Ticker tick = [&](std::int64_t done, std::int64_t total) {
     pacer.tick(walk_phase, done, total);
   };
+  // A tiny pipeline's every plan, where that is affordable: an exact frontier,
+  // which the local search cannot improve on.
+  const std::int64_t plan_count =
+      options.refine ? affordable_plan_count(pipeline, dag, table, options.budgets.exhaustive_max_work)
+                     : -1;
+  if (options.refine) {
+    // The search's share of the progress, from its budget (solve_parts.hpp).
+    const double elements = static_cast<double>(dag.num_nodes() + dag.num_edges());
+    const double search_s = plan_count > 0
+                                ? static_cast<double>(plan_count) * elements / kReplayWorkPerSecond
+                                : search_budget(dag, table, options.budgets) / kSearchWorkPerSecond;
+    pacer.predict_search(search_s, predicted_rest_s(static_cast<double>(pipeline.size()),
+                                                    median_options(table), solver_threads(options)));
+  }
   const auto started = Clock::now();
   const WalkOutcome walked =
       options.refine ? walk_refined(pipeline, dag, table, options, steps, unit, sampling,
@@ -544,11 +574,6 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
   result.max_time_units = steps.max_units();
   result.phase_seconds[static_cast<int>(walk_phase)] = seconds_since(started) - walked.min_cut_s;
 
-  // A tiny pipeline's every plan, where that is affordable: an exact frontier,
-  // which the local search cannot improve on.
-  const std::int64_t plan_count =
-      options.refine ? affordable_plan_count(pipeline, dag, table, options.budgets.exhaustive_max_work)
-                     : -1;
   if (plan_count > 0) {
     pacer.enter(SolvePart::kLocalSearch);  // in its place, and before the selection
     const auto every_started = Clock::now();
@@ -560,8 +585,19 @@ FrontierResult solve_frontier(const Pipeline& pipeline, const Dag& dag, const Op
 
   ParetoSet kept(evaluator, pipeline.size(), evaluator.pipeline_blocking_w(),
                  options.budgets.plan_energy_resolution * result.baseline.energy_j, pacer);
+  // The selection's progress: the logs' records in order, and a tenth more
+  // for select().
   if (plan_count <= 0) pacer.enter(SolvePart::kSelection);
-  for (const PlanLog* log : logs.in_order()) kept.add(*log, walk_phase, plan_count <= 0);
+  std::int64_t records = 0;
+  for (const PlanLog* log : logs.in_order()) records += static_cast<std::int64_t>(log->size());
+  std::int64_t first = 0;
+  for (const PlanLog* log : logs.in_order()) {
+    using PartOf = ParetoSet::PartOf;
+    kept.add(*log, walk_phase,
+             plan_count <= 0 ? std::optional<PartOf>(PartOf{first, records + records / 10 + 1})
+                             : std::nullopt);
+    first += static_cast<std::int64_t>(log->size());
+  }
   kept.select();
 
   std::int64_t searched = 0;

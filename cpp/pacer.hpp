@@ -39,10 +39,13 @@ class Pacer {
     const Clock::time_point now = Clock::now();
     if (now >= next_poll_ || now >= next_report_) due(now, phase, done, total, false);
   }
-  // The caller's thread starts a part of the solve; `part` will not run.
-  // Only the caller's thread reports, so only it calls these.
+  // Only the caller's thread reports, so only it calls these (SolveParts).
+  // The caller's thread starts `part`:
   void enter(SolvePart part) { parts_.enter(part); }
+  // `part` will not run:
   void skip(SolvePart part) { parts_.skip(part); }
+  // The local search's share, from predicted seconds (before any report):
+  void predict_search(double search_s, double rest_s) { parts_.predict_search(search_s, rest_s); }
 
   // When tick() next has something to do: a thread that only waits for
   // others sleeps until then (time_point::max() when there are no hooks).

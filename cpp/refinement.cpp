@@ -137,7 +137,7 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
                          ? static_cast<std::int64_t>(std::ceil((first_step_s - fastest_s) / spacing_s))
                          : 1;
   for (std::int64_t k = count - 1; k >= 0; --k) {
-    tick(count - k, count);
+    tick(count - 1 - k, count);  // before the deadline's work: k done
     const double deadline = fastest_s + static_cast<double>(k) * spacing_s;
     improver.assign(chain.data());
     if (improver.tighten(deadline, TightenOrder::kUsefulSecond)) {
@@ -312,7 +312,12 @@ void search_deadlines(const PlanRows& plans, const std::vector<double>& time_s, 
   std::int64_t fastest_cost = 0;  // of the last all-fastest start (none yet)
   for (std::size_t d = 0; d < deadlines.size(); ++d) {
     if (improver.work() >= end) return;
-    tick(static_cast<std::int64_t>(d), static_cast<std::int64_t>(deadlines.size()));
+    // Progress in work units: the search ends when its budget or its
+    // deadlines run out, whichever comes first.
+    const double by_deadlines = static_cast<double>(d) / static_cast<double>(deadlines.size());
+    tick(std::max(max_work - (end - improver.work()),
+                  static_cast<std::int64_t>(by_deadlines * static_cast<double>(max_work))),
+         max_work);
     search_deadline(deadlines[d], time_s, row_at, fastest.data(), end, deadlines.size() - d, improver,
                     &log, best, &fastest_cost);
   }

@@ -1,6 +1,9 @@
 #include "solve_parts.hpp"
 
 #include <algorithm>
+#include <cmath>
+
+#include "precondition.hpp"
 
 namespace perseus {
 namespace {
@@ -43,9 +46,36 @@ SolveParts::SolveParts(bool refine, int threads) {
   current_ = refine ? 0 : static_cast<std::size_t>(SolvePart::kUnrefinedWalk);
 }
 
-void SolveParts::enter(SolvePart part) { current_ = static_cast<std::size_t>(part); }
+void SolveParts::enter(SolvePart part) {
+  // Parts run in their declared order: an earlier one would hold the
+  // reported fraction (which never falls) until the solve caught up.
+  PERSEUS_EXPECT(!entered_ || static_cast<std::size_t>(part) >= current_, "solve parts in order");
+  current_ = static_cast<std::size_t>(part);
+  entered_ = true;
+}
 
-void SolveParts::skip(SolvePart part) { share_[static_cast<std::size_t>(part)] = 0.0; }
+void SolveParts::skip(SolvePart part) {
+  PERSEUS_EXPECT(!entered_ || static_cast<std::size_t>(part) > current_, "a part not yet entered");
+  share_[static_cast<std::size_t>(part)] = 0.0;
+}
+
+void SolveParts::predict_search(double search_s, double rest_s) {
+  PERSEUS_EXPECT(search_s >= 0 && rest_s >= 0, "predicted seconds");
+  const auto search = static_cast<std::size_t>(SolvePart::kLocalSearch);
+  double others = 0.0;
+  for (std::size_t k = 0; k < kSolveParts; ++k)
+    if (k != search) others += share_[k];
+  const double p = search_s + rest_s > 0 ? search_s / (search_s + rest_s) : 0.0;
+  // p / (1 - p) of the others, bounded so that neither side vanishes.
+  const double bounded = std::clamp(p, 1e-3, 1 - 1e-3);
+  share_[search] = others * bounded / (1 - bounded);
+}
+
+double predicted_rest_s(double computations, double median_options, int threads) {
+  const auto column = static_cast<std::size_t>(std::clamp(threads, 1, 4) - 1);
+  return kRestSeconds[column] * std::pow(std::max(computations, 1.0), kRestExponent) *
+         std::pow(std::max(median_options, 1.0) / kRestOptions, kRestOptionsExponent);
+}
 
 double SolveParts::fraction(std::int64_t done, std::int64_t total) const {
   double before = 0.0, all = 0.0;

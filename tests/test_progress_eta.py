@@ -63,6 +63,8 @@ def test_runs_a_case_and_writes_both_models(tmp_path):
             "sosp24-gpt3-8x12",
             "--threads",
             "1",
+            "--period",
+            "0",
             "--json",
             str(out),
         ],
@@ -76,5 +78,7 @@ def test_runs_a_case_and_writes_both_models(tmp_path):
     assert result["threads"] == 1
     assert result["wall_s"] > 0
     fractions = [report[4] for report in result["log"]]
+    assert len(fractions) >= 100  # every tick reports at period 0
     assert fractions == sorted(fractions)
+    assert fractions[-1] > 0.9
     assert set(result) >= {"old", "new"}

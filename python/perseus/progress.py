@@ -34,10 +34,12 @@ class SolveProgress:
     phase : str
         ``"min cut"``, ``"candidates"``, ``"reclamation"`` or ``"local search"``.
     done, total : int
-        Work items of the phase's current job done so far, and in all (units
-        of iteration time for the min cut, plans for the others). A phase may
-        run several jobs one after another (with ``threads=1``, both
-        candidate chains in the reclamation), each counting from 0.
+        Work items of the phase's current job done so far, and in all: units
+        of iteration time for the min cut and the candidate chains, plans for
+        the other candidates and the selection, work units of a round's
+        budget for the local search. A phase may run several jobs one after
+        another (with ``threads=1``, both candidate chains in the
+        reclamation), each counting from 0.
     fraction : float
         Estimated share of the whole solve's wall time done, 0..1; it never
         falls. Estimated from the parts the solve runs in and the share each

@@ -3,6 +3,7 @@
 // fields, argument checks, and cancellation from the hooks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -14,6 +15,7 @@
 #include "evaluate.hpp"
 #include "frontier.hpp"
 #include "pacer.hpp"
+#include "precondition.hpp"
 #include "solve_parts.hpp"
 #include "test_support.hpp"
 
@@ -208,8 +210,8 @@ TEST(SolveParts, EveryPartAdvancesTheFractionAndTheLastEndsIt) {
     double last = 0.0;
     for (const SolvePart part :
          {SolvePart::kPlainWalk, SolvePart::kFineWalk, SolvePart::kPlainWalkRest,
-          SolvePart::kReclaimedChain, SolvePart::kTightChain, SolvePart::kPlainPlans,
-          SolvePart::kSelection, SolvePart::kLocalSearch}) {
+          SolvePart::kReclaimedChain, SolvePart::kTightChain, SolvePart::kFastEnd,
+          SolvePart::kPlainPlans, SolvePart::kSelection, SolvePart::kLocalSearch}) {
       parts.enter(part);
       EXPECT_NEAR(parts.fraction(0, 10), last, 1e-12) << threads;
       const double end = parts.fraction(10, 10);
@@ -218,6 +220,25 @@ TEST(SolveParts, EveryPartAdvancesTheFractionAndTheLastEndsIt) {
     }
     EXPECT_NEAR(last, 1.0, 1e-12) << threads;
   }
+}
+
+TEST(SolveParts, APredictedSearchTakesItsShareOfTheSolve) {
+  for (const double search_s : {0.0, 0.1, 1.0, 9.0, 1e6}) {
+    SolveParts parts(true, 1);
+    parts.predict_search(search_s, 1.0);
+    parts.enter(SolvePart::kLocalSearch);
+    const double expected = std::clamp(search_s / (search_s + 1.0), 1e-3, 1 - 1e-3);
+    EXPECT_NEAR(1.0 - parts.fraction(0, 1), expected, 1e-12) << search_s;
+    EXPECT_NEAR(parts.fraction(1, 1), 1.0, 1e-12);
+  }
+}
+
+TEST(SolveParts, PartsOutOfOrderAreABugInDebugBuilds) {
+  if (!kPreconditionsChecked) GTEST_SKIP() << "preconditions are checked in debug builds only";
+  SolveParts parts(true, 4);
+  parts.enter(SolvePart::kTightChain);
+  EXPECT_THROW(parts.enter(SolvePart::kFineWalk), std::logic_error);
+  EXPECT_THROW(parts.skip(SolvePart::kTightChain), std::logic_error);
 }
 
 TEST(SolveParts, AWalksEarlyUnitsCountForLittleTime) {

@@ -157,15 +157,22 @@ TEST(SearchDeadlines, VisitsEveryPlansTimeAndTheGridBetween) {
   ASSERT_LT(s.time_s[0], s.time_s[1]);
   ASSERT_LT(s.time_s[1], s.time_s[2]);
   const std::int64_t ample = std::int64_t{1} << 40;
+  // One tick per deadline, before it, in work units of the budget: here the
+  // budget is ample, so how far the deadlines are.
+  const auto share_of = [](const std::pair<std::int64_t, std::int64_t>& tick) {
+    return static_cast<double>(tick.first) / static_cast<double>(tick.second);
+  };
   // No grid: the three plans' own times.
   auto [plain_log, plain_ticks] = s.run(0, ample, Share{});
   ASSERT_EQ(plain_ticks.size(), 3u);
-  for (std::size_t d = 0; d < plain_ticks.size(); ++d)
-    EXPECT_EQ(plain_ticks[d], std::make_pair(static_cast<std::int64_t>(d), std::int64_t{3}));
+  for (std::size_t d = 0; d < plain_ticks.size(); ++d) {
+    EXPECT_EQ(plain_ticks[d].second, ample);
+    EXPECT_NEAR(share_of(plain_ticks[d]), static_cast<double>(d) / 3, 1e-9);
+  }
   // A grid of 4 adds the 3 points strictly inside the range.
   auto [grid_log, grid_ticks] = s.run(4, ample, Share{});
   ASSERT_EQ(grid_ticks.size(), 6u);
-  EXPECT_EQ(grid_ticks.back(), std::make_pair(std::int64_t{5}, std::int64_t{6}));
+  EXPECT_NEAR(share_of(grid_ticks.back()), 5.0 / 6, 1e-9);
   EXPECT_GT(grid_log.size(), plain_log.size());
 }
 
@@ -203,7 +210,9 @@ TEST(SearchDeadlines, SharesSplitTheDeadlinesAndTheResultIsRepeatable) {
   ASSERT_EQ(whole_ticks.size(), 10u);
   EXPECT_EQ(even_ticks.size(), 5u);
   EXPECT_EQ(odd_ticks.size(), 5u);
-  EXPECT_EQ(even_ticks.back().second, 5);
+  EXPECT_NEAR(
+      static_cast<double>(even_ticks.back().first) / static_cast<double>(even_ticks.back().second),
+      4.0 / 5, 1e-9);
   auto [again, again_ticks] = s.run(8, ample, Share{});
   ASSERT_EQ(again.size(), whole.size());
   for (std::size_t r = 0; r < whole.size(); ++r) {
