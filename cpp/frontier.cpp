@@ -474,24 +474,32 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
       affordable, static_cast<double>(std::max<std::int64_t>(0, budgets.hull_search_deadlines))));
   const double hull_budget = hull_count > 0 ? budget * budgets.hull_search_share : 0.0;
   const double rounds_budget = budget - hull_budget;
-  // Progress counts the hull pass as one more round.
-  const std::int64_t progress_rounds = rounds + (hull_count > 0 ? 1 : 0);
+  const bool threaded = solver_threads(options) >= 2;
   PlanImprover second(pipeline, dag, table);
   std::int64_t searched = 0;
   // One job's search on each of the two improvers (the second on a thread
-  // of its own when there is one), then selection; `index` places its
-  // progress among the rounds.
-  const auto in_two_jobs = [&](std::int64_t index, const auto& job) {
+  // of its own when there is one, else after the first), then selection.
+  // Progress is in work units of the whole search: the job pair spends
+  // [start_work, start_work + work) of it, the halves side by side or one
+  // after the other.
+  const auto in_two_jobs = [&](double start_work, double work, const auto& job) {
     PlanLog found(pipeline.size()), found_second(pipeline.size());
-    const auto report = [&](std::int64_t done, std::int64_t total) {
-      pacer.tick(Phase::kLocalSearch, done + index * total, total * progress_rounds);
+    const auto report_of = [&](int half) {
+      return [&, half](std::int64_t done, std::int64_t total) {
+        const double within =
+            total > 0 ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total)) : 0.0;
+        const double span = threaded ? work : work / 2;
+        const double at = start_work + (threaded ? 0.0 : half * span) + within * span;
+        pacer.tick(Phase::kLocalSearch, static_cast<std::int64_t>(at),
+                   static_cast<std::int64_t>(std::max(budget, 1.0)));
+      };
     };
     {
-      Worker other(solver_threads(options) >= 2, [&](const Ticker& worker_tick) {
+      Worker other(threaded, [&](const Ticker& worker_tick) {
         job(Share{1, 2}, second, found_second, worker_tick);
       });
-      job(Share{0, 2}, improver, found, report);
-      other.finish(pacer, report);  // the other half's progress
+      job(Share{0, 2}, improver, found, report_of(0));
+      other.finish(pacer, report_of(1));  // the other half's progress
     }
     searched += static_cast<std::int64_t>(found.size() + found_second.size());
     kept.add(found, Phase::kLocalSearch);
@@ -503,21 +511,25 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
       search_deadlines(kept.plans(), kept.time_s(), grid, share, part, with, log, tick);
     };
   };
+  const double round_work = rounds_budget / static_cast<double>(rounds);
   for (std::int64_t round = 0; round < rounds; ++round)
-    in_two_jobs(round, round_of(static_cast<std::int64_t>(rounds_budget) / rounds / 2));
+    in_two_jobs(static_cast<double>(round) * round_work, round_work,
+                round_of(static_cast<std::int64_t>(rounds_budget) / rounds / 2));
   if (hull_budget >= 1.0) {
     // The hull pass, or, where no plan is that far above the hull, one more
     // round with its share.
     const std::vector<double> deadlines =
         hull_gap_deadlines(kept.time_s(), kept.energy_j(), options.unit_time_s, hull_count);
     if (deadlines.empty()) {
-      in_two_jobs(rounds, round_of(static_cast<std::int64_t>(hull_budget) / 2));
+      in_two_jobs(rounds_budget, hull_budget, round_of(static_cast<std::int64_t>(hull_budget) / 2));
     } else {
       const auto work_each =
           static_cast<std::int64_t>(hull_budget / static_cast<double>(deadlines.size()));
-      in_two_jobs(rounds, [&](Share part, PlanImprover& with, PlanLog& log, const Ticker& tick) {
-        search_hull_gaps(kept.plans(), kept.time_s(), deadlines, work_each, part, with, log, tick);
-      });
+      in_two_jobs(rounds_budget, hull_budget,
+                  [&](Share part, PlanImprover& with, PlanLog& log, const Ticker& tick) {
+                    search_hull_gaps(kept.plans(), kept.time_s(), deadlines, work_each, part, with, log,
+                                     tick);
+                  });
     }
   }
   return searched;

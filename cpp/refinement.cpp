@@ -137,7 +137,7 @@ void collect_fast_end(const PhillipsDessouky& steps, double spacing_s, double fa
                          ? static_cast<std::int64_t>(std::ceil((first_step_s - fastest_s) / spacing_s))
                          : 1;
   for (std::int64_t k = count - 1; k >= 0; --k) {
-    tick(count - 1 - k, count);  // before the deadline's work: k done
+    tick(count - 1 - k, count);  // before this deadline's work: count - 1 - k done
     const double deadline = fastest_s + static_cast<double>(k) * spacing_s;
     improver.assign(chain.data());
     if (improver.tighten(deadline, TightenOrder::kUsefulSecond)) {

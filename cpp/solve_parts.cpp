@@ -61,14 +61,10 @@ void SolveParts::skip(SolvePart part) {
 
 void SolveParts::predict_search(double search_s, double rest_s) {
   PERSEUS_EXPECT(search_s >= 0 && rest_s >= 0, "predicted seconds");
-  const auto search = static_cast<std::size_t>(SolvePart::kLocalSearch);
-  double others = 0.0;
-  for (std::size_t k = 0; k < kSolveParts; ++k)
-    if (k != search) others += share_[k];
   const double p = search_s + rest_s > 0 ? search_s / (search_s + rest_s) : 0.0;
-  // p / (1 - p) of the others, bounded so that neither side vanishes.
-  const double bounded = std::clamp(p, 1e-3, 1 - 1e-3);
-  share_[search] = others * bounded / (1 - bounded);
+  // Bounded so that neither side vanishes; fraction() turns it into a share
+  // against the parts left after any skip().
+  search_part_ = std::clamp(p, 1e-3, 1 - 1e-3);
 }
 
 double predicted_rest_s(double computations, double median_options, int threads) {
@@ -78,17 +74,25 @@ double predicted_rest_s(double computations, double median_options, int threads)
 }
 
 double SolveParts::fraction(std::int64_t done, std::int64_t total) const {
+  std::array<double, kSolveParts> share = share_;
+  const auto search = static_cast<std::size_t>(SolvePart::kLocalSearch);
+  if (search_part_ >= 0) {
+    double others = 0.0;
+    for (std::size_t k = 0; k < kSolveParts; ++k)
+      if (k != search) others += share[k];
+    share[search] = others * search_part_ / (1 - search_part_);
+  }
   double before = 0.0, all = 0.0;
   for (std::size_t k = 0; k < kSolveParts; ++k) {
-    all += share_[k];
-    if (k < current_) before += share_[k];
+    all += share[k];
+    if (k < current_) before += share[k];
   }
   if (all <= 0.0) return 0.0;
   const double units =
       total > 0 ? std::clamp(static_cast<double>(done) / static_cast<double>(total), 0.0, 1.0) : 0.0;
   const SolvePart part = static_cast<SolvePart>(current_);
   const double within = is_walk(part) ? walk_time_share(units) : units;
-  return std::clamp((before + share_[current_] * within) / all, 0.0, 1.0);
+  return std::clamp((before + share[current_] * within) / all, 0.0, 1.0);
 }
 
 }  // namespace perseus

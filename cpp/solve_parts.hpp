@@ -72,7 +72,7 @@ inline constexpr double kUnrefinedSelectionShare = 0.2;
 // were measured on (only their ratio matters): the local search runs about
 // kSearchWorkPerSecond of its work units a second (6e7-1e8 measured from 64
 // to 4,096 computations), every plan of a tiny pipeline about
-// kReplayWorkPerSecond (exhaustive.hpp); everything before it takes about
+// kReplayWorkPerSecond (solver_options.hpp, exhaustive_max_work); everything before it takes about
 // kRestSeconds[threads] x computations^kRestExponent x (median useful
 // options / kRestOptions)^kRestOptionsExponent (1.5e-6-3e-6 x n^1.75 from
 // SOSP 8 x 96 to 16 x 256 on 60-80-clock tables; 8-clock tables walk about
@@ -120,7 +120,8 @@ class SolveParts {
  private:
   std::array<double, kSolveParts> share_{};
   std::size_t current_ = 0;
-  bool entered_ = false;  // whether enter() was called yet
+  bool entered_ = false;       // whether enter() was called yet
+  double search_part_ = -1.0;  // predict_search()'s share of the solve; < 0: none
 };
 
 // The rest's seconds in predict_search()'s model.

@@ -593,17 +593,29 @@ def test_the_progress_fraction_rises_through_every_walk_and_chain(example_profil
         assert runs[-1].fraction - runs[0].fraction > 0.05, (runs[0].phase, runs[0].total)
 
 
-def test_a_small_pipelines_progress_leaves_the_local_search_most_of_the_bar():
+@pytest.mark.parametrize("threads", [None, 1])
+def test_a_small_pipelines_progress_leaves_the_local_search_most_of_the_bar(threads):
     # On 4 stages x 8 microbatches the local search is nearly all of the solve
     # (its budget has a floor); a fixed 5 % share put the bar at 94 % within
-    # 0.1 s and the ETA at 0.03 s for 1.7 s.
+    # 0.1 s and the ETA at 0.03 s for 1.7 s. With one thread each round's
+    # second half runs after the first and must move the bar too.
     profile = Profile.from_csv(EXAMPLES / "small-4stage.csv", blocking_power_w=70.0)
     reports = []
-    perseus.optimize(profile, microbatches=8, progress=reports.append, progress_period_s=0.0)
-    search = [r.fraction for r in reports if r.phase == "local search"]
-    assert search
+    perseus.optimize(
+        profile, microbatches=8, progress=reports.append, progress_period_s=0.0, threads=threads
+    )
+    # The search's own reports (work units of its budget), not the selections
+    # between rounds, which report their plans and hold the fraction.
+    budget = max(r.total for r in reports if r.phase == "local search")
+    search = [r.fraction for r in reports if r.phase == "local search" and r.total == budget]
+    assert len(search) >= 50
     assert search[0] < 0.2
     assert search[-1] > 0.9
+    longest, run = 1, 1  # the longest run of reports at one unchanged fraction
+    for before, after in zip(search, search[1:]):
+        run = run + 1 if after == before else 1
+        longest = max(longest, run)
+    assert longest < 0.1 * len(search)
 
 
 # --- threads --------------------------------------------------------------------------

@@ -35,9 +35,11 @@ class SolveProgress:
         ``"min cut"``, ``"candidates"``, ``"reclamation"`` or ``"local search"``.
     done, total : int
         Work items of the phase's current job done so far, and in all: units
-        of iteration time for the min cut and the candidate chains, plans for
-        the other candidates and the selection, work units of a round's
-        budget for the local search. A phase may run several jobs one after
+        of iteration time for the walks (min cut), the candidate chains and
+        the plain plans; deadlines for the fast end; plans for the selection
+        and for a tiny pipeline's every plan; work units of the whole
+        search's budget for the local search (the selections between its
+        rounds report their plans). A phase may run several jobs one after
         another (with ``threads=1``, both candidate chains in the
         reclamation), each counting from 0.
     fraction : float

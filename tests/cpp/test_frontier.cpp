@@ -233,6 +233,14 @@ TEST(SolveParts, APredictedSearchTakesItsShareOfTheSolve) {
   }
 }
 
+TEST(SolveParts, APredictedSearchShareHoldsAfterASkippedPart) {
+  SolveParts parts(true, 1);
+  parts.predict_search(1.0, 1.0);
+  parts.skip(SolvePart::kPlainWalk);
+  parts.enter(SolvePart::kLocalSearch);
+  EXPECT_NEAR(parts.fraction(0, 1), 0.5, 1e-12);
+}
+
 TEST(SolveParts, PartsOutOfOrderAreABugInDebugBuilds) {
   if (!kPreconditionsChecked) GTEST_SKIP() << "preconditions are checked in debug builds only";
   SolveParts parts(true, 4);

@@ -176,6 +176,30 @@ TEST(SearchDeadlines, VisitsEveryPlansTimeAndTheGridBetween) {
   EXPECT_GT(grid_log.size(), plain_log.size());
 }
 
+TEST(SearchDeadlines, TicksCountTheBudgetWhenItRunsOutFirst) {
+  Search s;
+  bool work_led = false;  // some tick counted work beyond its deadlines' share
+  for (const std::int64_t budget : {1000, 3000, 10000, 30000, 100000, 300000}) {
+    auto [log, ticks] = s.run(8, budget, Share{});
+    ASSERT_FALSE(ticks.empty());
+    for (std::size_t t = 0; t < ticks.size(); ++t) {
+      const auto [done, total] = ticks[t];
+      EXPECT_EQ(total, budget);
+      EXPECT_GE(done, 0);
+      EXPECT_LT(done, total);
+      if (t > 0) {
+        EXPECT_GE(done, ticks[t - 1].first);
+      }
+      // 10 deadlines (3 plan times, 7 grid points): at least the share of them done.
+      const auto by_deadlines =
+          static_cast<std::int64_t>(static_cast<double>(t) / 10 * static_cast<double>(budget));
+      EXPECT_GE(done, by_deadlines);
+      work_led |= done > by_deadlines;
+    }
+  }
+  EXPECT_TRUE(work_led);
+}
+
 TEST(SearchDeadlines, RecordsNoWorsePlanAtEveryFrontierTime) {
   Search s;
   auto [log, ticks] = s.run(8, std::int64_t{1} << 40, Share{});
