@@ -85,6 +85,7 @@ class Worker {
         total_.store(total, std::memory_order_relaxed);
         if (stop_.load(std::memory_order_relaxed)) throw SolveCancelled();
       });
+      finished_.store(true, std::memory_order_relaxed);
     });
   }
   Worker(const Worker&) = delete;
@@ -122,11 +123,20 @@ class Worker {
     }
     result_.get();
   }
+  // How far a threaded job is, as its last tick said: done / total in [0, 1]
+  // (1 once it has returned; 0 before its first tick and for a job deferred
+  // to finish()).
+  double share_done() const {
+    if (finished_.load(std::memory_order_relaxed)) return 1.0;
+    const auto done = static_cast<double>(done_.load(std::memory_order_relaxed));
+    const auto total = static_cast<double>(total_.load(std::memory_order_relaxed));
+    return total > 0 ? std::clamp(done / total, 0.0, 1.0) : 0.0;
+  }
 
  private:
   std::function<void()> release_;
   std::function<void(const Ticker&)> deferred_;  // the job, when it runs in finish()
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, finished_{false};
   std::atomic<std::int64_t> done_{0}, total_{1};
   std::future<void> result_;
 };
@@ -480,14 +490,17 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
   // One job's search on each of the two improvers (the second on a thread
   // of its own when there is one, else after the first), then selection.
   // Progress is in work units of the whole search: the job pair spends
-  // [start_work, start_work + work) of it, the halves side by side or one
-  // after the other.
+  // [start_work, start_work + work) of it. Side by side, the pair is as far
+  // as its slower half (else the bar would wait at the round's end for the
+  // other half); one after the other, each half is half of it.
   const auto in_two_jobs = [&](double start_work, double work, const auto& job) {
     PlanLog found(pipeline.size()), found_second(pipeline.size());
+    std::optional<Worker> other;
     const auto report_of = [&](int half) {
       return [&, half](std::int64_t done, std::int64_t total) {
-        const double within =
+        double within =
             total > 0 ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total)) : 0.0;
+        if (threaded && half == 0) within = std::min(within, other->share_done());
         const double span = threaded ? work : work / 2;
         const double at = start_work + (threaded ? 0.0 : half * span) + within * span;
         pacer.tick(Phase::kLocalSearch, static_cast<std::int64_t>(at),
@@ -495,11 +508,13 @@ std::int64_t search_in_rounds(const Pipeline& pipeline, const Dag& dag, const Op
       };
     };
     {
-      Worker other(threaded, [&](const Ticker& worker_tick) {
+      other.emplace(threaded, [&](const Ticker& worker_tick) {
         job(Share{1, 2}, second, found_second, worker_tick);
       });
       job(Share{0, 2}, improver, found, report_of(0));
-      other.finish(pacer, report_of(1));  // the other half's progress
+      other->finish(pacer, report_of(1));  // the other half's progress
+      other.reset();
+      report_of(1)(1, 1);  // the pair is done (a finished thread reports nothing more)
     }
     searched += static_cast<std::int64_t>(found.size() + found_second.size());
     kept.add(found, Phase::kLocalSearch);

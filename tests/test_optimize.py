@@ -598,7 +598,8 @@ def test_a_small_pipelines_progress_leaves_the_local_search_most_of_the_bar(thre
     # On 4 stages x 8 microbatches the local search is nearly all of the solve
     # (its budget has a floor); a fixed 5 % share put the bar at 94 % within
     # 0.1 s and the ETA at 0.03 s for 1.7 s. With one thread each round's
-    # second half runs after the first and must move the bar too.
+    # second half runs after the first and must move the bar too (it held
+    # the bar still for 7-15 % of the solve at each round).
     profile = Profile.from_csv(EXAMPLES / "small-4stage.csv", blocking_power_w=70.0)
     reports = []
     perseus.optimize(
@@ -611,6 +612,10 @@ def test_a_small_pipelines_progress_leaves_the_local_search_most_of_the_bar(thre
     assert len(search) >= 50
     assert search[0] < 0.2
     assert search[-1] > 0.9
+    if threads != 1:
+        # Side by side, the halves report as they go: how many reports share a
+        # fraction depends on the two threads' timing.
+        return
     longest, run = 1, 1  # the longest run of reports at one unchanged fraction
     for before, after in zip(search, search[1:]):
         run = run + 1 if after == before else 1
