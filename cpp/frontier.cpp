@@ -243,8 +243,7 @@ WalkOutcome walk_refined(const Pipeline& pipeline, const Dag& dag, const OptionT
   if (!plain) {
     pacer.skip(SolvePart::kPlainWalk);
     pacer.skip(SolvePart::kPlainWalkRest);
-  }
-  if (plain) {
+  } else {
     PhillipsDessouky& walk_steps = *plain;
     if (threads >= 4) {
       plain_walk = std::make_unique<Worker>(true, [&walk_steps](const Ticker& worker_tick) {
