@@ -593,6 +593,24 @@ def test_the_progress_fraction_rises_through_every_walk_and_chain(example_profil
         assert runs[-1].fraction - runs[0].fraction > 0.05, (runs[0].phase, runs[0].total)
 
 
+def test_an_unrefined_solves_progress_runs_walk_then_plans_to_the_end(example_profile):
+    # refine=False runs its own parts (the loop, its plans, selection); the
+    # refining ones must not hold its bar back.
+    reports = []
+    perseus.optimize(
+        example_profile,
+        microbatches=16,
+        refine=False,
+        progress=reports.append,
+        progress_period_s=0.0,
+    )
+    fractions = [r.fraction for r in reports]
+    assert fractions == sorted(fractions)
+    walk = [r.fraction for r in reports if r.phase == "min cut"]
+    assert 0.5 < walk[-1] < 0.8  # the loop is 65 % of it (cpp/solve_parts.hpp)
+    assert fractions[-1] > 0.9
+
+
 @pytest.mark.parametrize("threads", [None, 1])
 def test_a_small_pipelines_progress_leaves_the_local_search_most_of_the_bar(threads):
     # On 4 stages x 8 microbatches the local search is nearly all of the solve
