@@ -386,11 +386,34 @@ def _signal_a_real_solve(out, *signals):
 def test_a_signal_during_a_real_solve_exits_with_one_line_and_writes_nothing(
     tmp_path, signum, status, line
 ):
-    returncode, first, out, err = _signal_a_real_solve(tmp_path, signum)
+    # -o names folders that do not exist yet: the command makes them, and takes
+    # them away again when it is stopped (a user should not find new, empty ones).
+    returncode, first, out, err = _signal_a_real_solve(tmp_path / "new" / "out", signum)
     assert returncode == status, (first, err)
     assert err.strip().splitlines()[-1] == line
     assert out == ""
     assert os.listdir(tmp_path) == []
+
+
+def test_a_failed_command_removes_only_the_empty_folders_it_made(tmp_path, capsys):
+    """A folder the user had, or one something was written into, stays."""
+    (tmp_path / "had").mkdir()
+    (tmp_path / "had" / "theirs.txt").write_text("x")
+    missing = tmp_path / "missing.json"
+    for command in (
+        ["plan", missing, "--fastest", "-o", tmp_path / "had" / "made" / "plans"],
+        ["report", missing, "-o", tmp_path / "had" / "made" / "page.html"],
+    ):
+        status, _, err = run(capsys, *command)
+        assert_one_line_error(status, err, "missing.json")
+        assert sorted(os.listdir(tmp_path)) == ["had"]
+        assert os.listdir(tmp_path / "had") == ["theirs.txt"]
+    # It succeeds: the folders it made hold its output and stay.
+    status, _, _ = run(
+        capsys, "optimize", SMALL, "-m", 8, "--blocking-power", 70, "-o", tmp_path / "a" / "b", "-q"
+    )
+    assert status == 0
+    assert os.listdir(tmp_path / "a" / "b") == ["frontier.json"]
 
 
 def test_a_second_signal_while_the_first_unwinds_changes_nothing(tmp_path):

@@ -267,3 +267,30 @@ def test_an_exception_right_after_a_file_is_created_leaves_nothing(tmp_path, mon
     with pytest.raises(_SignalledRightAfter):
         writers[write]()
     assert os.listdir(target) == []
+    if write == "probe":  # the folders it made for the probe are gone too
+        with pytest.raises(_SignalledRightAfter):
+            _files.check_writable_directory(str(target / "made" / "here"))
+        assert os.listdir(target) == []
+
+
+def test_the_folders_made_for_an_output_are_listed_and_removed_while_empty(tmp_path):
+    assert _files.check_writable_directory(str(tmp_path)) == []
+    inner = tmp_path / "a" / "b" / "c"
+    made = _files.check_writable_directory(str(inner))
+    assert made == [str(inner), str(inner.parent), str(inner.parent.parent)]
+    (tmp_path / "a" / "kept.txt").write_text("x")
+    _files.remove_empty_directories(made)
+    assert os.listdir(tmp_path) == ["a"]
+    assert os.listdir(tmp_path / "a") == ["kept.txt"]
+    # A folder that appears between the look and the mkdir (another process
+    # made it) is not listed as ours.
+    real_mkdir = os.mkdir
+
+    def raced(path, *args, **kwargs):
+        real_mkdir(path, *args, **kwargs)
+        raise FileExistsError(errno.EEXIST, "made by another process", path)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_files.os, "mkdir", raced)
+        assert _files.check_writable_directory(str(tmp_path / "theirs")) == []
+    assert (tmp_path / "theirs").is_dir()

@@ -93,16 +93,23 @@ def test_seconds_up_is_never_below_and_at_most_one_step_above(significant):
     for value in values.tolist():
         text = seconds_up(value, significant=significant)
         assert float(text) >= value, (value, text)
-        step = (
-            10.0**-4
+        # Without `significant`: 4 decimals, or 3 significant digits below 0.1.
+        step = 10.0 ** (
+            min(-4, math.floor(math.log10(value)) - 2)
             if significant is None
-            else 10.0 ** (math.floor(math.log10(value)) - significant + 1)
+            else math.floor(math.log10(value)) - significant + 1
         )
         assert float(text) - value <= step * (1 + 1e-9) + abs(value) * 1e-15, (value, text)
     assert (
         seconds_up(0.1) == "0.1000"
     )  # from the shortest decimal, not the float's exact 0.1000000000000000055
     assert seconds_up(0.6232060999999999) == "0.6233"
+    # Plans of a tiny profile stay apart (both were 0.0001).
+    assert (seconds_up(4.2e-5), seconds_up(8.01e-5), seconds_up(0.00123)) == (
+        "0.0000420",
+        "0.0000801",
+        "0.00123",
+    )
 
 
 def test_seconds_up_keeps_to_its_own_decimal_context():

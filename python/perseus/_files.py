@@ -17,6 +17,7 @@ __all__ = [
     "check_writable_directory",
     "publish_new_file",
     "read_plan_text",
+    "remove_empty_directories",
     "replace_user_file",
     "write_text_atomically",
 ]
@@ -261,12 +262,15 @@ def replace_user_file(
     write_text_atomically(name, text, mode=None if info is None else stat.S_IMODE(info.st_mode))
 
 
-def check_writable_directory(directory: str | os.PathLike[str]) -> None:
+def check_writable_directory(directory: str | os.PathLike[str]) -> list[str]:
     """Create `directory` if needed and prove a file can be created in it.
 
     A real probe (create and remove a temporary file), not ``os.access``:
     that says yes to root on a read-only file system. Raises an `OSError`
-    naming `directory`.
+    naming `directory`. Returns the directories this call created, innermost
+    first (none if it existed), so that a command that then fails can take
+    them away again (remove_empty_directories): a user whose solve was
+    interrupted should not find a new, empty output folder.
     """
     name = os.fspath(directory)
     if os.path.lexists(name) and not os.path.isdir(name):
@@ -274,7 +278,7 @@ def check_writable_directory(directory: str | os.PathLike[str]) -> None:
             errno.ENOTDIR, "exists and is not a directory (give a directory to write into)", name
         )
     try:
-        os.makedirs(name, exist_ok=True)
+        created = _make_directories(name)
     except OSError as error:
         raise type(error)(
             error.errno, f"cannot create the directory: {error.strerror}", name
@@ -289,11 +293,49 @@ def check_writable_directory(directory: str | os.PathLike[str]) -> None:
     except OSError as error:
         if not isinstance(error, FileExistsError):
             _unlink_quietly(probe)
+        remove_empty_directories(created)
         raise type(error)(error.errno, f"cannot write here: {error.strerror}", name) from None
     except BaseException:
         _unlink_quietly(probe)
+        remove_empty_directories(created)
         raise
     _unlink_quietly(probe)
+    return created
+
+
+def _make_directories(name: str) -> list[str]:
+    """`name` and its missing parents, one mkdir each (as ``os.makedirs``); returns
+    those this process made, innermost first. One that another process makes at
+    the same moment is theirs, not ours to remove."""
+    missing = []
+    path = os.path.abspath(name)
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    created = []
+    for path in reversed(missing):
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
+            continue
+        created.append(path)
+    return created[::-1]
+
+
+def remove_empty_directories(created: list[str]) -> None:
+    """Remove what check_writable_directory created, innermost first, while each is
+    still empty; a directory that something was written into stays, and so does
+    every one above it. Errors are ignored (it is tidying)."""
+    for path in created:
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
 
 
 def _unlink_quietly(path: str) -> None:

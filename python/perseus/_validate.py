@@ -70,16 +70,20 @@ def distinct_seconds(a: float, b: float) -> tuple[str, str]:
 
 
 def seconds_up(value: float, *, significant: Optional[int] = None, decimals: int = 4) -> str:
-    """`value` (s) written with `decimals` decimals, or `significant` significant
-    digits (at most 15), rounded up.
+    """`value` (s) written with `decimals` decimals (more below 0.1 s, so that at
+    least 3 significant digits show), or `significant` significant digits (at
+    most 15), rounded up.
 
     For times a user may copy into a deadline: ``--deadline`` of what
     `perseus show` prints for a plan is then met by that plan (rounding to
     the nearest would print 0.6232 for a plan that takes 0.62320610 s, and
-    the plan would be refused).
+    the plan would be refused). The extra decimals keep plans of a tiny
+    profile apart: with 4 alone, every time under 0.1 ms showed as 0.0001.
     """
     if not math.isfinite(value) or value == 0:
         return f"{value:g}" if significant is not None else f"{value:.{decimals}f}"
+    if significant is None:
+        decimals = max(decimals, 2 - math.floor(math.log10(abs(value))))
     # The shortest decimal that reads back as `value` (0.1, not the float's
     # exact 0.1000000000000000055...), so that 0.1 is not shown as 0.1001.
     shortest = decimal.Decimal(repr(float(value)))

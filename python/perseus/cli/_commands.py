@@ -233,6 +233,14 @@ def _emit_json(document: dict[str, Any]) -> None:
 # --- commands ------------------------------------------------------------------------------
 
 
+def _output_directory(args: argparse.Namespace, directory: str) -> None:
+    """check_writable_directory, noting the directories it made in
+    ``args.made_directories`` (when the caller keeps that list): the command
+    line removes them again, while empty, if the command fails or is stopped."""
+    made = check_writable_directory(directory)
+    getattr(args, "made_directories", []).extend(made)
+
+
 def _optimize(args: argparse.Namespace) -> int:
     from ..optimize import optimize
     from ..progress import ProgressBar
@@ -242,7 +250,7 @@ def _optimize(args: argparse.Namespace) -> int:
     if args.example is not None:
         args.profile = str(shipped_profile(args.example))
     target = os.path.join(args.output, "frontier.json")
-    check_writable_directory(args.output)  # before the solve, not after it
+    _output_directory(args, args.output)  # before the solve, not after it
     _refuse_existing(target, args.force)
     power_w, power_source = _blocking_power(args.profile, args.blocking_power)
     fingerprint = _layout_from_sidecar(args)
@@ -357,7 +365,7 @@ def _show(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from .._plan_files import Derived, file_name, write_plan
 
-    check_writable_directory(args.output)
+    _output_directory(args, args.output)
     frontier = _load_frontier(args.frontier)
     if args.tailored and args.switch_latency is not None:
         raise UsageError("argument --tailored: not with --switch-latency")
@@ -668,7 +676,7 @@ def _plot(args: argparse.Namespace) -> int:
         raise UsageError(
             "arguments --deadline/--slowdown/--power-cap choose the plan of --timeline or --power"
         )
-    check_writable_directory(os.path.dirname(args.output) or ".")
+    _output_directory(args, os.path.dirname(args.output) or ".")
     _refuse_existing(args.output, args.force)
     plotting.require_matplotlib()  # fail before loading anything, naming the extra
     if args.no_reclaim and args.deadline is None and args.slowdown is None:
@@ -715,7 +723,7 @@ def _report(args: argparse.Namespace) -> int:
 
     if not args.output.endswith((".html", ".htm")):
         raise UsageError(f"argument -o/--output: {args.output!r} must end in .html")
-    check_writable_directory(os.path.dirname(args.output) or ".")
+    _output_directory(args, os.path.dirname(args.output) or ".")
     _refuse_existing(args.output, args.force)
     frontier = _load_frontier(args.frontier)
     page = report.html_report(frontier, title=os.path.basename(args.frontier))
@@ -834,7 +842,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError("argument --max-energy-regression: must be >= 0 percent")
     to_file = args.json not in (None, "-")
     if to_file:  # before the work, not after it
-        check_writable_directory(os.path.dirname(args.json) or ".")
+        _output_directory(args, os.path.dirname(args.json) or ".")
         _refuse_existing(args.json, args.force)
     baseline = load_result(args.baseline) if args.baseline is not None else None  # fail early
     if args.compare_lowtime:
