@@ -395,8 +395,30 @@ def test_a_signal_during_a_real_solve_exits_with_one_line_and_writes_nothing(
     assert os.listdir(tmp_path) == []
 
 
-def test_a_failed_command_removes_only_the_empty_folders_it_made(tmp_path, capsys):
-    """A folder the user had, or one something was written into, stays."""
+def test_a_run_stopped_beside_another_into_the_same_new_folder_leaves_it_its_folder(tmp_path):
+    """Two runs into one new -o folder; the one that came first (and found the folder
+    missing) is stopped while the other still solves: the other must still write its
+    frontier. The folder is made only when an output is written, so the stopped run
+    has none to take away from it."""
+    out = tmp_path / "new" / "out"
+    solve = [console_script(), "optimize", str(GPT3), "-m", "256", "-o", str(out)]
+    runs = []
+    for _ in range(2):
+        run = subprocess.Popen(solve, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert run.stderr is not None
+        assert run.stderr.readline().startswith("solving frontier: ")
+        runs.append(run)
+    stopped, other = runs
+    stopped.send_signal(signal.SIGTERM)
+    _, err = stopped.communicate(timeout=60)
+    assert stopped.returncode == 143, err
+    _, err = other.communicate(timeout=120)
+    assert other.returncode == 0, err
+    assert os.listdir(out) == ["frontier.json"]
+
+
+def test_a_failed_command_leaves_no_new_folder(tmp_path, capsys):
+    """A folder the user had stays as it was."""
     (tmp_path / "had").mkdir()
     (tmp_path / "had" / "theirs.txt").write_text("x")
     missing = tmp_path / "missing.json"

@@ -79,6 +79,7 @@ def test_a_file_that_appears_during_the_solve_is_not_replaced(tmp_path, capsys, 
 
     def solve_while_another_run_finishes(*args, **kwargs):
         result = real(*args, **kwargs)
+        target.parent.mkdir(exist_ok=True)  # the other run makes the folder as it saves
         target.write_text('{"the other run": 1}')
         return result
 
@@ -273,24 +274,48 @@ def test_an_exception_right_after_a_file_is_created_leaves_nothing(tmp_path, mon
         assert os.listdir(target) == []
 
 
-def test_the_folders_made_for_an_output_are_listed_and_removed_while_empty(tmp_path):
-    assert _files.check_writable_directory(str(tmp_path)) == []
+def test_checking_a_new_output_folder_leaves_nothing_behind(tmp_path, monkeypatch):
+    # The probe needs the folders; they are made for it and removed right after,
+    # so a command stopped before its output is written leaves no empty folder.
     inner = tmp_path / "a" / "b" / "c"
-    made = _files.check_writable_directory(str(inner))
-    assert made == [str(inner), str(inner.parent), str(inner.parent.parent)]
-    (tmp_path / "a" / "kept.txt").write_text("x")
-    _files.remove_empty_directories(made)
-    assert os.listdir(tmp_path) == ["a"]
-    assert os.listdir(tmp_path / "a") == ["kept.txt"]
-    # A folder that appears between the look and the mkdir (another process
-    # made it) is not listed as ours.
+    _files.check_writable_directory(str(inner))
+    assert os.listdir(tmp_path) == []
+    # `..` is the system's to resolve, as os.makedirs leaves it (not flattened by spelling).
+    monkeypatch.chdir(tmp_path)
+    _files.check_writable_directory("new/../new2")
+    assert os.listdir(tmp_path) == []
+    _files.make_output_directory("new/../new2")
+    assert sorted(os.listdir(tmp_path)) == ["new", "new2"]
+    # A parent that is a file, and an empty name, are named as before.
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(NotADirectoryError, match="cannot create the directory: Not a directory"):
+        _files.check_writable_directory("f/sub")
+    with pytest.raises(FileNotFoundError, match="No such file or directory"):
+        _files.check_writable_directory("")
+    # A folder that appears between the look and the mkdir (another run made
+    # it) is theirs: it stays.
     real_mkdir = os.mkdir
 
     def raced(path, *args, **kwargs):
         real_mkdir(path, *args, **kwargs)
         raise FileExistsError(errno.EEXIST, "made by another process", path)
 
-    with pytest.MonkeyPatch.context() as patch:
+    with monkeypatch.context() as patch:
         patch.setattr(_files.os, "mkdir", raced)
-        assert _files.check_writable_directory(str(tmp_path / "theirs")) == []
+        _files.check_writable_directory(str(tmp_path / "theirs"))
     assert (tmp_path / "theirs").is_dir()
+    # A folder on the path that another run's probe removes under this one
+    # (it made it for its own probe): this one looks again.
+    vanished = []
+
+    def removed_once(path, *args, **kwargs):
+        real_mkdir(path, *args, **kwargs)
+        if not vanished:
+            vanished.append(path)
+            os.rmdir(path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_files.os, "mkdir", removed_once)
+        _files.check_writable_directory(str(tmp_path / "g" / "h"))
+    assert vanished
+    assert not (tmp_path / "g").exists()

@@ -15,9 +15,9 @@ from .errors import OutputExistsError
 
 __all__ = [
     "check_writable_directory",
+    "make_output_directory",
     "publish_new_file",
     "read_plan_text",
-    "remove_empty_directories",
     "replace_user_file",
     "write_text_atomically",
 ]
@@ -262,80 +262,102 @@ def replace_user_file(
     write_text_atomically(name, text, mode=None if info is None else stat.S_IMODE(info.st_mode))
 
 
-def check_writable_directory(directory: str | os.PathLike[str]) -> list[str]:
-    """Create `directory` if needed and prove a file can be created in it.
+def check_writable_directory(directory: str | os.PathLike[str]) -> None:
+    """Prove that a file can be created in `directory`, leaving nothing behind.
 
     A real probe (create and remove a temporary file), not ``os.access``:
-    that says yes to root on a read-only file system. Raises an `OSError`
-    naming `directory`. Returns the directories this call created, innermost
-    first (none if it existed), so that a command that then fails can take
-    them away again (remove_empty_directories): a user whose solve was
-    interrupted should not find a new, empty output folder.
+    that says yes to root on a read-only file system. Folders missing from
+    the path are made for the probe and removed right after it, so a command
+    that then fails or is stopped leaves no new, empty folder (and one that
+    is killed outright leaves none either); make_output_directory makes them
+    for good just before the output is written. Raises an `OSError` naming
+    `directory`.
     """
     name = os.fspath(directory)
-    if os.path.lexists(name) and not os.path.isdir(name):
-        raise NotADirectoryError(
-            errno.ENOTDIR, "exists and is not a directory (give a directory to write into)", name
-        )
+    # Another run's probe may remove a folder this one just found on the
+    # path (it made it, for its own probe): look again.
+    for attempt in range(3):
+        try:
+            _probe_directory(name)
+            return
+        except FileNotFoundError as error:
+            if attempt == 2 or error.errno != errno.ENOENT or name == "":
+                raise type(error)(
+                    error.errno, f"cannot create the directory: {error.strerror}", name
+                ) from None
+
+
+def make_output_directory(directory: str | os.PathLike[str]) -> None:
+    """Make `directory` and its missing parents (as ``os.makedirs``) for an output
+    about to be written; raises an `OSError` naming `directory`."""
+    name = os.fspath(directory)
     try:
-        created = _make_directories(name)
+        os.makedirs(name, exist_ok=True)
     except OSError as error:
         raise type(error)(
             error.errno, f"cannot create the directory: {error.strerror}", name
         ) from None
-    if not os.path.isdir(name):
-        raise NotADirectoryError(errno.ENOTDIR, "not a directory", name)
-    probe = os.path.join(name, f".perseus-write-test.{secrets.token_hex(4)}")
-    # One try from the open on: a signal's exception (SIGTERM in the CLI)
-    # between the open and a later try would leave the probe behind.
+
+
+def _probe_directory(name: str) -> None:
+    if os.path.lexists(name) and not os.path.isdir(name):
+        raise NotADirectoryError(
+            errno.ENOTDIR, "exists and is not a directory (give a directory to write into)", name
+        )
+    made: list[str] = []
+    # One try from the first mkdir on: a signal's exception (SIGTERM in the
+    # CLI) anywhere after it must not leave a folder or the probe behind.
     try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except OSError as error:
-        if not isinstance(error, FileExistsError):
+        try:
+            _make_directories(name, made)
+        except FileNotFoundError:
+            raise  # a parent vanished: check_writable_directory looks again
+        except OSError as error:
+            raise type(error)(
+                error.errno, f"cannot create the directory: {error.strerror}", name
+            ) from None
+        if not os.path.isdir(name):
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", name)
+        probe = os.path.join(name, f".perseus-write-test.{secrets.token_hex(4)}")
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            if not isinstance(error, FileExistsError):
+                _unlink_quietly(probe)
+            raise type(error)(error.errno, f"cannot write here: {error.strerror}", name) from None
+        except BaseException:
             _unlink_quietly(probe)
-        remove_empty_directories(created)
-        raise type(error)(error.errno, f"cannot write here: {error.strerror}", name) from None
-    except BaseException:
+            raise
         _unlink_quietly(probe)
-        remove_empty_directories(created)
-        raise
-    _unlink_quietly(probe)
-    return created
+    finally:
+        for path in reversed(made):  # innermost first, while each is empty
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
 
 
-def _make_directories(name: str) -> list[str]:
-    """`name` and its missing parents, one mkdir each (as ``os.makedirs``); returns
-    those this process made, innermost first. One that another process makes at
-    the same moment is theirs, not ours to remove."""
-    missing = []
-    path = os.path.abspath(name)
-    while not os.path.isdir(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    created = []
-    for path in reversed(missing):
-        try:
-            os.mkdir(path)
-        except FileExistsError:
-            if not os.path.isdir(path):
-                raise
-            continue
-        created.append(path)
-    return created[::-1]
-
-
-def remove_empty_directories(created: list[str]) -> None:
-    """Remove what check_writable_directory created, innermost first, while each is
-    still empty; a directory that something was written into stays, and so does
-    every one above it. Errors are ignored (it is tidying)."""
-    for path in created:
-        try:
-            os.rmdir(path)
-        except OSError:
-            return
+def _make_directories(name: str, made: list[str]) -> None:
+    """`name` and its missing parents, one mkdir each, split as ``os.makedirs``
+    splits them (``..`` is resolved by the system, not by spelling); appends
+    to `made` each one this process made, outermost first. One that another
+    process makes at the same moment is theirs."""
+    head, tail = os.path.split(name)
+    if not tail:
+        head, tail = os.path.split(head)
+    if head and tail and not os.path.exists(head):
+        _make_directories(head, made)
+    if tail == os.curdir:
+        return
+    try:
+        os.mkdir(name)
+    except FileExistsError:
+        if not os.path.isdir(name):
+            raise
+        return
+    made.append(name)
 
 
 def _unlink_quietly(path: str) -> None:

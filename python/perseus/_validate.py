@@ -70,9 +70,9 @@ def distinct_seconds(a: float, b: float) -> tuple[str, str]:
 
 
 def seconds_up(value: float, *, significant: Optional[int] = None, decimals: int = 4) -> str:
-    """`value` (s) written with `decimals` decimals (more below 0.1 s, so that at
-    least 3 significant digits show), or `significant` significant digits (at
-    most 15), rounded up.
+    """`value` (s) written with `decimals` decimals (with the default 4, more
+    below 0.01 s, so that at least 3 significant digits show), or `significant`
+    significant digits (at most 15), rounded up.
 
     For times a user may copy into a deadline: ``--deadline`` of what
     `perseus show` prints for a plan is then met by that plan (rounding to

@@ -15,14 +15,14 @@ Conventions: every subcommand has ``--help`` with its defaults and ``--json``
 for scripts; a user error is one line on stderr naming the flag or file,
 exit status 2; Ctrl-C is exit status 130, SIGTERM 143 and SIGHUP 129, each after
 tidying up as an exception does (no temporary file left, GPU clocks given
-back); outputs are checked to be writable before any work and never
-overwritten without ``--force``, and an output folder a command made is
-removed again (while empty) if the command fails or is stopped.
+back); outputs are checked to be writable before any work (an output folder
+that does not exist yet is made only when the output is written, so a command
+that fails or is stopped leaves none behind) and never overwritten without
+``--force``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
@@ -31,7 +31,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-from .._files import remove_empty_directories
 from ..errors import ProfileError
 from ._arguments import UsageError, _parser
 from ._commands import (
@@ -207,7 +206,7 @@ def _run(argv: Sequence[str] | None) -> int:
                 f"unrecognized arguments: {' '.join(extra)} (see `{command} --help`)", command
             )
         prog = f"perseus {args.command}"
-        status = _run_command(args)
+        status = _COMMANDS[args.command](args)
         if sys.stdout is not None:  # None: fd 1 was closed (`>&-`)
             sys.stdout.flush()  # here, where a full disk is reported as one line
         return status
@@ -239,21 +238,6 @@ def _run(argv: Sequence[str] | None) -> int:
         return 130
     _say(f"{prog}: error: {message}")
     return 2
-
-
-def _run_command(args: argparse.Namespace) -> int:
-    """The command; the output directories it made are removed again, while empty,
-    if it fails or is stopped (Ctrl-C, SIGTERM): an interrupted solve leaves no new,
-    empty folder behind."""
-    args.made_directories = []
-    try:
-        status = _COMMANDS[args.command](args)
-    except BaseException:
-        remove_empty_directories(args.made_directories)
-        raise
-    if status != 0:
-        remove_empty_directories(args.made_directories)
-    return status
 
 
 def _say(line: str) -> None:

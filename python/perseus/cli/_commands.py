@@ -11,7 +11,12 @@ import os
 import sys
 from typing import Any, Optional
 
-from .._files import check_writable_directory, publish_new_file, replace_user_file
+from .._files import (
+    check_writable_directory,
+    make_output_directory,
+    publish_new_file,
+    replace_user_file,
+)
 from .._fingerprint import check_fingerprint
 from .._shipped import shipped_profile
 from .._sidecar import BLOCKING_POWER_KEY, read_blocking_power, sidecar_path
@@ -62,6 +67,7 @@ def _save_frontier(frontier: Frontier, target: str, force: bool) -> None:
     import tempfile
 
     try:
+        make_output_directory(os.path.dirname(target) or ".")
         frontier.save(target, overwrite=force)
         return
     except OutputExistsError:
@@ -233,14 +239,6 @@ def _emit_json(document: dict[str, Any]) -> None:
 # --- commands ------------------------------------------------------------------------------
 
 
-def _output_directory(args: argparse.Namespace, directory: str) -> None:
-    """check_writable_directory, noting the directories it made in
-    ``args.made_directories`` (when the caller keeps that list): the command
-    line removes them again, while empty, if the command fails or is stopped."""
-    made = check_writable_directory(directory)
-    getattr(args, "made_directories", []).extend(made)
-
-
 def _optimize(args: argparse.Namespace) -> int:
     from ..optimize import optimize
     from ..progress import ProgressBar
@@ -250,7 +248,7 @@ def _optimize(args: argparse.Namespace) -> int:
     if args.example is not None:
         args.profile = str(shipped_profile(args.example))
     target = os.path.join(args.output, "frontier.json")
-    _output_directory(args, args.output)  # before the solve, not after it
+    check_writable_directory(args.output)  # before the solve, not after it
     _refuse_existing(target, args.force)
     power_w, power_source = _blocking_power(args.profile, args.blocking_power)
     fingerprint = _layout_from_sidecar(args)
@@ -365,7 +363,7 @@ def _show(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from .._plan_files import Derived, file_name, write_plan
 
-    _output_directory(args, args.output)
+    check_writable_directory(args.output)
     frontier = _load_frontier(args.frontier)
     if args.tailored and args.switch_latency is not None:
         raise UsageError("argument --tailored: not with --switch-latency")
@@ -394,6 +392,7 @@ def _plan(args: argparse.Namespace) -> int:
         derived = Derived(kind, made_from, deadline, how)
     target = os.path.join(args.output, file_name(args.format, index, derived))
     _refuse_existing(target, args.force)
+    make_output_directory(args.output)
     write_plan(chosen, target, args.format, index, overwrite=args.force, derived=derived)
     facts = _plan_facts(frontier, chosen, index)
     over_deadline = ""
@@ -676,7 +675,7 @@ def _plot(args: argparse.Namespace) -> int:
         raise UsageError(
             "arguments --deadline/--slowdown/--power-cap choose the plan of --timeline or --power"
         )
-    _output_directory(args, os.path.dirname(args.output) or ".")
+    check_writable_directory(os.path.dirname(args.output) or ".")
     _refuse_existing(args.output, args.force)
     plotting.require_matplotlib()  # fail before loading anything, naming the extra
     if args.no_reclaim and args.deadline is None and args.slowdown is None:
@@ -712,6 +711,7 @@ def _save_figure(fig: Any, path: str, extension: str, dpi: int, force: bool) -> 
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format=extension[1:], dpi=dpi)
+    make_output_directory(os.path.dirname(path) or ".")
     if force:
         replace_user_file(path, buffer.getvalue())
     else:
@@ -723,10 +723,11 @@ def _report(args: argparse.Namespace) -> int:
 
     if not args.output.endswith((".html", ".htm")):
         raise UsageError(f"argument -o/--output: {args.output!r} must end in .html")
-    _output_directory(args, os.path.dirname(args.output) or ".")
+    check_writable_directory(os.path.dirname(args.output) or ".")
     _refuse_existing(args.output, args.force)
     frontier = _load_frontier(args.frontier)
     page = report.html_report(frontier, title=os.path.basename(args.frontier))
+    make_output_directory(os.path.dirname(args.output) or ".")
     replace_user_file(args.output, page, overwrite=args.force)
     if args.json:
         _emit_json({"written": args.output, "bytes": len(page.encode())})
@@ -842,7 +843,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError("argument --max-energy-regression: must be >= 0 percent")
     to_file = args.json not in (None, "-")
     if to_file:  # before the work, not after it
-        _output_directory(args, os.path.dirname(args.json) or ".")
+        check_writable_directory(os.path.dirname(args.json) or ".")
         _refuse_existing(args.json, args.force)
     baseline = load_result(args.baseline) if args.baseline is not None else None  # fail early
     if args.compare_lowtime:
@@ -897,6 +898,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     text = json.dumps(result, indent=2) + "\n"
     if to_file:
+        make_output_directory(os.path.dirname(args.json) or ".")
         replace_user_file(args.json, text)
     if args.json == "-":
         sys.stdout.write(text)
