@@ -8,6 +8,7 @@ files for ever; names with escape sequences reached the terminal raw.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -275,47 +276,61 @@ def test_an_exception_right_after_a_file_is_created_leaves_nothing(tmp_path, mon
 
 
 def test_checking_a_new_output_folder_leaves_nothing_behind(tmp_path, monkeypatch):
-    # The probe needs the folders; they are made for it and removed right after,
-    # so a command stopped before its output is written leaves no empty folder.
-    inner = tmp_path / "a" / "b" / "c"
-    _files.check_writable_directory(str(inner))
-    assert os.listdir(tmp_path) == []
-    # `..` is the system's to resolve, as os.makedirs leaves it (not flattened by spelling).
-    monkeypatch.chdir(tmp_path)
-    _files.check_writable_directory("new/../new2")
-    assert os.listdir(tmp_path) == []
+    # The check makes the missing names inside a scratch folder of its own and
+    # removes it: a command stopped before its output is written leaves no
+    # empty folder, and a folder another run is about to write into is never
+    # made or removed by this one's check.
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for name in ("a/b/c", str(work / "d" / "e"), "new/../new2", "a/../../up", "x/.."):
+        _files.check_writable_directory(name)
+        assert os.listdir(work) == [], name
+        assert os.listdir(tmp_path) == ["work"], name
+    # `..` is the system's to resolve, as os.makedirs leaves it.
     _files.make_output_directory("new/../new2")
-    assert sorted(os.listdir(tmp_path)) == ["new", "new2"]
-    # A parent that is a file, and an empty name, are named as before.
-    (tmp_path / "f").write_text("x")
+    assert sorted(os.listdir(work)) == ["new", "new2"]
+    # A name too long for the file system fails the check, naming the output.
+    with pytest.raises(OSError, match="cannot create the directory: File name too long"):
+        _files.check_writable_directory("f" * 300 + "/g")
+    # A parent that is a file, a dangling link and an empty name, as os.makedirs meets them.
+    (work / "file").write_text("x")
+    (work / "dangling").symlink_to(work / "nowhere")
     with pytest.raises(NotADirectoryError, match="cannot create the directory: Not a directory"):
-        _files.check_writable_directory("f/sub")
-    with pytest.raises(FileNotFoundError, match="No such file or directory"):
-        _files.check_writable_directory("")
-    # A folder that appears between the look and the mkdir (another run made
-    # it) is theirs: it stays.
-    real_mkdir = os.mkdir
+        _files.check_writable_directory("file/sub")
+    for name in ("dangling/sub", ""):
+        with pytest.raises(FileNotFoundError, match="No such file or directory"):
+            _files.check_writable_directory(name)
+    with pytest.raises(NotADirectoryError, match="exists and is not a directory"):
+        _files.check_writable_directory("file")
+    assert sorted(os.listdir(work)) == ["dangling", "file", "new", "new2"]
 
-    def raced(path, *args, **kwargs):
-        real_mkdir(path, *args, **kwargs)
-        raise FileExistsError(errno.EEXIST, "made by another process", path)
 
-    with monkeypatch.context() as patch:
-        patch.setattr(_files.os, "mkdir", raced)
-        _files.check_writable_directory(str(tmp_path / "theirs"))
-    assert (tmp_path / "theirs").is_dir()
-    # A folder on the path that another run's probe removes under this one
-    # (it made it for its own probe): this one looks again.
-    vanished = []
+def test_a_check_never_takes_away_a_folder_that_another_run_writes_into(tmp_path):
+    """Runs starting (their check) beside a run saving into the same new folder:
+    the save must always find its folder (with checks that made and removed the
+    folder itself, 690 of 5,000 saves failed)."""
+    import threading
 
-    def removed_once(path, *args, **kwargs):
-        real_mkdir(path, *args, **kwargs)
-        if not vanished:
-            vanished.append(path)
-            os.rmdir(path)
+    target = tmp_path / "race" / "new"
+    stop = threading.Event()
 
-    with monkeypatch.context() as patch:
-        patch.setattr(_files.os, "mkdir", removed_once)
-        _files.check_writable_directory(str(tmp_path / "g" / "h"))
-    assert vanished
-    assert not (tmp_path / "g").exists()
+    def keep_checking():
+        while not stop.is_set():
+            # The saver's own cleanup below may pull the folder from under a
+            # check; what matters is that no check disturbs a save.
+            with contextlib.suppress(OSError):
+                _files.check_writable_directory(str(target))
+
+    checker = threading.Thread(target=keep_checking)
+    checker.start()
+    try:
+        for _ in range(500):
+            _files.make_output_directory(str(target))
+            _files.write_text_atomically(str(target / "frontier.json"), "{}")
+            while target.exists():  # the next save finds it missing again
+                # (a check's probe file may land in it meanwhile: try again)
+                shutil.rmtree(target, ignore_errors=True)
+    finally:
+        stop.set()
+        checker.join()

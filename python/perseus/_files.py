@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 import time
 from typing import Optional
@@ -263,28 +264,50 @@ def replace_user_file(
 
 
 def check_writable_directory(directory: str | os.PathLike[str]) -> None:
-    """Prove that a file can be created in `directory`, leaving nothing behind.
+    """Prove that `directory` can be written into, leaving nothing behind.
 
     A real probe (create and remove a temporary file), not ``os.access``:
-    that says yes to root on a read-only file system. Folders missing from
-    the path are made for the probe and removed right after it, so a command
-    that then fails or is stopped leaves no new, empty folder (and one that
-    is killed outright leaves none either); make_output_directory makes them
-    for good just before the output is written. Raises an `OSError` naming
-    `directory`.
+    that says yes to root on a read-only file system. A folder that does not
+    exist yet is not made here (make_output_directory makes it just before
+    the output is written, so a command that fails or is stopped before then
+    leaves no new, empty folder): its missing part is made inside a scratch
+    folder of our own in the deepest parent that exists, probed there and
+    removed, which also proves each missing name can be made (too long, a
+    read-only or full file system) without touching a folder that another
+    run may be writing into. Raises an `OSError` naming `directory`.
     """
     name = os.fspath(directory)
-    # Another run's probe may remove a folder this one just found on the
-    # path (it made it, for its own probe): look again.
-    for attempt in range(3):
+    if os.path.isdir(name):
+        _probe_file(name, name)
+        return
+    if os.path.lexists(name):
+        raise NotADirectoryError(
+            errno.ENOTDIR, "exists and is not a directory (give a directory to write into)", name
+        )
+    parent, missing = _existing_parent(name)
+    # The missing names will be plain folders, so a `..` among them is
+    # resolved by spelling; one that climbs above the parent is the parent's.
+    below = os.path.normpath(missing)
+    while below == os.pardir or below.startswith(os.pardir + os.sep):
+        parent, missing = _existing_parent(os.path.join(parent, below))
+        below = os.path.normpath(missing)
+    if below == os.curdir:
+        _probe_file(parent, name)
+        return
+    scratch = os.path.join(parent, f".perseus-write-test.{secrets.token_hex(4)}")
+    # One try from the mkdir on: a signal's exception (SIGTERM in the CLI)
+    # anywhere after it must not leave the scratch folder behind.
+    try:
         try:
-            _probe_directory(name)
-            return
-        except FileNotFoundError as error:
-            if attempt == 2 or error.errno != errno.ENOENT or name == "":
-                raise type(error)(
-                    error.errno, f"cannot create the directory: {error.strerror}", name
-                ) from None
+            os.mkdir(scratch, 0o700)
+            os.makedirs(os.path.join(scratch, below))
+        except OSError as error:
+            raise type(error)(
+                error.errno, f"cannot create the directory: {error.strerror}", name
+            ) from None
+        _probe_file(os.path.join(scratch, below), name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def make_output_directory(directory: str | os.PathLike[str]) -> None:
@@ -299,65 +322,45 @@ def make_output_directory(directory: str | os.PathLike[str]) -> None:
         ) from None
 
 
-def _probe_directory(name: str) -> None:
-    if os.path.lexists(name) and not os.path.isdir(name):
-        raise NotADirectoryError(
-            errno.ENOTDIR, "exists and is not a directory (give a directory to write into)", name
+def _existing_parent(name: str) -> tuple[str, str]:
+    """The deepest parent of `name` that exists (split as ``os.makedirs`` splits,
+    so ``..`` is left for the system to resolve) and the path below it; raises
+    the error ``os.makedirs`` would meet there (a file, a dangling link)."""
+    if not name:
+        raise FileNotFoundError(
+            errno.ENOENT, "cannot create the directory: No such file or directory", name
         )
-    made: list[str] = []
-    # One try from the first mkdir on: a signal's exception (SIGTERM in the
-    # CLI) anywhere after it must not leave a folder or the probe behind.
-    try:
-        try:
-            _make_directories(name, made)
-        except FileNotFoundError:
-            raise  # a parent vanished: check_writable_directory looks again
-        except OSError as error:
-            raise type(error)(
-                error.errno, f"cannot create the directory: {error.strerror}", name
-            ) from None
-        if not os.path.isdir(name):
-            raise NotADirectoryError(errno.ENOTDIR, "not a directory", name)
-        probe = os.path.join(name, f".perseus-write-test.{secrets.token_hex(4)}")
-        try:
-            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        except FileNotFoundError:
-            raise
-        except OSError as error:
-            if not isinstance(error, FileExistsError):
-                _unlink_quietly(probe)
-            raise type(error)(error.errno, f"cannot write here: {error.strerror}", name) from None
-        except BaseException:
-            _unlink_quietly(probe)
-            raise
-        _unlink_quietly(probe)
-    finally:
-        for path in reversed(made):  # innermost first, while each is empty
-            try:
-                os.rmdir(path)
-            except OSError:
-                break
-
-
-def _make_directories(name: str, made: list[str]) -> None:
-    """`name` and its missing parents, one mkdir each, split as ``os.makedirs``
-    splits them (``..`` is resolved by the system, not by spelling); appends
-    to `made` each one this process made, outermost first. One that another
-    process makes at the same moment is theirs."""
-    head, tail = os.path.split(name)
-    if not tail:
+    head, missing = name, ""
+    while head and not os.path.lexists(head):
         head, tail = os.path.split(head)
-    if head and tail and not os.path.exists(head):
-        _make_directories(head, made)
-    if tail == os.curdir:
-        return
+        if not tail:  # a trailing separator
+            head, tail = os.path.split(head)
+        missing = os.path.join(tail, missing) if missing else tail
+    parent = head or os.curdir
+    if not os.path.isdir(parent):
+        # A file: os.makedirs meets ENOTDIR; a dangling link: ENOENT.
+        code = errno.ENOTDIR if os.path.exists(parent) else errno.ENOENT
+        raise (NotADirectoryError if code == errno.ENOTDIR else FileNotFoundError)(
+            code, f"cannot create the directory: {os.strerror(code)}", name
+        )
+    return parent, missing
+
+
+def _probe_file(directory: str, named: str) -> None:
+    """Create and remove a file in `directory`; an error names `named`."""
+    probe = os.path.join(directory, f".perseus-write-test.{secrets.token_hex(4)}")
+    # One try from the open on: a signal's exception (SIGTERM in the CLI)
+    # between the open and a later try would leave the probe behind.
     try:
-        os.mkdir(name)
-    except FileExistsError:
-        if not os.path.isdir(name):
-            raise
-        return
-    made.append(name)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as error:
+        if not isinstance(error, FileExistsError):
+            _unlink_quietly(probe)
+        raise type(error)(error.errno, f"cannot write here: {error.strerror}", named) from None
+    except BaseException:
+        _unlink_quietly(probe)
+        raise
+    _unlink_quietly(probe)
 
 
 def _unlink_quietly(path: str) -> None:

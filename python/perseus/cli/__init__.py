@@ -17,8 +17,8 @@ exit status 2; Ctrl-C is exit status 130, SIGTERM 143 and SIGHUP 129, each after
 tidying up as an exception does (no temporary file left, GPU clocks given
 back); outputs are checked to be writable before any work (an output folder
 that does not exist yet is made only when the output is written, so a command
-that fails or is stopped leaves none behind) and never overwritten without
-``--force``.
+that fails or is stopped before then leaves none behind) and never overwritten
+without ``--force``.
 """
 
 from __future__ import annotations
