@@ -334,3 +334,28 @@ def test_a_check_never_takes_away_a_folder_that_another_run_writes_into(tmp_path
     finally:
         stop.set()
         checker.join()
+
+
+def test_a_name_through_a_link_and_dotdot_is_written_where_the_system_puts_it(
+    tmp_path, monkeypatch
+):
+    # `link/../x` through link -> tgt/sub is tgt/x, not ./x: the temporary file
+    # must go there too (it went beside ./x, and the finished solve was refused).
+    (tmp_path / "tgt" / "sub").mkdir(parents=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    os.symlink(tmp_path / "tgt" / "sub", "link")
+    _files.write_text_atomically("link/../atomic.json", "{}")
+    _files.publish_new_file("link/../published.json", "{}")
+    with pytest.raises(OutputExistsError) as kept:
+        _files.publish_new_file("link/../published.json", "{}")
+    assert os.path.dirname(os.path.realpath(kept.value.kept_as)) == str(tmp_path / "tgt")
+    _files.replace_user_file("link/../replaced.json", "{}")
+    assert sorted(os.listdir(work)) == ["link"]
+    written = sorted(p.name for p in (tmp_path / "tgt").iterdir() if p.is_file())
+    assert [name for name in written if ".kept-" not in name] == [
+        "atomic.json",
+        "published.json",
+        "replaced.json",
+    ]

@@ -110,6 +110,14 @@ def _as_bytes(text: str | bytes) -> bytes:
     return text.encode("utf-8") if isinstance(text, str) else bytes(text)
 
 
+def _directory_of(name: str) -> str:
+    """The folder a file `name` lands in, spelled for the system to resolve: the
+    temporary file must go where the final rename or link puts `name`, and
+    through a symbolic link ``link/../x`` is not ``./x``, as a spelled-out
+    absolute path would have it."""
+    return os.path.dirname(name) or os.curdir
+
+
 def write_text_atomically(
     path: str | os.PathLike[str], text: str | bytes, *, mode: Optional[int] = None
 ) -> None:
@@ -121,7 +129,7 @@ def write_text_atomically(
     was, and the `OSError` names `path` (not the temporary file).
     """
     name = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(name))
+    directory = _directory_of(name)
     temp = _write_temp(directory, _as_bytes(text), mode, name)
     try:
         os.replace(temp, name)
@@ -153,7 +161,7 @@ def publish_new_file(path: str | os.PathLike[str], text: str | bytes) -> None:
         If it cannot be written (the error names `path`).
     """
     name = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(name))
+    directory = _directory_of(name)
     data = _as_bytes(text)
     temp = _write_temp(directory, data, None, name)
     try:
@@ -193,7 +201,7 @@ def _create_exclusively(name: str, data: bytes, temp: str) -> None:
 
 def _keep_aside(temp: str, name: str) -> str:
     """Give the finished temporary file a visible name beside `name` that no file has."""
-    directory, base = os.path.split(os.path.abspath(name))
+    directory, base = _directory_of(name), os.path.basename(name)
     stem, extension = os.path.splitext(base)
     for _ in range(100):
         tag = f".kept-{secrets.token_hex(4)}"
