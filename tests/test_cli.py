@@ -842,6 +842,28 @@ def test_evaluate_plan_csv_checks_each_gpus_order_and_clocks(solved, tmp_path, c
     )
 
 
+def test_json_stays_json_when_stderr_is_closed(solved, tmp_path):
+    """`2>&-`: Python then has no sys.stderr, and print(file=None) writes on stdout,
+    so a warning landed in the JSON document (the blocking power given here
+    disagrees with the sidecar's, which warns)."""
+    csv, frontier_path, _ = solved
+    planned = subprocess.run(
+        [console_script(), "plan", str(frontier_path), "--fastest", "-o", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    evaluated = subprocess.run(
+        [console_script(), "evaluate", str(csv), json.loads(planned.stdout)["written"],
+         "--blocking-power", "100", "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(2),  # the child's descriptor 2 only
+    )  # fmt: skip
+    assert evaluated.returncode == 0
+    assert "iteration_time_s" in json.dumps(json.loads(evaluated.stdout))
+
+
 def test_plan_json(solved, tmp_path, capsys):
     _, path, frontier = solved
     status, out, _ = run(capsys, "plan", path, "--deadline", 1e9, "-o", tmp_path, "--json")

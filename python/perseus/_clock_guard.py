@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from . import _core
 from . import _watchdog as _watchdog_module
+from ._stderr import say
 
 if TYPE_CHECKING:
     from .switcher import FrequencySwitcher
@@ -128,7 +129,7 @@ def _install_signal_handlers_on_main_thread() -> None:
     try:
         _install_signal_handlers()
     except Exception as error:  # noqa: BLE001 - never raise into whatever main was doing
-        print(f"perseus: could not install signal handlers: {error}", file=sys.stderr)
+        say(f"perseus: could not install signal handlers: {error}")
 
 
 def _request_signal_handlers() -> None:
@@ -236,23 +237,21 @@ def _reap_watchdog(process: subprocess.Popen[bytes]) -> None:
         _watchdog_quick_exits = _watchdog_quick_exits + 1 if quick else 0
         if _watchdog_quick_exits >= _WATCHDOG_MAX_QUICK_EXITS:
             _watchdog_gave_up = True
-            print(
+            say(
                 f"perseus: the clock watchdog keeps exiting (status {status}); not restarting "
                 "it: clocks locked by this process are not reset if it dies without closing "
-                "its switchers (SIGKILL, a crash). Run `perseus reset-clocks` after such a death.",
-                file=sys.stderr,
+                "its switchers (SIGKILL, a crash). Run `perseus reset-clocks` after such a death."
             )
             return
         try:
             replacement = _start_watchdog()
         except Exception as error:  # noqa: BLE001
             _watchdog_gave_up = True
-            print(f"perseus: could not restart the clock watchdog: {error}", file=sys.stderr)
+            say(f"perseus: could not restart the clock watchdog: {error}")
             return
-        print(
+        say(
             f"perseus: the clock watchdog (pid {process.pid}) exited with status {status}; "
-            f"started another (pid {replacement.pid})",
-            file=sys.stderr,
+            f"started another (pid {replacement.pid})"
         )
 
 

@@ -79,6 +79,8 @@ def _say(lines: list[str]) -> None:
 
     Called only once every GPU is reset: printing must never cost a reset.
     """
+    if sys.stderr is None:  # print(file=None) would write on stdout
+        return
     for line in lines:
         try:
             print(line, file=sys.stderr, flush=True)

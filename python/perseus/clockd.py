@@ -30,12 +30,12 @@ import signal
 import socket
 import stat
 import struct
-import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from . import _core
+from ._stderr import say
 
 __all__ = ["ClockService", "Rule", "parse_rule"]
 
@@ -91,7 +91,7 @@ def parse_rule(text: str) -> Rule:
 
 def _say(line: str) -> None:
     try:
-        print(f"perseus clockd: {line}", file=sys.stderr, flush=True)
+        say(f"perseus clockd: {line}", flush=True)
     except Exception:  # noqa: BLE001 - a lost log never stops the service
         pass
 

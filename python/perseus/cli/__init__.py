@@ -31,6 +31,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
+from .._stderr import say
 from ..errors import ProfileError
 from ._arguments import UsageError, _parser
 from ._commands import (
@@ -191,8 +192,25 @@ def _termination_as_exception() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    with _termination_as_exception(), _stdout_named():
+    with _termination_as_exception(), _stdout_named(), _stderr_present():
         return _run(argv)
+
+
+@contextlib.contextmanager
+def _stderr_present() -> Iterator[None]:
+    """sys.stderr while a command runs, /dev/null where there is none (``2>&-``):
+    every ``print(file=sys.stderr)`` (warnings, progress, errors) would
+    otherwise write on stdout, into a ``--json`` document. On the main thread
+    only, as _stdout_named."""
+    if sys.stderr is not None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with open(os.devnull, "w") as devnull:
+        sys.stderr = devnull
+        try:
+            yield
+        finally:
+            sys.stderr = None
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -243,7 +261,7 @@ def _run(argv: Sequence[str] | None) -> int:
 def _say(line: str) -> None:
     """A line on stderr, which may be gone (SIGHUP: the terminal hung up)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        print(line, file=sys.stderr)
+        say(line)
 
 
 if __name__ == "__main__":  # pragma: no cover

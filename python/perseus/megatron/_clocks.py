@@ -12,9 +12,10 @@ which would otherwise be undone. Without a GPU every request is immediate.
 from __future__ import annotations
 
 import queue
-import sys
 import threading
 from typing import Any, Optional
+
+from .._stderr import say
 
 __all__ = ["ClockDriver"]
 
@@ -62,7 +63,7 @@ class _StreamResetter:
             except Exception as error:  # noqa: BLE001 - raised on the training thread later
                 if self.error is None:
                     self.error = error
-                    print(f"perseus: could not reset the clocks: {error}", file=sys.stderr)
+                    say(f"perseus: could not reset the clocks: {error}")
 
     def close(self) -> None:
         if self._thread is not None:
