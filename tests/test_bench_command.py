@@ -257,9 +257,42 @@ def test_baseline_without_any_common_case_is_an_error(result, capsys, tmp_path):
 
     status, _, err = rerun(capsys, document, doctored(tmp_path, document, renamed))
     assert status == 2  # after the progress lines of the cases it ran
-    assert err.splitlines()[-1] == (
-        "perseus bench: error: the baseline has none of the cases run now; nothing to compare"
+    last = err.splitlines()[-1]
+    assert last.startswith(
+        "perseus bench: error: the baseline has none of the cases run now; nothing to compare ("
     )
+    # ... and says why of each case, which a user could not see before
+    assert "m=4 1f1b: not in the baseline, not compared" in last
+    assert "m=4 1f1b elsewhere: in the baseline but not run now" in last
+
+
+def test_another_blocking_power_is_another_problem_not_a_regression(result, capsys, tmp_path):
+    # A sidecar edit (or --blocking-power) changes every energy: 4 REGRESSION
+    # lines and exit 1 before, for a solver that had not changed.
+    _, document = result
+
+    def other_power(d):
+        d["cases"][0]["blocking_power_w"] = SMALL_POWER_W + 12
+        for point in d["cases"][0]["slowdowns"]:
+            point["energy_j"] *= 0.9
+
+    status, out, _ = rerun(capsys, document, doctored(tmp_path, document, other_power))
+    assert status == 0, out
+    assert "REGRESSION" not in out
+    assert f"m=4 1f1b: blocking power {SMALL_POWER_W:g} W, {SMALL_POWER_W + 12!r} W in the " in out
+
+
+def test_a_profile_spelled_another_way_is_the_same_case(result, capsys, monkeypatch):
+    _, document = result
+    csv = Path(profile_of(document))
+    monkeypatch.chdir(csv.parent)
+    spelled = [f"./{csv.name}", csv.name, f"../{csv.parent.name}/{csv.name}"]
+    names = set()
+    for spelling in spelled:
+        status, out, _ = run(capsys, "bench", spelling, "-m", "4", "--repeats", "1", "--json")
+        assert status == 0, out
+        names.add(json.loads(out)["cases"][0]["name"])
+    assert len(names) == 1, names
 
 
 def test_malformed_baseline_case_is_named(result, capsys, tmp_path):
@@ -386,7 +419,7 @@ def test_compare_lowtime_judges_both_solvers_by_the_same_replay(capsys, tmp_path
         assert theirs["energy_j"] is not None  # lowtime reaches within 1.05x of perseus's time
         assert theirs["energy_ratio"] == pytest.approx(mine["energy_j"] / theirs["energy_j"])
         assert 0.9 < theirs["energy_ratio"] < 1.01  # the two solvers agree closely
-    assert f"lowtime {lowtime['version']}: {SMALL} m=4 1f1b:" in out
+    assert f"lowtime {lowtime['version']}: {os.path.relpath(SMALL)} m=4 1f1b:" in out
 
 
 def test_compare_lowtime_skips_what_lowtime_cannot_solve(capsys):

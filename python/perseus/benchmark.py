@@ -416,6 +416,14 @@ def compare(
         if old.get("profile_sha256") != new["profile_sha256"]:
             notes.append(f"{name}: the profile's content differs from the baseline's, not compared")
             continue
+        # Energies are over the same blocking power only: a sidecar edit or another
+        # --blocking-power is a different problem, not a solver regression.
+        if old.get("blocking_power_w") != new["blocking_power_w"]:
+            notes.append(
+                f"{name}: blocking power {new['blocking_power_w']:g} W, "
+                f"{old.get('blocking_power_w')!r} W in the baseline, not compared"
+            )
+            continue
         compared += 1
         try:
             old_energy = _energy_points(old)
@@ -462,7 +470,11 @@ def compare(
     for name in old_cases:
         notes.append(f"{name}: in the baseline but not run now")
     if compared == 0:
-        raise BenchError("the baseline has none of the cases run now; nothing to compare")
+        raise BenchError(
+            "the baseline has none of the cases run now; nothing to compare ("
+            + "; ".join(notes)
+            + ")"
+        )
     return Comparison(regressions, improvements, notes)
 
 

@@ -823,6 +823,16 @@ def _clockd(args: argparse.Namespace) -> int:
     return run(args.socket, rules, mode)
 
 
+def _bench_label(path: str) -> str:
+    """A profile's name in bench results: relative to the working directory, so
+    that ``./p.csv``, ``p.csv`` and ``../here/p.csv`` are one case, and a CI job
+    run from its checkout's root names it the same on every runner."""
+    try:
+        return os.path.relpath(os.path.abspath(path))
+    except (OSError, ValueError):  # no working directory any more
+        return os.path.normpath(path)
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ..benchmark import (
         BenchCase,
@@ -866,7 +876,13 @@ def _bench(args: argparse.Namespace) -> int:
         for m in args.microbatches:
             cases.append(
                 BenchCase(
-                    case_name(path, m, args.schedule, args.virtual_stages, args.unit_time),
+                    case_name(
+                        _bench_label(path),
+                        m,
+                        args.schedule,
+                        args.virtual_stages,
+                        args.unit_time,
+                    ),
                     path,
                     power_w,
                     m,
