@@ -717,8 +717,34 @@ def test_the_time_a_deadline_error_names_is_one_that_works(solved, tmp_path, cap
     assert_one_line_error(status, err, "the fastest plan takes")
     named_s = re.search(r"the fastest plan takes (\S+) s", err).group(1)
     assert float(named_s) >= frontier.fastest.iteration_time_s
+    # The deadline is echoed as given (6 significant digits showed 18.34204 as 18.342).
+    assert f"no plan takes at most {below_s!r} s" in err
     status, _, err = run(capsys, "plan", path, "--deadline", named_s, "-o", tmp_path / "b")
     assert status == 0, err
+
+
+@pytest.mark.parametrize("flag", ["--slowdown", "--deadline"])
+def test_a_plan_that_meets_its_deadline_never_shows_a_longer_time(solved, tmp_path, capsys, flag):
+    """The plan time is rounded up (a copied time is then met); beside the deadline it
+    showed 20.1763 s over 20.1762 s, as if the plan missed it."""
+    _, path, frontier = solved
+    for k, plan in enumerate(frontier):
+        # A deadline just above a plan's time, where rounding both to the same
+        # digits puts the time above the deadline.
+        value = (
+            plan.iteration_time_s * (1 + 2e-7) / frontier.fastest.iteration_time_s
+            if flag == "--slowdown"
+            else plan.iteration_time_s + 2e-6
+        )
+        status, out, err = run(
+            capsys, "plan", path, flag, repr(value), "--no-reclaim", "-o", tmp_path / str(k)
+        )
+        assert status == 0, err
+        time_s = float(re.search(r"time, energy  (\S+) s", out).group(1))
+        over_s = float(re.search(r"^over (\S+) s", out, re.MULTILINE).group(1))
+        assert time_s <= over_s, out
+        if flag == "--deadline":
+            assert over_s == value  # as given
 
 
 def test_show_json_matches_the_frontier(solved, capsys):

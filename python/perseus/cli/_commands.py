@@ -195,10 +195,10 @@ def _choose(frontier: Frontier, args: argparse.Namespace) -> tuple[Plan, int, st
         try:
             chosen = frontier.plan_for(args.deadline, reclaim=False)
         except ValueError:
-            wanted, fastest_s = distinct_seconds(args.deadline, fastest.iteration_time_s)
+            _, fastest_s = distinct_seconds(args.deadline, fastest.iteration_time_s)
             raise UsageError(
-                f"argument --deadline: no plan takes at most {wanted} s; the fastest "
-                f"plan takes {fastest_s} s"
+                f"argument --deadline: no plan takes at most {_deadline_shown(args, args.deadline)}"
+                f" s; the fastest plan takes {fastest_s} s"
             ) from None
         how = f"the cheapest plan within --deadline {args.deadline:g} s"
     elif args.slowdown is not None:
@@ -396,6 +396,7 @@ def _plan(args: argparse.Namespace) -> int:
     write_plan(chosen, target, args.format, index, overwrite=args.force, derived=derived)
     facts = _plan_facts(frontier, chosen, index)
     over_deadline = ""
+    time_shown = seconds_up(chosen.iteration_time_s)
     if args.deadline is not None or args.slowdown is not None:
         # What the choice is judged by: energy over the deadline, this plan's and the
         # frontier plan's that meets it (which idles for the rest).
@@ -408,8 +409,12 @@ def _plan(args: argparse.Namespace) -> int:
         )
         if derived is not None:
             facts["derived_from_index"] = made_from
+        deadline_shown = _deadline_shown(args, deadline)
+        if chosen.iteration_time_s <= deadline:
+            time_shown = _time_within(chosen.iteration_time_s, deadline_shown)
         over_deadline = (
-            f"over {deadline:.6g} s  {facts['energy_at_deadline_j']:.1f} J (frontier plan "
+            f"over {deadline_shown} s  {facts['energy_at_deadline_j']:.1f} J "
+            "(frontier plan "
             f"{index}, idling for the rest: {facts['frontier_plan_energy_at_deadline_j']:.1f} J)\n"
         )
     if aware is not None:
@@ -441,7 +446,7 @@ def _plan(args: argparse.Namespace) -> int:
         )
     print(
         f"plan          {which}: {how}\n"
-        f"time, energy  {seconds_up(chosen.iteration_time_s)} s  {chosen.energy_j:.1f} J  "
+        f"time, energy  {time_shown} s  {chosen.energy_j:.1f} J  "
         f"{facts['saving_vs_all_fastest_percent']:.2f}% less than all-fastest over the same "
         f"time; average {chosen.average_power_w:.0f} W{peak} (all GPUs)\n"
         f"{over_deadline}"
@@ -449,6 +454,28 @@ def _plan(args: argparse.Namespace) -> int:
         f"written       {_shown(target)} ({args.format}, {frontier.spec.num_gpus} GPUs)"
     )
     return 0
+
+
+def _deadline_shown(args: argparse.Namespace, deadline: float) -> str:
+    """A deadline as printed beside plan times: --deadline as the user gave it
+    (6 significant digits showed 18.34204 as 18.342), one from --slowdown
+    rounded up as plan times are, so that a plan that meets it never shows a
+    larger time than it (20.1763 s over 20.1762 s did)."""
+    if args.deadline is not None and deadline == args.deadline:
+        return repr(float(deadline))
+    return seconds_up(deadline)
+
+
+def _time_within(time_s: float, limit_shown: str) -> str:
+    """A plan time that meets a deadline, rounded up as plan times are, but with as
+    many digits as it takes not to show more than the deadline as printed."""
+    limit = float(limit_shown)
+    text = seconds_up(time_s)
+    for digits in (6, 9, 12, 15):
+        if float(text) <= limit:
+            return text
+        text = seconds_up(time_s, significant=digits)
+    return text if float(text) <= limit else repr(time_s)
 
 
 def _deadline_of(frontier: Frontier, args: argparse.Namespace, option: str) -> tuple[float, str]:
