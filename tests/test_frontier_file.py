@@ -760,3 +760,34 @@ def test_an_unknown_clock_width_is_refused(tmp_path, frontier, bits):
     path.write_text(json.dumps(document))
     with pytest.raises(ValueError, match=r"plans\.mhz_bits"):
         Frontier.load(path)
+
+
+def test_a_re_measured_profile_is_not_the_one_it_was_solved_on(tmp_path, frontier, profile):
+    """Same clocks and same fastest rows, other times at some clocks: a sample of
+    plans replayed on it can all fit, and plan_for then returned plans that
+    missed their deadline on it. Every measured row is compared."""
+    frontier.save(tmp_path / "f.json")
+    records = [
+        (s, k, int(f), float(t), float(e))
+        for s in range(profile.num_stages)
+        for k in ("forward", "backward")
+        for f, t, e in zip(*(getattr(profile.measured(s, k), a) for a in
+                             ("frequency_mhz", "time_s", "energy_j")))
+    ]  # fmt: skip
+    top = max(f for s, k, f, _, _ in records if (s, k) == (1, "backward"))
+    slower = Profile.from_records(
+        [
+            (s, k, f, t * 1.1, e * 1.1)
+            if (s, k) == (1, "backward") and f != top
+            else (s, k, f, t, e)
+            for s, k, f, t, e in records
+        ],
+        blocking_power_w=profile.blocking_power_w,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"not the one this frontier was solved on: stage 1 backward at \d+ MHz: time_s",
+    ):
+        Frontier.load(tmp_path / "f.json", slower)
+    with pytest.raises(ValueError, match=r"blocking_power_w: the frontier was solved with 70\.0 W"):
+        Frontier.load(tmp_path / "f.json", profile.with_blocking_power(80.0))

@@ -269,6 +269,33 @@ def _check_given(check: Any, profile: Profile, *args: Any) -> None:
         raise _NotItsProfile(str(error)) from None
 
 
+def _check_same_rows(given: Profile, in_file: Profile, *, stored: bool = False) -> None:
+    """The profile given has the file's own measured rows, every one of them.
+    Replaying a sample of plans on it is not enough: a profile re-measured at
+    some clocks only changes plans that use them, and plan_for then returned
+    plans that missed their deadline on it."""
+    del stored  # _check_given's flag: `given` is always the caller's here
+    for stage in range(in_file.num_stages):
+        for instruction in INSTRUCTIONS:
+            mine, theirs = in_file.measured(stage, instruction), given.measured(stage, instruction)
+            if not np.array_equal(mine.frequency_mhz, theirs.frequency_mhz):
+                _fail(
+                    f"stage {stage} {instruction}",
+                    f"measured at {len(mine)} clocks, the profile given at {len(theirs)} or "
+                    "other ones",
+                )
+            for field in ("time_s", "energy_j"):
+                a, b = getattr(mine, field), getattr(theirs, field)
+                differ = ~np.isclose(a, b, rtol=1e-12, atol=0.0)
+                if differ.any():
+                    k = int(np.argmax(differ))
+                    _fail(
+                        f"stage {stage} {instruction} at {int(mine.frequency_mhz[k])} MHz",
+                        f"{field} {float(a[k])!r} in the file, {float(b[k])!r} in the profile given "
+                        f"({int(differ.sum())} of its {len(a)} rows differ)",
+                    )
+
+
 def _fail(field: str, problem: str) -> NoReturn:
     raise _Malformed(f"{field}: {problem}")
 
@@ -863,6 +890,12 @@ def _decode(
         )
     if given is not None and given.num_stages != spec.num_stages:
         _fail("pipeline", f"{spec.num_stages} stages, but the profile given has {given.num_stages}")
+    if given is not None and given.blocking_power_w != blocking_power_w:
+        # Before the plans' checks, which would only see every energy off.
+        raise _NotItsProfile(
+            f"blocking_power_w: the frontier was solved with {blocking_power_w!r} W, the profile "
+            f"given has {given.blocking_power_w!r} W (Profile.with_blocking_power changes it)"
+        )
     plans: Union[PlanStore, list[Plan]]
     if version >= 3:
         plans = _compact_plans(document["plans"], spec, blocking_power_w)
@@ -892,6 +925,9 @@ def _decode(
             _check_against(stored, spec, plans, baseline, stored=True)
         if given is not None:
             _check_given(_check_against, given, spec, plans, baseline)
+    if given is not None and stored is not None:
+        # After the plans' own checks, which name a plan where one does not fit.
+        _check_given(_check_same_rows, given, stored)
     return cls(
         plans,
         baseline=baseline,
