@@ -36,8 +36,9 @@ def import_floor_bytes() -> int:
 
 def test_a_solve_that_needs_more_than_the_limit_is_one_clear_line(tmp_path):
     # Room to start and read the profile (the import's peak + 40 MB), not to
-    # solve 8 stages x 64 microbatches (its threads and plans need well over
-    # 100 MB more; about 300 MB of address space in all here).
+    # solve 8 stages x 512 microbatches. (At 64 microbatches this passed only
+    # because reading the 1 KB sidecar reserved its 64 MiB cap; since reads
+    # take what the file holds, 8 x 256 solves within the 40 MB.)
     limit = import_floor_bytes() + 40 * 2**20
 
     def limited() -> None:
@@ -45,7 +46,7 @@ def test_a_solve_that_needs_more_than_the_limit_is_one_clear_line(tmp_path):
 
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "perseus", "optimize", *CASE, "-m", "64", "-o", str(out), "-q"],
+        [sys.executable, "-m", "perseus", "optimize", *CASE, "-m", "512", "-o", str(out), "-q"],
         preexec_fn=limited,
         capture_output=True,
         text=True,
@@ -103,3 +104,30 @@ def test_a_finished_solve_is_saved_with_no_room_left_to_grow(tmp_path):
     assert len(frontier) > 100
     assert json.loads((out / "frontier.json").read_text())["plans"]
     assert sorted(p.name for p in out.iterdir()) == ["frontier.json"]
+
+
+def test_a_small_frontier_loads_under_a_limit_far_below_the_read_cap(tmp_path):
+    """`perseus show` of a small file with 100 MB of room beyond the import: the
+    read reserved its whole cap (512 MiB) up front and failed with 'out of
+    memory ... try a coarser --unit-time', for a file of a few hundred KB."""
+    out = tmp_path / "out"
+    subprocess.run(
+        [sys.executable, "-m", "perseus", "optimize", *CASE, "-m", "16", "-o", str(out), "-q"],
+        capture_output=True,
+        check=True,
+        timeout=600,
+    )
+    limit = import_floor_bytes() + 100 * 2**20
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "perseus", "show", str(out / "frontier.json"), "--json"],
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["plans"] > 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -1022,3 +1023,23 @@ def test_a_unit_too_coarse_for_the_plain_walk_still_refines():
     assert coarse.fastest.iteration_time_s == fine.fastest.iteration_time_s
     for deadline in np.linspace(coarse.fastest.iteration_time_s, coarse[-1].iteration_time_s, 7):
         assert coarse.energy_at(deadline) <= fine.energy_at(deadline) * (1 + 1e-3)
+
+
+def test_progress_true_without_a_stderr_still_solves():
+    """fd 2 closed (a daemonised job, `2>&-`): sys.stderr is None, and the bar's
+    first write raised AttributeError, losing the solve."""
+    script = (
+        "import perseus\n"
+        f"p = perseus.Profile.from_csv({str(EXAMPLES / 'small-4stage.csv')!r}, "
+        "blocking_power_w=70.0)\n"
+        "print(len(perseus.optimize(p, microbatches=8, progress=True)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(2),  # the child's descriptor 2 only
+        timeout=300,
+    )
+    assert done.returncode == 0
+    assert int(done.stdout) > 1

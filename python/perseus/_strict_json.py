@@ -56,7 +56,12 @@ def read_bounded(name: str, max_bytes: int, what: str) -> bytes:
             raise ValueError(
                 f"{name}: {info.st_size} bytes is larger than {what} may be ({max_bytes} bytes)"
             )
-        data = file.read(max_bytes + 1)
+        # What the file holds, plus one byte to see it grow past the cap: a
+        # read(max_bytes + 1) reserves the whole cap (512 MiB) up front, which
+        # a process under a memory limit cannot, whatever the file's size.
+        data = file.read(min(info.st_size, max_bytes) + 1)
+        if len(data) > info.st_size:  # it grew while we read: read on, to the cap
+            data += file.read(max_bytes + 1 - len(data))
     if len(data) > max_bytes:
         raise ValueError(f"{name}: larger than {what} may be ({max_bytes} bytes)")
     return data

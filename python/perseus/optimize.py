@@ -111,6 +111,8 @@ def _progress_sinks(
     if progress is None or progress is False:
         return [], None
     if progress is True:
+        if sys.stderr is None:  # no stderr (2>&-, a daemon): nowhere to show a bar
+            return [], None
         bar = ProgressBar(sys.stderr)
         return [bar], bar
     if not callable(progress):
