@@ -14,10 +14,12 @@ import resource
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import perseus
 
 CASE = ["--example", "gpt3-a100-8stage"]
+SMALL = Path(__file__).resolve().parent.parent / "examples" / "small-4stage.csv"
 
 
 def import_floor_bytes() -> int:
@@ -131,3 +133,43 @@ def test_a_small_frontier_loads_under_a_limit_far_below_the_read_cap(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["plans"] > 1
+
+
+def test_threads_that_cannot_start_are_named_with_the_way_out():
+    """Under an address-space limit each extra thread's malloc arena (64 MB of
+    address space) fails to map: optimize raised a bare 'Resource temporarily
+    unavailable'. It names the limit and threads=1, which then solves."""
+    probe = "import perseus\n" + textwrap.dedent(
+        """
+        for line in open("/proc/self/status"):
+            if line.startswith("VmPeak"):
+                print(int(line.split()[1]) * 1024)
+        """
+    )
+    floor = int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                               check=True).stdout)  # fmt: skip
+    limit = floor + 20 * 2**20
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    def solve(threads: object) -> str:
+        script = textwrap.dedent(
+            f"""
+            import perseus
+            profile = perseus.Profile.from_csv({str(SMALL)!r}, blocking_power_w=70.0)
+            try:
+                print(len(perseus.optimize(profile, microbatches=8, threads={threads!r})))
+            except RuntimeError as error:
+                print("RuntimeError:", error)
+            """
+        )
+        done = subprocess.run([sys.executable, "-c", script], preexec_fn=limited,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    failed = solve(None)
+    assert failed.startswith("RuntimeError: cannot start the solver's threads"), failed
+    assert "threads=1" in failed
+    assert int(solve(1)) > 1

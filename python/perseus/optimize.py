@@ -105,6 +105,11 @@ def _check_size(profile: Profile, spec: PipelineSpec, unit_time_s: float) -> Non
         )
 
 
+def _thread_start_failed(error: RuntimeError) -> bool:
+    text = str(error)
+    return "Resource temporarily unavailable" in text or "can't start new thread" in text
+
+
 def _progress_sinks(
     progress: ProgressArg,
 ) -> tuple[list[Callable[[SolveProgress], object]], Optional[ProgressBar]]:
@@ -313,6 +318,15 @@ def optimize(
         if reporter is not None and error is reporter.raised:
             raise  # the progress callback's own error, unchanged
         raise ProfileError(_of_solve(profile, str(error))) from None
+    except RuntimeError as error:
+        # std::thread's failure (pthread_create: EAGAIN) says nothing of what to do.
+        if (reporter is not None and error is reporter.raised) or not _thread_start_failed(error):
+            raise
+        raise RuntimeError(
+            f"cannot start the solver's threads ({error}): a resource limit was reached "
+            "(memory, ulimit -v / -u, or the cgroup's pids limit); try a larger limit, or "
+            "threads=1, which solves on the calling thread alone"
+        ) from None
     finally:
         if bar is not None:
             bar.close(completed=sys.exc_info()[0] is None)  # no "done" after Ctrl-C
