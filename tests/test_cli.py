@@ -1201,6 +1201,22 @@ def test_evaluate_our_plans_in_every_format(solved, tmp_path, capsys):
         assert result["frontier"]["saving_vs_plan_percent"] == pytest.approx(0, abs=1e-9)
 
 
+def test_evaluate_refuses_a_pipeline_flag_that_a_json_plan_contradicts(solved, tmp_path, capsys):
+    # A .json plan records its pipeline; --schedule gpipe was ignored and the
+    # plan replayed as 1f1b with exit 0.
+    csv, path, _ = solved
+    assert run(capsys, "plan", path, "--fastest", "-o", tmp_path)[0] == 0
+    plan = tmp_path / "plan.json"
+    for flags, needle in (
+        (["--schedule", "gpipe"], "leave --schedule out"),
+        (["--virtual-stages", "2"], "leave --virtual-stages out"),
+    ):
+        status, _, err = run(capsys, "evaluate", csv, plan, *flags)
+        assert_one_line_error(status, err, "plan.json", needle)
+    # The flags that agree with it are fine.
+    assert run(capsys, "evaluate", csv, plan, "--schedule", "1f1b", "--virtual-stages", 1)[0] == 0
+
+
 def test_evaluate_compares_with_what_plan_for_gives(fitting, tmp_path, capsys):
     # A plan `perseus plan` fitted to a deadline, evaluated against its frontier: the
     # comparison is with what plan_for gives for the plan's time, never the frontier plan

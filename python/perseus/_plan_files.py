@@ -155,7 +155,8 @@ def read_plan(
 ) -> Plan:
     """Read a plan file of any format and replay it on `profile`.
 
-    JSON plans carry their pipeline; for CSV and Zeus files `schedule`
+    JSON plans carry their pipeline (a `schedule` or `virtual_stages` given
+    that differs from it is an error); for CSV and Zeus files `schedule`
     (default ``1f1b``, or ``interleaved-1f1b`` when a CSV lists chunks or
     `virtual_stages` is above 1) and
     `virtual_stages` say it. Raises `ValueError` naming the file and the entry.
@@ -168,6 +169,16 @@ def read_plan(
     text = read_plan_text(name, _MAX_BYTES)
     if name.endswith(".json") or text.lstrip().startswith("{"):
         spec, order = _json_plan(name, text)
+        # Its own pipeline stands; one given that differs was silently ignored.
+        for given, own, flag in (
+            (schedule, spec.schedule, "schedule"),
+            (virtual_stages, spec.virtual_stages, "virtual-stages"),
+        ):
+            if given is not None and given != own:
+                raise ValueError(
+                    f"{name}: the plan records its pipeline ({flag.replace('-', '_')} {own!r}), "
+                    f"but {given!r} was given: leave --{flag} out for a .json plan"
+                )
     elif name.endswith(".csv"):
         spec, order = _csv_plan(name, text, schedule, virtual_stages)
     else:
