@@ -791,3 +791,14 @@ def test_a_re_measured_profile_is_not_the_one_it_was_solved_on(tmp_path, frontie
         Frontier.load(tmp_path / "f.json", slower)
     with pytest.raises(ValueError, match=r"blocking_power_w: the frontier was solved with 70\.0 W"):
         Frontier.load(tmp_path / "f.json", profile.with_blocking_power(80.0))
+
+
+def test_saving_over_an_existing_file_without_overwrite_says_so(tmp_path, frontier):
+    # It said the file "appeared while perseus was working" and to "pass --force".
+    frontier.save(tmp_path / "f.json")
+    with pytest.raises(perseus.errors.OutputExistsError) as refused:
+        frontier.save(tmp_path / "f.json", overwrite=False)
+    message = str(refused.value)
+    assert "exists and was not overwritten (overwrite=True replaces it" in message
+    assert "appeared" not in message
+    assert os.path.exists(refused.value.kept_as)

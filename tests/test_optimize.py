@@ -1043,3 +1043,12 @@ def test_progress_true_without_a_stderr_still_solves():
     )
     assert done.returncode == 0
     assert int(done.stdout) > 1
+
+
+def test_a_time_copied_from_a_plans_repr_is_a_deadline_it_meets(frontier):
+    # repr rounded to nearest: half the plans showed a time below their own, and
+    # plan_for(that time) refused ("the fastest plan takes ...").
+    for plan in frontier:
+        shown = float(re.search(r"iteration_time_s=(\S+),", repr(plan)).group(1))
+        assert shown >= plan.iteration_time_s
+        assert frontier.plan_for(shown).iteration_time_s <= shown

@@ -16,19 +16,20 @@ class ProfileError(ValueError):
 
 
 class OutputExistsError(FileExistsError):
-    """The output file appeared while perseus was working, so it was not replaced.
+    """The output file exists, so it was not replaced.
 
     Raised by a write that was asked not to overwrite (``overwrite=False``,
-    or the command line without ``--force``) when another process created
-    the file between the start and the end of the work. Nothing is lost:
-    the result is kept beside it, in `kept_as` (named in the message).
+    or the command line without ``--force``, which refuses an existing file
+    before any work: there, the file appeared while perseus was working).
+    Nothing is lost: the result is kept beside it, in `kept_as` (named in the
+    message).
     """
 
     def __init__(self, path: str, kept_as: str) -> None:
         super().__init__(
             errno.EEXIST,
-            f"appeared while perseus was working and was not overwritten (pass --force or "
-            f"overwrite=True to replace it); the result is kept as {kept_as}",
+            f"exists and was not overwritten (overwrite=True replaces it; --force on the "
+            f"command line); the result is kept as {kept_as}",
             path,
         )
         self.kept_as = kept_as

@@ -26,7 +26,7 @@ from ._fingerprint import FingerprintValue, check_fingerprint
 from ._frontier_file import FORMAT_VERSION, MAX_FILE_BYTES
 from ._plan_store import PlanStore
 from ._tailored import fitted_plan, tailored_plan
-from ._validate import distinct_seconds, is_integer, is_real
+from ._validate import distinct_seconds, is_integer, is_real, seconds_up
 from .pipeline_spec import PipelineSpec
 from .plan import Evaluation, Plan, _all_fastest_frequencies, _check_profile_fits, _seconds
 from .plotting import plot_frontier
@@ -758,7 +758,8 @@ class Frontier(Sequence[Plan]):
 
     def __repr__(self) -> str:
         return (
-            f"Frontier({len(self)} plans, {self._times[0]:.6g}-{self._times[-1]:.6g} s, "
+            f"Frontier({len(self)} plans, {seconds_up(self._times[0], significant=6)}-"
+            f"{seconds_up(self._times[-1], significant=6)} s, "
             f"{self._energies[0]:.6g}-{self._energies[-1]:.6g} J)"
         )
 

@@ -21,7 +21,7 @@ from . import _zeus_plan
 from ._deprecation import warn_renamed
 from ._files import replace_user_file
 from ._replay import replay_rows
-from ._validate import is_real
+from ._validate import is_real, seconds_up
 from ._zeus_format import INSTRUCTIONS
 from .errors import ProfileError
 from .pipeline_spec import PipelineSpec, _is_index
@@ -656,6 +656,9 @@ class Plan:
 
     def __repr__(self) -> str:
         return (
-            f"Plan(iteration_time_s={self._iteration_time_s:.6g}, energy_j={self._energy_j:.6g}, "
+            # The time rounded up, as the command line prints plan times: a
+            # deadline copied from it is met by this plan.
+            f"Plan(iteration_time_s={seconds_up(self._iteration_time_s, significant=6)}, "
+            f"energy_j={self._energy_j:.6g}, "
             f"{self._spec.schedule}, {self._spec.num_gpus} GPUs x {self._spec.microbatches} microbatches)"
         )

@@ -70,8 +70,12 @@ def _save_frontier(frontier: Frontier, target: str, force: bool) -> None:
         make_output_directory(os.path.dirname(target) or ".")
         frontier.save(target, overwrite=force)
         return
-    except OutputExistsError:
-        raise  # the message names the copy it kept
+    except OutputExistsError as error:
+        # Checked before the solve (_refuse_existing): it appeared meanwhile.
+        raise UsageError(
+            f"{_shown(target)}: appeared while perseus was working and was not overwritten "
+            f"(pass --force to replace it); the result is kept as {_shown(error.kept_as)}"
+        ) from None
     except (OSError, MemoryError) as error:
         reason = _reason(error)
     fallback = os.path.join(tempfile.gettempdir(), f"perseus-frontier-{os.getpid()}.json")
