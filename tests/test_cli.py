@@ -851,6 +851,13 @@ def test_evaluate_plan_csv_checks_each_gpus_order_and_clocks(solved, tmp_path, c
     short = [r for k, r in enumerate(rows) if k != gpu1[-1]]
     status, _, err = evaluate(short, "short.csv")
     assert_one_line_error(status, err, "short.csv", "GPU 1 lists", "runs 16 on each GPU")
+    # A row taken out of the middle: the position that is missing is named.
+    middle = [r for k, r in enumerate(rows) if k != gpu1[3]]
+    status, _, err = evaluate(middle, "middle.csv")
+    assert_one_line_error(status, err, "middle.csv", "GPU 1: position 3 is missing")
+    doubled = [r if k != gpu1[3] else rows[gpu1[2]] for k, r in enumerate(rows)]
+    status, _, err = evaluate(doubled, "doubled.csv")
+    assert_one_line_error(status, err, "doubled.csv", "GPU 1: position 2 is listed twice")
 
     first, last = rows[0].split(","), rows[gpu1[0] - 1].split(",")
     swapped = list(rows)
@@ -1215,6 +1222,20 @@ def test_evaluate_refuses_a_pipeline_flag_that_a_json_plan_contradicts(solved, t
         assert_one_line_error(status, err, "plan.json", needle)
     # The flags that agree with it are fine.
     assert run(capsys, "evaluate", csv, plan, "--schedule", "1f1b", "--virtual-stages", 1)[0] == 0
+
+
+def test_an_interleaved_zeus_plan_without_its_chunks_names_the_flag(tmp_path, capsys):
+    profile = perseus.Profile.from_csv(GPT3, blocking_power_w=70.0)
+    frontier = perseus.optimize(
+        profile, microbatches=8, schedule="interleaved-1f1b", virtual_stages=2, threads=1
+    )
+    frontier.fastest.write_zeus(tmp_path / "freqs_pipeline_00000.py")
+    status, _, err = run(capsys, "evaluate", GPT3, tmp_path / "freqs_pipeline_00000.py")
+    assert_one_line_error(status, err, "4 GPUs x 1 chunk(s)", "--virtual-stages 2")
+    status, _, err = run(
+        capsys, "evaluate", GPT3, tmp_path / "freqs_pipeline_00000.py", "--virtual-stages", 2
+    )
+    assert status == 0, err
 
 
 def test_evaluate_compares_with_what_plan_for_gives(fitting, tmp_path, capsys):

@@ -277,7 +277,15 @@ def _csv_plan(
     for gpu in range(len(rows)):
         entries = sorted(rows[gpu])
         if [p for p, _ in entries] != list(range(len(entries))):
-            raise ValueError(f"{name}: GPU {gpu}: positions must run 0..{len(entries) - 1}")
+            positions = [p for p, _ in entries]
+            twice = next((p for p, q in zip(positions, positions[1:]) if p == q), None)
+            missing = next((k for k in range(len(entries)) if k not in set(positions)), None)
+            problem = (
+                f"position {twice} is listed twice"
+                if twice is not None
+                else f"position {missing} is missing"
+            )
+            raise ValueError(f"{name}: GPU {gpu}: {problem} (positions must run 0..N-1)")
         order.append([e for _, e in entries])
     chunks = 1 + max(step[1] for steps in order for step in steps)
     microbatches = 1 + max(step[2] for steps in order for step in steps)

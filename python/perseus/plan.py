@@ -548,9 +548,16 @@ class Plan:
             raise TypeError(f"expected a perseus.Profile, got {type(profile).__name__}")
         num_gpus = len(schedule_list)
         if num_gpus * virtual_stages != profile.num_stages:
+            hint = (
+                f" (an interleaved plan: virtual_stages={profile.num_stages // num_gpus}, "
+                f"--virtual-stages {profile.num_stages // num_gpus} on the command line)"
+                if profile.num_stages % num_gpus == 0 and profile.num_stages > num_gpus
+                else ""
+            )
             raise ValueError(
                 f"{name}: the plan is for {num_gpus} GPUs x {virtual_stages} chunk(s) = "
                 f"{num_gpus * virtual_stages} stages, but the profile has {profile.num_stages}"
+                f"{hint}"
             )
         length = len(schedule_list[0])
         if length % (2 * virtual_stages):
