@@ -802,3 +802,15 @@ def test_saving_over_an_existing_file_without_overwrite_says_so(tmp_path, fronti
     assert "exists and was not overwritten (overwrite=True replaces it" in message
     assert "appeared" not in message
     assert os.path.exists(refused.value.kept_as)
+
+
+def test_load_and_save_take_any_path_and_check_max_bytes(tmp_path, frontier):
+    # bytes paths failed inside (str.endswith on bytes); max_bytes=-1, True or 1.5
+    # were taken as caps and named in a "larger than" message, None raised raw.
+    name = os.fsencode(tmp_path / "f.json")
+    frontier.save(name)
+    assert len(Frontier.load(name)) == len(frontier)
+    for bad, kind in ((-1, ValueError), (0, ValueError), (True, TypeError), (1.5, TypeError),
+                      (None, TypeError)):  # fmt: skip
+        with pytest.raises(kind, match="max_bytes must be a whole number of bytes >= 1"):
+            Frontier.load(name, max_bytes=bad)

@@ -172,6 +172,11 @@ def test_evaluate_needs_microbatches(profile):
         perseus.evaluate(profile, full_plan(profile, 2))
 
 
+def test_evaluate_names_what_frequencies_may_be(profile):
+    with pytest.raises(TypeError, match=r"frequencies must be a Plan or a mapping .* got list"):
+        perseus.evaluate(profile, [1410] * 32, microbatches=2)
+
+
 def test_evaluate_missing_key(profile):
     plan = full_plan(profile, 2)
     del plan[(2, B, 1)]

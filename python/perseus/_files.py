@@ -128,7 +128,7 @@ def write_text_atomically(
     anything fails, the temporary file is removed, the old file is left as it
     was, and the `OSError` names `path` (not the temporary file).
     """
-    name = os.fspath(path)
+    name = os.fsdecode(path)
     directory = _directory_of(name)
     temp = _write_temp(directory, _as_bytes(text), mode, name)
     try:
@@ -160,7 +160,7 @@ def publish_new_file(path: str | os.PathLike[str], text: str | bytes) -> None:
     OSError
         If it cannot be written (the error names `path`).
     """
-    name = os.fspath(path)
+    name = os.fsdecode(path)
     directory = _directory_of(name)
     data = _as_bytes(text)
     temp = _write_temp(directory, data, None, name)
@@ -244,7 +244,7 @@ def replace_user_file(
         If `path` is a directory or something else that is not a regular file,
         or cannot be written; the error names `path`.
     """
-    name = os.fspath(path)
+    name = os.fsdecode(path)
     if not overwrite:
         publish_new_file(name, text)
         return
@@ -284,7 +284,7 @@ def check_writable_directory(directory: str | os.PathLike[str]) -> None:
     read-only or full file system) without touching a folder that another
     run may be writing into. Raises an `OSError` naming `directory`.
     """
-    name = os.fspath(directory)
+    name = os.fsdecode(directory)
     if os.path.isdir(name):
         _probe_file(name, name)
         return
@@ -321,7 +321,7 @@ def check_writable_directory(directory: str | os.PathLike[str]) -> None:
 def make_output_directory(directory: str | os.PathLike[str]) -> None:
     """Make `directory` and its missing parents (as ``os.makedirs``) for an output
     about to be written; raises an `OSError` naming `directory`."""
-    name = os.fspath(directory)
+    name = os.fsdecode(directory)
     try:
         os.makedirs(name, exist_ok=True)
     except OSError as error:
@@ -387,4 +387,7 @@ def read_plan_text(name: str, max_bytes: int) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"{name}: not UTF-8 text ({error.reason})") from None
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(
+            f"{name}, line {line}: not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None

@@ -66,7 +66,7 @@ from ._fingerprint import check_fingerprint
 from ._plan_store import REPLAY_BLOCK_VALUES, PlanStore, changes_of
 from ._replay import _setup, measured_rows, problem_replay
 from ._strict_json import JsonError, loads_strict, read_bounded
-from ._validate import is_integer, is_real
+from ._validate import integer, is_integer, is_real
 from ._zeus_format import COLUMNS, INSTRUCTIONS
 from .errors import ProfileError
 from .pipeline_spec import PipelineSpec
@@ -768,7 +768,10 @@ def decode(cls: type[Frontier], name: str, profile: Optional[Profile], max_bytes
     """Read and check the frontier file `name` (see `Frontier.load`)."""
     if profile is not None and not isinstance(profile, Profile):
         raise TypeError(f"profile must be a perseus.Profile, got {type(profile).__name__}")
-    return _decode_bytes(cls, read_bounded(name, max_bytes, "a frontier file"), name, profile)
+    cap = integer(
+        max_bytes, "max_bytes", what="a whole number of bytes", low=1, type_error=TypeError
+    )
+    return _decode_bytes(cls, read_bounded(name, cap, "a frontier file"), name, profile)
 
 
 def unpickle(cls: type[Frontier], text: str) -> Frontier:

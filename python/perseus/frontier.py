@@ -707,7 +707,7 @@ class Frontier(Sequence[Plan]):
             About a row of the stored profile (a likely unit slip), naming the
             file and the row as ``profile.rows[i]``.
         """
-        return _frontier_file.decode(cls, os.fspath(path), profile, max_bytes)
+        return _frontier_file.decode(cls, os.fsdecode(path), profile, max_bytes)
 
     # Deprecated names (one release).
     @property

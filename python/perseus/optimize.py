@@ -426,6 +426,11 @@ def evaluate(
         "1f1b" if schedule is None else schedule,
         1 if virtual_stages is None else virtual_stages,
     )
+    if not isinstance(frequencies, (Plan, Mapping)):
+        raise TypeError(
+            "frequencies must be a Plan or a mapping {(stage, instruction, microbatch): MHz}, "
+            f"got {type(frequencies).__name__}"
+        )
     if isinstance(frequencies, Plan):
         if frequencies.spec != spec:
             raise ProfileError(f"the plan is for {frequencies.spec}, not {spec}")

@@ -188,6 +188,21 @@ class _Row(NamedTuple):
     energy: float
 
 
+def _undecodable(name: str) -> str:
+    """Where the first byte that is not UTF-8 is in file `name` ("line L, byte B"):
+    the text reader decodes ahead in blocks, so its own line count is no guide."""
+    try:
+        with open(name, "rb") as file:
+            data = file.read()  # its size was checked before it was parsed
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        return f"line {line}, byte {error.start}"
+    except OSError:
+        pass
+    return "somewhere"
+
+
 class Profile:
     """Measured time/energy options per stage, and the blocking power.
 
@@ -369,7 +384,9 @@ class Profile:
                     f"{name}, line {reader.line_num}: malformed CSV: {err}"
                 ) from None
             except UnicodeDecodeError as err:
-                raise ProfileError(f"{name}: not UTF-8 text ({err.reason})") from None
+                raise ProfileError(
+                    f"{name}, {_undecodable(name)}: not UTF-8 text ({err.reason})"
+                ) from None
         return _assemble(cls, rows, origin=name, source=name, blocking_power_w=power)
 
     @classmethod
