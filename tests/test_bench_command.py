@@ -307,6 +307,14 @@ def test_malformed_baseline_case_is_named(result, capsys, tmp_path):
     assert "m=4 1f1b" in err.splitlines()[-1]
     assert "'steps'" in err.splitlines()[-1]
 
+    def negative_steps(d):  # was skipped as if there were no baseline
+        d["cases"][0]["steps"] = -1
+
+    status, _, err = rerun(capsys, document, doctored(tmp_path, document, negative_steps))
+    assert status == 2
+    assert "m=4 1f1b" in err.splitlines()[-1]
+    assert "steps must be" in err.splitlines()[-1]
+
 
 def test_cpu_time_is_gated_unless_told_not_to(result):
     _, document = result

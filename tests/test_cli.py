@@ -1682,3 +1682,15 @@ def test_no_command_lets_a_file_name_act_on_the_terminal(solved, tmp_path, capsy
     assert status == 0, err
     assert "\x1b" not in out + err
     assert "\\x1b[31mRED" in out
+
+
+def test_a_saving_that_rounds_to_zero_is_not_negative():
+    from perseus.cli._commands import _percent
+
+    assert [_percent(v) for v in (-0.001, -0.0, 0.004, -0.02, 12.5)] == [
+        "0.00",
+        "0.00",
+        "0.00",
+        "-0.02",
+        "12.50",
+    ]

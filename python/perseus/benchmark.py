@@ -381,7 +381,9 @@ def _number(where: Mapping[str, Any], *keys: str) -> float:
     value: Any = where
     for key in keys:
         value = value[key]
-    return real(value, ".".join(keys), error=TypeError)
+    # Counters, times, energies and slowdowns are never negative: -1 steps
+    # was skipped as "no baseline" instead of named as malformed.
+    return real(value, ".".join(keys), low=0.0, error=TypeError)
 
 
 def _energy_points(case: Mapping[str, Any]) -> dict[str, float]:

@@ -188,19 +188,18 @@ class _Row(NamedTuple):
     energy: float
 
 
-def _undecodable(name: str) -> str:
-    """Where the first byte that is not UTF-8 is in file `name` ("line L, byte B"):
-    the text reader decodes ahead in blocks, so its own line count is no guide."""
+def _undecodable(name: str) -> tuple[object, object]:
+    """(line, byte) of the first byte in file `name` that is not UTF-8: the text
+    reader decodes ahead in blocks, so its own line count is no guide."""
     try:
         with open(name, "rb") as file:
             data = file.read()  # its size was checked before it was parsed
         data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        return f"line {line}, byte {error.start}"
+        return data.count(b"\n", 0, error.start) + 1, error.start
     except OSError:
         pass
-    return "somewhere"
+    return "?", "?"
 
 
 class Profile:
@@ -384,8 +383,9 @@ class Profile:
                     f"{name}, line {reader.line_num}: malformed CSV: {err}"
                 ) from None
             except UnicodeDecodeError as err:
+                line, at = _undecodable(name)
                 raise ProfileError(
-                    f"{name}, {_undecodable(name)}: not UTF-8 text ({err.reason})"
+                    f"{name}, line {line}: not UTF-8 text ({err.reason} at byte {at})"
                 ) from None
         return _assemble(cls, rows, origin=name, source=name, blocking_power_w=power)
 

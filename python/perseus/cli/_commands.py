@@ -236,6 +236,12 @@ def _plan_facts(frontier: Frontier, plan: Plan, index: int) -> dict[str, Any]:
     return facts
 
 
+def _percent(value: float) -> str:
+    """A percentage with 2 decimals; a value that rounds to zero is 0.00, not -0.00."""
+    text = f"{value:.2f}"
+    return "0.00" if text == "-0.00" else text
+
+
 def _emit_json(document: dict[str, Any]) -> None:
     print(json.dumps(document, indent=2))
 
@@ -318,7 +324,7 @@ def _optimize(args: argparse.Namespace) -> int:
     )
     print(
         f"fastest plan  {seconds_up(first['iteration_time_s'])} s  {first['energy_j']:.1f} J  "
-        f"{first['saving_vs_all_fastest_percent']:.2f}% less energy than all-fastest, same "
+        f"{_percent(first['saving_vs_all_fastest_percent'])}% less energy than all-fastest, same "
         "iteration time"
     )
     if facts["plans"] > 1:
@@ -326,7 +332,7 @@ def _optimize(args: argparse.Namespace) -> int:
             f"slowest plan  {seconds_up(t_slow)} s  {last['energy_j']:.1f} J  when a straggler stretches "
             f"the iteration to {seconds_up(t_slow)} s: {last['saving_vs_fastest_waiting_percent']:.2f}% "
             f"less than the fastest plan waiting for it ({last['fastest_waiting_energy_j']:.1f} J), "
-            f"{last['saving_vs_all_fastest_percent']:.2f}% less than all-fastest "
+            f"{_percent(last['saving_vs_all_fastest_percent'])}% less than all-fastest "
             f"waiting ({last['all_fastest_waiting_energy_j']:.1f} J)"
         )
     print(
@@ -451,7 +457,7 @@ def _plan(args: argparse.Namespace) -> int:
     print(
         f"plan          {which}: {how}\n"
         f"time, energy  {time_shown} s  {chosen.energy_j:.1f} J  "
-        f"{facts['saving_vs_all_fastest_percent']:.2f}% less than all-fastest over the same "
+        f"{_percent(facts['saving_vs_all_fastest_percent'])}% less than all-fastest over the same "
         f"time; average {chosen.average_power_w:.0f} W{peak} (all GPUs)\n"
         f"{over_deadline}"
         f"{latency}"
@@ -591,7 +597,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         f"{_shown(args.profile)}; "
         f"average {plan.average_power_w:.0f} W, peak {result['peak_power_w']:.0f} W (all GPUs)",
         f"all-fastest   {seconds_up(base_eval.iteration_time_s)} s  {base_eval.energy_j:.1f} J  the plan "
-        f"uses {result['all_fastest']['saving_percent']:.2f}% less over a {seconds_up(length)} s iteration",
+        f"uses {_percent(result['all_fastest']['saving_percent'])}% less over a {seconds_up(length)} s iteration",
     ]
     if args.switch_latency is not None:
         from ..switch_latency import replay_with_switch_latency
@@ -646,7 +652,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             )
             lines.append(
                 f"perseus       {seconds_up(ours.iteration_time_s)} s  {ours.energy_j:.1f} J  {which}, "
-                f"no slower: {saving:.2f}% less than this plan over its {seconds_up(time_s)} s"
+                f"no slower: {_percent(saving)}% less than this plan over its {seconds_up(time_s)} s"
             )
     if args.json:
         _emit_json(result)
