@@ -861,9 +861,11 @@ def _clockd(args: argparse.Namespace) -> int:
 
 
 def _bench_label(path: str) -> str:
-    """A profile's name in bench results: relative to the working directory, so
-    that ``./p.csv``, ``p.csv`` and ``../here/p.csv`` are one case, and a CI job
-    run from its checkout's root names it the same on every runner."""
+    """A profile's name in bench results: an absolute path as it is, a relative
+    one relative to the working directory however it is spelled, so that
+    ``./p.csv``, ``p.csv`` and ``../here/p.csv`` are one case."""
+    if os.path.isabs(path):
+        return os.path.normpath(path)
     try:
         return os.path.relpath(os.path.abspath(path))
     except (OSError, ValueError):  # no working directory any more
