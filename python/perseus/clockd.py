@@ -291,15 +291,18 @@ class ClockService:
 def run(socket_path: str, rules: list[Rule], mode: int) -> int:
     """The command: serve until SIGTERM, SIGINT or SIGHUP, then give every clock back."""
     service = ClockService(socket_path, rules, mode)
-    service.bind()
 
     def on_signal(_signum: int, _frame: Any) -> None:
         threading.Thread(target=service.stop, daemon=True).start()
 
+    # Before the socket appears: a client (or a test) that sees it may signal at
+    # once, and a SIGINT between the two ended the service by KeyboardInterrupt
+    # (exit 130) instead of this stop (CI, 2026-12-08).
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # a closed terminal; nohup keeps it off
         signal.signal(signal.SIGHUP, on_signal)
+    service.bind()
     service.serve_forever()
     service.stop()
     return 0
