@@ -269,30 +269,28 @@ def _check_given(check: Any, profile: Profile, *args: Any) -> None:
         raise _NotItsProfile(str(error)) from None
 
 
-def _check_same_rows(given: Profile, in_file: Profile, *, stored: bool = False) -> None:
+def _check_same_rows(given: Profile, in_file: Profile) -> None:
     """The profile given has the file's own measured rows, every one of them.
     Replaying a sample of plans on it is not enough: a profile re-measured at
     some clocks only changes plans that use them, and plan_for then returned
     plans that missed their deadline on it."""
-    del stored  # _check_given's flag: `given` is always the caller's here
     for stage in range(in_file.num_stages):
         for instruction in INSTRUCTIONS:
             mine, theirs = in_file.measured(stage, instruction), given.measured(stage, instruction)
             if not np.array_equal(mine.frequency_mhz, theirs.frequency_mhz):
-                _fail(
-                    f"stage {stage} {instruction}",
-                    f"measured at {len(mine)} clocks, the profile given at {len(theirs)} or "
-                    "other ones",
+                raise _NotItsProfile(
+                    f"stage {stage} {instruction}: measured at {len(mine)} clocks, the profile "
+                    f"given at {len(theirs)} or other ones"
                 )
             for field in ("time_s", "energy_j"):
                 a, b = getattr(mine, field), getattr(theirs, field)
                 differ = ~np.isclose(a, b, rtol=1e-12, atol=0.0)
                 if differ.any():
                     k = int(np.argmax(differ))
-                    _fail(
-                        f"stage {stage} {instruction} at {int(mine.frequency_mhz[k])} MHz",
-                        f"{field} {float(a[k])!r} in the file, {float(b[k])!r} in the profile given "
-                        f"({int(differ.sum())} of its {len(a)} rows differ)",
+                    raise _NotItsProfile(
+                        f"stage {stage} {instruction} at {int(mine.frequency_mhz[k])} MHz: "
+                        f"{field} {float(a[k])!r} in the file, {float(b[k])!r} in the profile "
+                        f"given ({int(differ.sum())} of its {len(a)} rows differ)"
                     )
 
 
@@ -930,7 +928,7 @@ def _decode(
             _check_given(_check_against, given, spec, plans, baseline)
     if given is not None and stored is not None:
         # After the plans' own checks, which name a plan where one does not fit.
-        _check_given(_check_same_rows, given, stored)
+        _check_same_rows(given, stored)
     return cls(
         plans,
         baseline=baseline,

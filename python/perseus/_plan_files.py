@@ -279,7 +279,8 @@ def _csv_plan(
         if [p for p, _ in entries] != list(range(len(entries))):
             positions = [p for p, _ in entries]
             twice = next((p for p, q in zip(positions, positions[1:]) if p == q), None)
-            missing = next((k for k in range(len(entries)) if k not in set(positions)), None)
+            listed = set(positions)
+            missing = next((k for k in range(len(entries)) if k not in listed), None)
             problem = (
                 f"position {twice} is listed twice"
                 if twice is not None
